@@ -1,0 +1,46 @@
+# fleetgate: `make run` serves the demo gateway in front of an emulated fleet;
+# `make test` installs what the suite needs and runs all of it.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.fleetgate-installed
+
+.PHONY: run test deps redis lint fmt unit e2e bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $(STAMP)
+
+deps: $(STAMP)
+
+# Tests start their own redis-server on a free port; install Debian's package if missing.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "installing redis-server (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+
+run: deps
+	$(PY) -m fleetgate demo
+
+lint: deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+fmt: deps
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: deps redis lint
+	$(PY) -m pytest -q
+
+unit: deps
+	$(PY) -m pytest -q tests/unit tests/property
+
+bench: deps
+	$(PY) bench/gateway_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from fleetgate.cli import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""The plain values that cross the boundary between drivers (gateway, simulator, tests)
+and policies. Policies read these and return plain values; they never see HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Category(str, Enum):
+    """Content category of a prompt (what the bytes-per-token estimate is keyed by)."""
+
+    CHAT = "chat"
+    PROSE = "prose"
+    CODE = "code"
+    RAG = "rag"
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """One request as a policy sees it.
+
+    `prompt_tokens` is the gateway's estimate before the engine has counted (the engine's
+    count arrives in `Outcome`); `max_tokens` is what the client asked for, or the
+    configured default when it asked for nothing.
+    """
+
+    id: str
+    model: str
+    arrival: float
+    prompt_tokens: int
+    max_tokens: int
+    entitlement: str = "default"
+    category: Category = Category.CHAT
+    stream: bool = False
+    prefix_hashes: tuple[int, ...] = ()
+    slo_class: str = "standard"
+
+    @property
+    def total_tokens(self) -> int:
+        """L_total = L_in + L_out, the figure pool placement is decided on."""
+        return self.prompt_tokens + self.max_tokens
+
+
+@dataclass(slots=True)
+class WorkerView:
+    """A worker as routing sees it: engine telemetry merged with the gateway's own counts.
+
+    `running`/`waiting`/`kv_usage`/`prefix_hit_rate` come from the last scrape of the
+    engine's /metrics and include traffic from other gateway replicas; `in_flight` and
+    `outstanding_tokens` are this gateway's exact counts, updated on every dispatch and
+    completion. `stale` means the last good scrape is older than the staleness bound:
+    policies treat a stale worker as saturated.
+    """
+
+    id: str
+    pool: str
+    max_model_len: int
+    healthy: bool = True
+    stale: bool = False
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+    prefix_hit_rate: float = 0.0
+    in_flight: int = 0
+    outstanding_tokens: int = 0
+
+    @property
+    def load(self) -> int:
+        """Requests on the worker: the engine's count, or ours if the scrape lags behind."""
+        return max(self.running + self.waiting, self.in_flight)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """A pool as placement sees it: its name, the context it serves, its models."""
+
+    name: str
+    max_model_len: int
+    models: frozenset[str] = field(default_factory=frozenset)
+
+
+class Status(str, Enum):
+    OK = "ok"
+    ERROR = "error"
+    DISCONNECT = "disconnect"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to a dispatched request, reported on every exit path."""
+
+    status: Status
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft: float | None = None
+    prefill_time: float | None = None
+    latency: float | None = None
