@@ -45,7 +45,9 @@ class EngineConfig:
     block_size: int = 16  # tokens per KV block (vLLM's default)
     num_kv_blocks: int = 8192  # KV capacity in blocks: 131,072 tokens at the default block size
     max_num_seqs: int = 256  # largest running batch (vLLM's default)
-    prefill_chunk: int = 512  # C_chunk: prompt tokens one request prefills per step (FleetOpt Eq. 4)
+    prefill_chunk: int = (
+        512  # C_chunk: prompt tokens one request prefills per step (FleetOpt Eq. 4)
+    )
     w: float = 0.008  # W: seconds per step regardless of batch (Llama-3-70B on A100, FleetOpt §3.1)
     h: float = 0.00065  # H: seconds per step per request in the batch (memory bandwidth)
     enable_prefix_caching: bool = True
