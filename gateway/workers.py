@@ -128,7 +128,7 @@ class Fleet:
             self.pools[pname] = states
             self.specs.append(PoolSpec(pname, pool.max_model_len, frozenset(pool.models)))
         self.models: dict[str, int] = {}  # model -> the largest context serving it
-        for pname, pool in config.pools.items():
+        for pool in config.pools.values():
             for m in pool.models:
                 self.models[m] = max(self.models.get(m, 0), pool.max_model_len)
 
