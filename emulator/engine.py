@@ -208,6 +208,7 @@ class Engine:
         self._by_id: dict[str, _Seq] = {}
         self._order = 0
         self._in_order = True  # running list is in submit order (false after a re-admission)
+        self._needs: list[_Seq] = []  # decoders out of room after the last step, admission order
         # KV blocks: never-cached free ones are a count; cached ones are hash → refcount,
         # and those with refcount 0 are evictable, least recently freed first.
         self._free = config.num_kv_blocks
@@ -276,7 +277,8 @@ class Engine:
         running = self._running
         if not running and not self._waiting:
             return StepResult(now, 0.0, 0, 0, (), ())
-        preempted = self._grow_blocks()
+        needs = self._needs
+        preempted = self._grow_blocks(needs) if needs else []
         if not preempted:
             self._admit(now)
         # -- run the batch -------------------------------------------------------------
@@ -285,9 +287,11 @@ class Engine:
         end = now + duration
         chunk = self.config.prefill_chunk
         prefill_tokens = 0
-        decoded: list[_Seq] = []
+        tokens: list[str] = []
+        emit = tokens.append
         firsts: list[_Seq] = []
         done: list[_Seq] = []
+        self._needs = needs = []
         for s in running:
             todo = s.todo
             if todo:
@@ -299,18 +303,22 @@ class Engine:
             else:
                 g = s.gen + 1
                 s.gen = g
-                s.room -= 1
-                decoded.append(s)
+                room = s.room - 1
+                s.room = room
+                emit(s.id)
                 if g == 1:
                     firsts.append(s)
                 if g == s.out:
                     done.append(s)
+                elif room < 0:
+                    needs.append(s)
         for s in firsts:
             s.first_token = end
             self._prompt_tokens += s.prompt
-        self._generation_tokens += len(decoded)
+        self._generation_tokens += len(tokens)
         if not self._in_order:
-            decoded.sort(key=_submit_order)
+            by_id = self._by_id
+            tokens.sort(key=lambda rid: by_id[rid].order)
         finished: tuple[FinishedRequest, ...] = ()
         if done:
             for s in done:
@@ -325,9 +333,9 @@ class Engine:
             duration,
             n,
             prefill_tokens,
-            tuple([s.id for s in decoded]),
+            tuple(tokens),
             finished,
-            tuple([s.id for s in preempted]),
+            tuple([s.id for s in preempted]) if preempted else (),
         )
 
     @property
@@ -376,15 +384,16 @@ class Engine:
 
     # -- scheduling -------------------------------------------------------------------
 
-    def _grow_blocks(self) -> list[_Seq]:
-        """Give every decoding request room for this step's token, preempting from the newest."""
+    def _grow_blocks(self, needs: list[_Seq]) -> list[_Seq]:
+        """Give each decoder that filled its blocks one more, preempting from the newest.
+
+        `needs` is in admission order (a subsequence of the running list), so this is
+        vLLM's walk over the running requests restricted to those that need a block.
+        """
         running = self._running
         preempted: list[_Seq] = []
-        i = 0
-        while i < len(running):
-            s = running[i]
-            if s.todo or s.room >= 0:
-                i += 1
+        for s in needs:
+            if s.state != _RUNNING:  # preempted just now, or aborted since the last step
                 continue
             while not self._take_block():
                 victim = running.pop()
@@ -395,7 +404,6 @@ class Engine:
             else:
                 s.private += 1
                 s.room += self._bs
-                i += 1
         return preempted
 
     def _admit(self, now: float) -> None:
@@ -427,8 +435,7 @@ class Engine:
                 if not cache[h]:
                     del self._evictable[h]
                 cache[h] += 1
-            for _ in range(blocks - hit):
-                self._take_block()
+            self._take_blocks(blocks - hit)
             s.shared = shared
             s.private = blocks - hit
             s.registered = hit
@@ -465,6 +472,16 @@ class Engine:
             del self._cache[h]
             return True
         return False
+
+    def _take_blocks(self, k: int) -> None:
+        """Take k blocks known to be available: never-cached ones first, then evict LRU."""
+        plain = min(k, self._free)
+        self._free -= plain
+        evictable = self._evictable
+        cache = self._cache
+        for _ in range(k - plain):
+            h, _ = evictable.popitem(last=False)
+            del cache[h]
 
     def _register(self, s: _Seq) -> None:
         """Cache the prompt blocks this request has finished computing."""
@@ -508,10 +525,6 @@ class Engine:
             finished=t,
             num_preemptions=s.preemptions,
         )
-
-
-def _submit_order(s: _Seq) -> int:
-    return s.order
 
 
 def _reason(s: _Seq) -> str:
