@@ -77,9 +77,7 @@ class EngineConfig:
     block_size: int = 16  # tokens per KV block (vLLM's default)
     num_kv_blocks: int = 8192  # KV capacity in blocks: 131,072 tokens at the default block size
     max_num_seqs: int = 256  # largest running batch (vLLM's default)
-    prefill_chunk: int = (
-        512  # C_chunk: prompt tokens one request prefills per step (FleetOpt Eq. 4)
-    )
+    prefill_chunk: int = 512  # C_chunk: prompt tokens a request prefills per step (Eq. 4)
     w: float = 0.008  # W: seconds per step regardless of batch (Llama-3-70B on A100, FleetOpt §3.1)
     h: float = 0.00065  # H: seconds per step per request in the batch (memory bandwidth)
     enable_prefix_caching: bool = True
@@ -337,6 +335,21 @@ class Engine:
             finished,
             tuple([s.id for s in preempted]) if preempted else (),
         )
+
+    @property
+    def num_running(self) -> int:
+        """`stats.running` without building a snapshot (cheap telemetry for the simulator)."""
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        """`stats.kv_usage` without building a snapshot."""
+        used = self.config.num_kv_blocks - self._free - len(self._evictable)
+        return used / self.config.num_kv_blocks
 
     @property
     def stats(self) -> EngineStats:
