@@ -5,7 +5,7 @@
 2. The simulator's shape: 100 engines sharing 30,000 requests (Poisson arrivals, the
    engines stepped in virtual time by a heap), wall time end to end.
 
-    /work/venv/bin/python bench/engine_step.py [--quick]
+    PYTHONPATH=. /work/venv/bin/python bench/engine_step.py [--quick]
 """
 
 from __future__ import annotations
