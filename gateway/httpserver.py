@@ -90,6 +90,11 @@ class Responder:
     def start_stream(self, status: int, headers: list[tuple[str, str]]) -> None:
         if self.started:
             raise RuntimeError("response already started")
+        if self._conn.http10:
+            # HTTP/1.0 has no chunked encoding: the body ends when the connection closes
+            self._keep_alive = False
+            self._conn.write(self._head(status, headers, b""))
+            return
         self._conn.write(self._head(status, headers, b"transfer-encoding: chunked\r\n"))
 
     async def write(self, chunk: bytes) -> None:
@@ -99,7 +104,7 @@ class Responder:
         conn = self._conn
         if conn.closed:
             raise ClientGone("client disconnected")
-        conn.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        conn.write(chunk if conn.http10 else b"%x\r\n%s\r\n" % (len(chunk), chunk))
         if conn.write_paused:
             await conn.drain()
 
@@ -107,7 +112,7 @@ class Responder:
         if self.finished:
             return
         self.finished = True
-        if not self._conn.closed:
+        if not self._conn.closed and not self._conn.http10:
             self._conn.write(b"0\r\n\r\n")
         self._conn.response_done(self._keep_alive)
 
@@ -124,6 +129,7 @@ class _Connection(asyncio.Protocol):
         "_task",
         "_url",
         "closed",
+        "http10",
         "last_active",
         "loop",
         "server",
@@ -146,6 +152,7 @@ class _Connection(asyncio.Protocol):
         self._drain_waiter: asyncio.Future[None] | None = None
         self.write_paused = False
         self.closed = False
+        self.http10 = False
         self.last_active = self.loop.time()
 
     # --- asyncio.Protocol -------------------------------------------------------------
@@ -234,6 +241,7 @@ class _Connection(asyncio.Protocol):
 
     # --- serving ----------------------------------------------------------------------
     def _start(self, request: HttpRequest, keep_alive: bool) -> None:
+        self.http10 = request.http_version == "1.0"
         responder = Responder(self, keep_alive)
         self._task = self.loop.create_task(self._serve(request, responder))
 
