@@ -198,7 +198,7 @@ class Pipeline:
                     raise self._map(last_error)
                 raise self._no_worker(placement.pools)
             att.worker = worker.id
-            self.metrics.overhead.labels(att.pool).observe(self.loop.time() - t0)
+            self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
             worker.in_flight += 1
             worker.outstanding_tokens += info.total_tokens
             try:
@@ -370,13 +370,14 @@ class Pipeline:
         if att.status != 499:
             m.count_request(pool, att.status)
         if att.status == 200:
-            m.latency.labels(pool).observe(latency)
+            series = m.pool(pool)
+            series.latency.observe(latency)
             if att.ttft is not None:
-                m.ttft.labels(pool).observe(att.ttft)
+                series.ttft.observe(att.ttft)
             if att.prompt_tokens:
-                m.prompt_tokens.labels(pool).inc(att.prompt_tokens)
+                series.prompt_tokens.inc(att.prompt_tokens)
             if att.completion_tokens:
-                m.completion_tokens.labels(pool).inc(att.completion_tokens)
+                series.completion_tokens.inc(att.completion_tokens)
         if self.request_log.enabled:
             self.request_log.write(
                 {
