@@ -54,6 +54,15 @@ def test_gateway_service_mounts_the_config_the_image_serves():
     assert any(p.endswith(":8080") for p in gateway["ports"])
 
 
+def test_the_image_is_built_by_one_service_and_never_pulled():
+    # several services building one tag at once collide in BuildKit; the others must not pull it
+    services = _compose()["services"]
+    ours = {n: s for n, s in services.items() if s.get("image") == "fleetgate:local"}
+    assert [n for n, s in ours.items() if "build" in s] == ["gateway"]
+    assert all(s["pull_policy"] == "never" for n, s in ours.items() if n != "gateway")
+    assert len(ours) == 4
+
+
 def test_every_worker_is_an_emulator_service_with_the_pool_context():
     services = _compose()["services"]
     cfg = load_config(ROOT / "config" / "compose.yaml", environ={})
