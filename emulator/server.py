@@ -347,6 +347,7 @@ def build_app(emu: Emulator) -> web.Application:
 async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None) -> None:
     """Serve until SIGTERM/SIGINT; `ready(url)` is called once the socket listens."""
     emu = build_state(cfg)
+    warm_up()  # load the tokenizer before listening, as a real server loads its model
     emu.driver.start()
     runner = web.AppRunner(build_app(emu), handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -366,6 +367,13 @@ async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None)
     finally:
         await runner.cleanup()
         await emu.driver.stop()
+
+
+def warm_up() -> None:
+    from emulator.sampling import output_text
+
+    render_chat([{"role": "user", "content": "warm up"}])
+    output_text(0, 1)
 
 
 def _toggle_health(emu: Emulator) -> None:

@@ -11,6 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 DONE = b"data: [DONE]\n\n"
 
+# One pooled client: a fresh httpx client costs ~20 ms (TLS context), which would swamp
+# the emulator's time-scaled latencies.
+CLIENT = httpx.Client(timeout=30.0)
+
 
 def compact(obj: Any) -> bytes:
     """How Starlette / pydantic serialise: no spaces, UTF-8 kept."""
@@ -34,18 +38,18 @@ def sse_events(raw: bytes) -> list[dict[str, Any]]:
 
 
 def post(url: str, path: str, body: Any, **kw: Any) -> httpx.Response:
-    return httpx.post(url + path, json=body, timeout=30.0, **kw)
+    return CLIENT.post(url + path, json=body, **kw)
 
 
 def stream_raw(url: str, path: str, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
-    with httpx.stream("POST", url + path, json=body, timeout=30.0) as r:
+    with CLIENT.stream("POST", url + path, json=body) as r:
         return r, r.read()
 
 
 def metrics(url: str, accept: str | None = None) -> dict[str, Any]:
     """name → family, from the emulator's /metrics."""
     headers = {"Accept": accept} if accept else {}
-    text = httpx.get(url + "/metrics", headers=headers, timeout=10.0).text
+    text = CLIENT.get(url + "/metrics", headers=headers).text
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 

@@ -43,7 +43,11 @@ def _flat_err(r: httpx.Response, status: int) -> dict[str, Any]:
 
 
 def test_chat_body(emu: Proc) -> None:
-    r = post(emu.url, CHAT, {"model": "anything-goes", "messages": MSG, "max_tokens": 3, "ignore_eos": True})
+    r = post(
+        emu.url,
+        CHAT,
+        {"model": "anything-goes", "messages": MSG, "max_tokens": 3, "ignore_eos": True},
+    )
     body = r.json()
     assert r.status_code == 200 and r.content == compact(body)
     assert list(body) == ["id", "object", "created", "model", "choices", "usage", "metadata"]
@@ -62,7 +66,13 @@ def test_chat_body(emu: Proc) -> None:
 
 def test_completion_body_and_eos(emu: Proc) -> None:
     body = post(emu.url, COMP, {"prompt": "Hi", "ignore_eos": True}).json()
-    assert list(body["choices"][0]) == ["index", "text", "logprobs", "finish_reason", "matched_stop"]
+    assert list(body["choices"][0]) == [
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "matched_stop",
+    ]
     assert body["usage"]["completion_tokens"] == 16
     stops = []
     for i in range(12):
@@ -89,7 +99,11 @@ def test_chat_stream(emu: Proc) -> None:
     ev = sse_events(raw)
     role, *content, finish, usage = ev
     assert list(role) == ["id", "object", "created", "model", "choices"]
-    assert role["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
+    assert role["choices"][0]["delta"] == {
+        "reasoning_content": None,
+        "role": "assistant",
+        "content": "",
+    }
     assert len(content) == 3
     for c in content:
         ch = c["choices"][0]
@@ -109,10 +123,18 @@ def test_completion_stream(emu: Proc) -> None:
     ev = sse_events(raw)
     assert len(ev) == 3
     for e in ev[:2]:
-        assert list(e) == ["id", "object", "created", "model", "choices", "usage"] and e["usage"] is None
+        assert (
+            list(e) == ["id", "object", "created", "model", "choices", "usage"]
+            and e["usage"] is None
+        )
     assert [e["choices"][0]["finish_reason"] for e in ev[:2]] == [None, "length"]
     assert ev[2]["choices"] == []
-    assert list(ev[2]["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens", "reasoning_tokens"]
+    assert list(ev[2]["usage"]) == [
+        "prompt_tokens",
+        "total_tokens",
+        "completion_tokens",
+        "reasoning_tokens",
+    ]
 
 
 def test_openai_sdk(emu: Proc) -> None:
@@ -120,7 +142,11 @@ def test_openai_sdk(emu: Proc) -> None:
     text = "".join(
         (c.choices[0].delta.content or "") if c.choices else ""
         for c in client.chat.completions.create(
-            model="default", messages=MSG, max_tokens=4, stream=True, extra_body={"ignore_eos": True}  # type: ignore[arg-type]
+            model="default",
+            messages=MSG,
+            max_tokens=4,
+            stream=True,
+            extra_body={"ignore_eos": True},  # type: ignore[arg-type]
         )
     )
     assert len(cl100k().encode(text)) == 4
@@ -139,12 +165,17 @@ def test_errors(emu: Proc) -> None:
     )
     long = [{"role": "user", "content": "word " * L}]
     e = _flat_err(post(emu.url, CHAT, {"messages": long}), 400)
-    assert re.fullmatch(rf"The input \(\d+ tokens\) is longer than the model's context length \({L} tokens\)\.", e["message"])
+    assert re.fullmatch(
+        rf"The input \(\d+ tokens\) is longer than the model's context length \({L} tokens\)\.",
+        e["message"],
+    )
     e = _flat_err(post(emu.url, CHAT, {"messages": []}), 400)
     assert e["message"] == "Messages cannot be empty."
     e = _flat_err(post(emu.url, COMP, {"prompt": "x", "max_tokens": 0}), 400)
     assert e["type"] == "Bad Request" and "max_tokens must be positive" in e["message"]
-    r = httpx.post(emu.url + CHAT, content=b'{"messages": ', headers={"Content-Type": "application/json"})
+    r = httpx.post(
+        emu.url + CHAT, content=b'{"messages": ', headers={"Content-Type": "application/json"}
+    )
     e = _flat_err(r, 400)
     assert "json_invalid" in e["message"] and "('body', 13)" in e["message"]
     r = httpx.post(emu.url + CHAT, content=b"{}", headers={"Content-Type": "text/plain"})
@@ -167,7 +198,9 @@ def test_endpoints(emu: Proc) -> None:
     assert info["version"] == "0.5.23" and info["context_length"] == L
     assert httpx.get(emu.url + "/model_info").json()["is_generation"] is True
     t = post(emu.url, "/v1/tokenize", {"prompt": "Hello world"}).json()
-    assert post(emu.url, "/detokenize", {"tokens": t["tokens"][1:]}).json() == {"text": "Hello world"}
+    assert post(emu.url, "/detokenize", {"tokens": t["tokens"][1:]}).json() == {
+        "text": "Hello world"
+    }
 
 
 def test_metrics(emu: Proc) -> None:
@@ -193,6 +226,8 @@ def test_metrics(emu: Proc) -> None:
     sched = {"engine_type": "unified", "model_name": "qwen-7b", "tp_rank": "0"}
     assert sample(fams, "sglang:num_running_reqs", **sched) == 0
     assert sample(fams, "sglang:num_requests_total", is_streaming="false") >= 1
-    om = httpx.get(emu.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    om = httpx.get(
+        emu.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
     assert om.headers["content-type"].startswith("application/openmetrics-text")
     assert om.text.rstrip().endswith("# EOF")

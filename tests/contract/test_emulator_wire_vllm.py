@@ -60,7 +60,11 @@ def _prompt_tokens(url: str, messages: list[dict[str, Any]]) -> int:
 
 
 def test_chat_body_key_order_and_values(emu: Proc) -> None:
-    r = post(emu.url, CHAT, {"model": "llama-alias", "messages": MSG, "max_tokens": 4, "ignore_eos": True})
+    r = post(
+        emu.url,
+        CHAT,
+        {"model": "llama-alias", "messages": MSG, "max_tokens": 4, "ignore_eos": True},
+    )
     assert r.status_code == 200
     assert r.headers["content-type"] == "application/json"
     body = r.json()
@@ -125,7 +129,9 @@ def test_eos_model_stops_deterministically(emu: Proc) -> None:
 
 
 def test_n_and_prompt_lists_index_choices(emu: Proc) -> None:
-    body = post(emu.url, CHAT, {"messages": MSG, "n": 3, "max_tokens": 2, "ignore_eos": True}).json()
+    body = post(
+        emu.url, CHAT, {"messages": MSG, "n": 3, "max_tokens": 2, "ignore_eos": True}
+    ).json()
     assert [c["index"] for c in body["choices"]] == [0, 1, 2]
     assert body["usage"]["completion_tokens"] == 6
     assert body["usage"]["prompt_tokens"] == _prompt_tokens(emu.url, MSG)
@@ -199,7 +205,9 @@ def test_chat_stream_with_usage(emu: Proc) -> None:
 
 
 def test_chat_stream_without_usage_puts_fingerprint_on_finish(emu: Proc) -> None:
-    _, raw = stream_raw(emu.url, CHAT, {"messages": MSG, "max_tokens": 2, "stream": True, "ignore_eos": True})
+    _, raw = stream_raw(
+        emu.url, CHAT, {"messages": MSG, "max_tokens": 2, "stream": True, "ignore_eos": True}
+    )
     ev = sse_events(raw)
     assert "usage" not in ev[-1]
     assert list(ev[-1])[-2:] == ["system_fingerprint", "kv_transfer_params"]
@@ -232,7 +240,9 @@ def test_continuous_usage_stats(emu: Proc) -> None:
 
 
 def test_completion_stream(emu: Proc) -> None:
-    _, raw = stream_raw(emu.url, COMP, {"prompt": "Paris is", "max_tokens": 3, "ignore_eos": True, "stream": True})
+    _, raw = stream_raw(
+        emu.url, COMP, {"prompt": "Paris is", "max_tokens": 3, "ignore_eos": True, "stream": True}
+    )
     ev = sse_events(raw)
     assert len(ev) == 3  # no role chunk, one chunk per token, no usage chunk
     keys = ["index", "text", "logprobs", "finish_reason", "stop_reason", "prompt_token_ids",
@@ -247,7 +257,15 @@ def test_completion_stream(emu: Proc) -> None:
                                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}})  # fmt: skip
     ev = sse_events(raw)
     assert list(ev[0]["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens"]
-    assert list(ev[-1]) == ["id", "object", "created", "model", "choices", "usage", "system_fingerprint"]
+    assert list(ev[-1]) == [
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "usage",
+        "system_fingerprint",
+    ]
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -275,7 +293,9 @@ def test_context_errors_use_033_texts(emu: Proc) -> None:
     long = [{"role": "user", "content": "word " * (L + 50)}]
     e = _err(post(emu.url, CHAT, {"messages": long}), 400)
     assert e["param"] == "input_tokens"
-    assert e["message"].startswith(f"This model's maximum context length is {L} tokens. However, your prompt contains at least ")
+    assert e["message"].startswith(
+        f"This model's maximum context length is {L} tokens. However, your prompt contains at least "
+    )
     assert re.search(r"maximum context length|is too large|maximum model length", e["message"])
     ids = list(range(1000, 1000 + L + 3))
     e = _err(post(emu.url, COMP, {"prompt": ids}), 400)
@@ -291,9 +311,14 @@ def test_unknown_model_404(emu: Proc) -> None:
 def test_validation_errors_are_400(emu: Proc) -> None:
     e = _err(post(emu.url, CHAT, {"messages": MSG, "stream_options": {"include_usage": True}}), 400)
     assert e["param"] == "stream_options"
-    assert e["message"] == "Stream options can only be defined when `stream=True`. (parameter=stream_options)"
+    assert (
+        e["message"]
+        == "Stream options can only be defined when `stream=True`. (parameter=stream_options)"
+    )
     e = _err(post(emu.url, CHAT, {"messages": MSG, "temperature": 3}), 400)
-    assert e["message"] == "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)"
+    assert (
+        e["message"] == "temperature must be in [0, 2], got 3.0. (parameter=temperature, value=3.0)"
+    )
     e = _err(post(emu.url, CHAT, {"model": "llama-8b"}), 400)
     assert e["type"] == "Bad Request" and e["param"] == "body.messages"
     assert e["message"] == ("1 validation error:\n  {'type': 'missing', 'loc': 'body.messages',"
@@ -306,9 +331,14 @@ def test_malformed_json_and_content_type(emu: Proc) -> None:
     e = _err(r, 400)
     assert e["param"] == f"body.{raw.index(b'}')}"
     assert "'type': 'json_invalid'" in e["message"] and "JSON decode error" in e["message"]
-    r = httpx.post(emu.url + CHAT, content=b'{"messages": []}', headers={"Content-Type": "text/plain"})
+    r = httpx.post(
+        emu.url + CHAT, content=b'{"messages": []}', headers={"Content-Type": "text/plain"}
+    )
     e = _err(r, 400)
-    assert e["message"] == "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
+    assert (
+        e["message"]
+        == "1 validation error:\n  Unsupported Media Type: Only 'application/json' is allowed"
+    )
     assert e["param"] is None
 
 
@@ -326,7 +356,16 @@ def test_models_health_version_tokenize(emu: Proc) -> None:
     a, b = httpx.get(emu.url + "/v1/models").json(), httpx.get(emu.url + "/v1/models").json()
     assert [m["id"] for m in a["data"]] == ["llama-8b", "llama-alias"]
     card = a["data"][0]
-    assert list(card) == ["id", "object", "created", "owned_by", "root", "parent", "max_model_len", "permission"]
+    assert list(card) == [
+        "id",
+        "object",
+        "created",
+        "owned_by",
+        "root",
+        "parent",
+        "max_model_len",
+        "permission",
+    ]
     assert card["owned_by"] == "vllm" and card["max_model_len"] == L
     assert card["root"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert card["permission"][0]["id"] != b["data"][0]["permission"][0]["id"]
@@ -370,7 +409,10 @@ def test_metrics_names_and_types(emu: Proc) -> None:
         assert name in fams, name
         assert fams[name].type == kind, name
     names = {s.name for f in fams.values() for s in f.samples}
-    assert "vllm:prompt_tokens_created" in names and "vllm:time_to_first_token_seconds_created" in names
+    assert (
+        "vllm:prompt_tokens_created" in names
+        and "vllm:time_to_first_token_seconds_created" in names
+    )
     lab = {"engine": "0", "model_name": "llama-8b"}
     assert sample(fams, "vllm:request_success_total", finished_reason="stop", **lab) >= 0
     assert sample(fams, "vllm:num_requests_running", **lab) == 0
@@ -378,5 +420,8 @@ def test_metrics_names_and_types(emu: Proc) -> None:
     assert sample(fams, "http_requests_total", handler=CHAT, method="POST", status="2xx") >= 1
     assert sample(fams, "vllm:cache_config_info", block_size="16", engine="0") == 1
     text = r.text
-    assert 'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="llama-8b"}' in text
+    assert (
+        'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001",model_name="llama-8b"}'
+        in text
+    )
     assert "vllm:gpu_cache_usage_perc" not in text  # gone since 0.12
