@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
 from prometheus_client.metrics_core import Metric
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString as _go_float
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -107,13 +107,19 @@ class _Family:
                 acc = 0.0
                 for b, c in zip(self.bounds, s.buckets or (), strict=True):
                     acc += c
-                    m.add_sample(self.name + "_bucket", {**d, "le": floatToGoString(b)}, acc)
+                    m.add_sample(self.name + "_bucket", {**d, "le": _le(b)}, acc)
                 m.add_sample(self.name + "_count", d, s.count)
                 if not sum_first:
                     m.add_sample(self.name + "_sum", d, s.value)
             if self.created and self.kind != "gauge":
                 m.add_sample(self.name + "_created", d, s.created)
         return m
+
+
+def _le(bound: float) -> str:
+    """Bucket bounds spelled as prometheus_client spells them ("0.001", "1.0", "+Inf")."""
+    text: str = _go_float(bound)  # type: ignore[no-untyped-call]
+    return text
 
 
 class _Collector:
@@ -156,7 +162,7 @@ class Exposition:
             GCCollector(registry=self.registry)
             PlatformCollector(registry=self.registry)
             ProcessCollector(registry=self.registry)
-        self.registry.register(_Collector(families, sum_first=not single_process))  # type: ignore[arg-type]
+        self.registry.register(_Collector(families, sum_first=not single_process))
 
     def render(self, accept: str) -> tuple[bytes, str]:
         if self.single_process:

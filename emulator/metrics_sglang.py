@@ -12,6 +12,8 @@ the last 5 engine seconds; `utilization` = running / max running requests. SGLan
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from emulator.engine import EngineConfig, EngineStats, FinishedRequest, StepResult
 from emulator.metrics import Exposition, Labels, RequestTag, Throughput, _Family
 
@@ -41,8 +43,8 @@ class SglangMetrics:
         self.throughput = Throughput()
         self._gen_total = 0
 
-        def F(name: str, doc: str, kind: str, buckets: list[float] | None = None) -> _Family:
-            return _Family(name, doc, kind, buckets or (), created=False)
+        def F(name: str, doc: str, kind: str, buckets: Sequence[float] = ()) -> _Family:
+            return _Family(name, doc, kind, buckets, created=False)
 
         self.running = F("sglang:num_running_reqs", "The number of running requests.", "gauge")
         self.queue_reqs = F(
