@@ -315,19 +315,19 @@ def build_app(emu: Emulator) -> web.Application:
     r = app.router
     r.add_post("/v1/chat/completions", _gen("chat"))
     r.add_post("/v1/completions", _gen("completion"))
-    r.add_get("/v1/models", _models)
-    r.add_get("/health", _health)
-    r.add_get("/metrics", _metrics)
+    r.add_get("/v1/models", _models, allow_head=False)
+    r.add_get("/health", _health, allow_head=False)
+    r.add_get("/metrics", _metrics, allow_head=False)
     r.add_post("/tokenize", _tokenize)
     r.add_post("/detokenize", _detokenize)
     if emu.vllm:
-        r.add_get("/ping", _health)
+        r.add_get("/ping", _health, allow_head=False)
         r.add_post("/ping", _health)
-        r.add_get("/version", _version)
+        r.add_get("/version", _version, allow_head=False)
     else:
-        r.add_get("/health_generate", _health)
-        r.add_get("/ping", _health)
-        r.add_get("/ready", _ok)
+        r.add_get("/health_generate", _health, allow_head=False)
+        r.add_get("/ping", _health, allow_head=False)
+        r.add_get("/ready", _ok, allow_head=False)
         r.add_post("/v1/tokenize", _tokenize)
         r.add_post("/v1/detokenize", _detokenize)
         sglang_routes(r)
@@ -339,7 +339,10 @@ async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None)
     emu = build_state(cfg)
     warm_up()  # load the tokenizer before listening, as a real server loads its model
     emu.driver.start()
-    runner = web.AppRunner(build_app(emu), handler_cancellation=True, access_log=None)
+    # Streams in flight get 1 s to end on SIGTERM (aiohttp would wait 60 s).
+    runner = web.AppRunner(
+        build_app(emu), handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+    )
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, backlog=1024, reuse_address=True)
     await site.start()
