@@ -13,6 +13,7 @@ import time
 import httpx
 import orjson
 
+from gateway.admin import Admin
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, error_body
 from gateway.health import HealthChecker
@@ -22,6 +23,7 @@ from gateway.openai_request import CHAT, COMPLETIONS
 from gateway.proxy import Pipeline
 from gateway.requestlog import RequestLog
 from gateway.telemetry import Scraper
+from gateway.traffic import TrafficHistogram
 from gateway.upstream import Timeouts, UpstreamClient
 from gateway.workers import Fleet
 
@@ -53,7 +55,11 @@ class Gateway:
         self.request_log = RequestLog(
             cfg.request_log.path, cfg.request_log.max_bytes, cfg.request_log.backups
         )
-        self.pipeline = Pipeline(cfg, self.fleet, self.client, self.metrics, self.request_log)
+        self.traffic = TrafficHistogram(cfg.traffic.window_s, now)
+        self.admin = Admin(cfg, self.traffic)
+        self.pipeline = Pipeline(
+            cfg, self.fleet, self.client, self.metrics, self.request_log, self.traffic
+        )
         # httpx is right for the slow side: scrapes and health checks a few times a second
         self.control = httpx.AsyncClient(
             timeout=cfg.telemetry.timeout_s, limits=httpx.Limits(max_keepalive_connections=64)
@@ -101,6 +107,9 @@ class Gateway:
             await self.pipeline.handle(
                 request, responder, CHAT if path == "/v1/chat/completions" else COMPLETIONS
             )
+            return
+        if path.startswith("/admin/"):
+            await self.admin.handle(request, responder)
             return
         if method not in ("GET", "HEAD") and path in (
             "/v1/models",

@@ -66,6 +66,9 @@ class Placement(_Section):
     policy: Literal["short_long"] = "short_long"
     short_pool: str = "short"
     b_short: int | None = Field(None, gt=0)  # defaults to the short pool's max_model_len
+    gamma: float = Field(
+        1.0, ge=1.0, le=4.0
+    )  # C&R band: compress when B_short < L_total ≤ γ·B_short
 
 
 class Budget(_Section):
@@ -107,6 +110,10 @@ class Limits(_Section):
     max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
 
 
+class Traffic(_Section):
+    window_s: float = Field(300.0, gt=0)  # the observed-traffic window the planner sees
+
+
 class RequestLog(_Section):
     path: str | None = None  # None: off; "-": stdout; else a file (rotated at max_bytes)
     max_bytes: int = Field(100 * 1024 * 1024, gt=0)
@@ -126,6 +133,7 @@ class GatewayConfig(_Section):
     upstream: Upstream = Field(default_factory=Upstream)
     limits: Limits = Field(default_factory=Limits)
     request_log: RequestLog = Field(default_factory=RequestLog)
+    traffic: Traffic = Field(default_factory=Traffic)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:

@@ -35,6 +35,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest, parse
 from gateway.relay import StreamScanner, usage_of
 from gateway.requestlog import RequestLog
+from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.workers import Fleet, WorkerState
 from policies.budget import BudgetConfig, estimate_chat, estimate_tokens
@@ -87,12 +88,14 @@ class Pipeline:
         client: UpstreamClient,
         metrics: GatewayMetrics,
         request_log: RequestLog,
+        traffic: TrafficHistogram,
     ) -> None:
         self.config = config
         self.fleet = fleet
         self.client = client
         self.metrics = metrics
         self.request_log = request_log
+        self.traffic = traffic
         self.loop = asyncio.get_running_loop()
         self.placer = ShortLongPlacement(
             short_pool=config.placement.short_pool, b_short=config.b_short
@@ -179,6 +182,7 @@ class Pipeline:
                 f"The model `{parsed.model}` does not exist. Available models: {known}.",
                 param="model",
             )
+        self.traffic.observe(info.total_tokens, info.prompt_tokens)
         if placement.verdict is Verdict.TOO_LONG:
             raise ContextLengthExceeded(
                 f"This request needs about {info.total_tokens} tokens ({info.prompt_tokens} in the prompt, "
