@@ -65,6 +65,7 @@ class _Attempt:
         "prompt_tokens",
         "retries",
         "status",
+        "stream",
         "ttft",
         "worker",
     )
@@ -78,6 +79,7 @@ class _Attempt:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.error: str | None = None
+        self.stream: StreamScanner | None = None  # set once a stream is being relayed
 
 
 class Pipeline:
@@ -130,9 +132,14 @@ class Pipeline:
                     exc.body(),
                 )
         except (asyncio.CancelledError, ClientGone):
-            att.status = 499  # nginx's "client closed request": never sent, only logged and counted
-            att.error = "client_disconnect"
-            self.metrics.disconnects.labels(att.pool).inc()
+            if att.stream is not None and att.stream.done:
+                # the client had the whole answer ([DONE] included) and hung up before the
+                # engine's last empty chunk: a success, not a disconnect
+                self._count_usage(att.stream.usage, att)
+            else:
+                att.status = 499  # nginx's "client closed request": only logged and counted
+                att.error = "client_disconnect"
+                self.metrics.disconnects.labels(att.pool).inc()
             raise
         finally:
             self._settle(att, parsed, info, t0, arrival, rid)
@@ -333,7 +340,7 @@ class Pipeline:
             200, [*self._answer_headers(up, rid, worker, _SSE), ("cache-control", "no-cache")]
         )
         att.status = 200
-        scanner = StreamScanner(strip_usage)
+        scanner = att.stream = StreamScanner(strip_usage)
         try:
             while (chunk := await up.next_chunk()) is not None:
                 if att.ttft is None:

@@ -164,3 +164,25 @@ def test_health_ready_metrics(fleet):
     assert metric(text, "fleetgate_worker_healthy") == 3
     assert httpx.get(fleet.url + "/nope").status_code == 404
     assert httpx.post(fleet.url + "/v1/models").status_code == 405
+
+
+def test_client_hanging_up_right_after_done_is_a_success(fleet):
+    """The openai SDK may close as soon as it reads [DONE], before the engine's final empty
+    chunk has crossed the gateway: that is a complete answer, not a disconnect."""
+    before = fleet.metrics()
+    c = client(fleet)
+    for _ in range(60):
+        for _chunk in c.chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=3, stream=True
+        ):
+            pass
+    assert wait_until(
+        lambda: (
+            metric(fleet.metrics(), "fleetgate_requests_total", status="200")
+            == metric(before, "fleetgate_requests_total", status="200") + 60
+        )
+    )
+    after = fleet.metrics()
+    assert metric(after, "fleetgate_client_disconnects_total") == metric(
+        before, "fleetgate_client_disconnects_total"
+    )
