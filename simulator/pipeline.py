@@ -36,7 +36,7 @@ from policies.routing import Router
 from policies.types import Outcome, PoolSpec, RequestInfo, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.kernel import PRIO_TIMER, Kernel
-from simulator.records import RequestRecord, Recorder
+from simulator.records import Recorder, RequestRecord
 from simulator.workloads import RequestSpec
 
 

@@ -16,10 +16,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from simulator.run import RunResult  # noqa: E402
+from simulator.run import RunResult
 
 
 def _ttft_by_class(result: RunResult) -> dict[str, tuple[list[float], list[float]]]:

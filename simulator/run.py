@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from policies.pools import ShortLongPlacement
-from policies.routing import make_router
+from policies.routing import Router, make_router
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, default_engine
 from simulator.families import CdfFamily
@@ -55,7 +55,7 @@ class RunResult:
 
 
 def _arrivals(model: object) -> Arrivals:
-    kind = getattr(model, "kind")
+    kind = model.kind
     if kind == "poisson":
         return Poisson(model.rate)  # type: ignore[attr-defined]
     if kind == "gamma":
@@ -106,7 +106,10 @@ def run(
     hooks: tuple[Hook, ...] = (),
     engine_factory: EngineFactory = default_engine,
     specs: list[RequestSpec] | None = None,
+    routers: dict[str, Router] | None = None,
 ) -> RunResult:
+    """Run `scenario` to completion. `specs` replaces its workload and `routers` its
+    per-pool routing policies (any object with the `Router` protocol), for experiments."""
     seed = scenario.seed if seed is None else seed
     if specs is None:
         specs = build_workload(scenario, seed, requests)
@@ -114,10 +117,10 @@ def run(
     cluster = Cluster()
     recorder = Recorder()
     pool_specs = [PoolSpec(p.name, p.max_model_len) for p in scenario.fleet.pools]
-    routers = {}
+    routers = dict(routers or {})
     for p in scenario.fleet.pools:
         rm = p.routing or scenario.policy.routing
-        routers[p.name] = make_router(rm.policy, rm.params)
+        routers.setdefault(p.name, make_router(rm.policy, rm.params))
     placement = ShortLongPlacement(
         scenario.policy.placement.short_pool, scenario.policy.placement.b_short
     )
