@@ -16,6 +16,10 @@ Telemetry (scenario ``telemetry.scrape_interval``):
   before a routing decision reads it (only workers whose engine changed are re-read);
 - s > 0 — *scraped*: every s virtual seconds all views are refreshed at once, as the
   gateway's scraper polls /metrics; between scrapes routing sees the last scrape.
+The engine's figures describe the step it is running (planned at its start), so they
+already exclude requests that finish at that step's end, which the gateway still counts
+in flight until the step's outputs arrive: fresh engine counts can trail `in_flight`
+by those (as a live /metrics scrape mid-step would). `WorkerView.load` takes the max.
 Either way `in_flight` and `outstanding_tokens` are the gateway's own exact counts,
 updated at dispatch and completion, as in the live gateway. Views are long-lived objects
 updated in place: a router must not keep them past `choose`.
