@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator import report  # noqa: E402
-from simulator.run import build_workload, run  # noqa: E402
-from simulator.scenario import load  # noqa: E402
+from simulator import report
+from simulator.run import build_workload, run
+from simulator.scenario import load
 
 
 def main() -> int:

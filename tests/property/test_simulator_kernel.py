@@ -1,6 +1,8 @@
 """Property: the kernel runs events in (time, priority, scheduling order), whatever the
 order they were scheduled in, including events scheduled by events."""
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +36,6 @@ def test_events_run_in_order(initial, spawned) -> None:  # type: ignore[no-untyp
     times = [r[0] for r in ran]
     assert times == sorted(times)
     # Among events at one instant that were all queued before it began, priority then seq.
-    for a, b in zip(ran, ran[1:], strict=False):
+    for a, b in itertools.pairwise(ran):
         if a[0] == b[0] and a[2] < 1000 and b[2] < 1000:
             assert (a[1], a[2]) < (b[1], b[2])

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.scenario import SCENARIO_DIR, ScenarioError, load, parse
 from simulator.run import build_workload
+from simulator.scenario import SCENARIO_DIR, ScenarioError, load, parse
 
 
 def _doc(**over):
