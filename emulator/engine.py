@@ -77,9 +77,7 @@ class EngineConfig:
     block_size: int = 16  # tokens per KV block (vLLM's default)
     num_kv_blocks: int = 8192  # KV capacity in blocks: 131,072 tokens at the default block size
     max_num_seqs: int = 256  # largest running batch (vLLM's default)
-    prefill_chunk: int = (
-        512  # C_chunk: prompt tokens one request prefills per step (FleetOpt Eq. 4)
-    )
+    prefill_chunk: int = 512  # C_chunk: prompt tokens a request prefills per step (Eq. 4)
     w: float = 0.008  # W: seconds per step regardless of batch (Llama-3-70B on A100, FleetOpt §3.1)
     h: float = 0.00065  # H: seconds per step per request in the batch (memory bandwidth)
     enable_prefix_caching: bool = True
@@ -208,6 +206,7 @@ class Engine:
         self._by_id: dict[str, _Seq] = {}
         self._order = 0
         self._in_order = True  # running list is in submit order (false after a re-admission)
+        self._needs: list[_Seq] = []  # decoders out of room after the last step, admission order
         # KV blocks: never-cached free ones are a count; cached ones are hash → refcount,
         # and those with refcount 0 are evictable, least recently freed first.
         self._free = config.num_kv_blocks
@@ -276,7 +275,8 @@ class Engine:
         running = self._running
         if not running and not self._waiting:
             return StepResult(now, 0.0, 0, 0, (), ())
-        preempted = self._grow_blocks()
+        needs = self._needs
+        preempted = self._grow_blocks(needs) if needs else []
         if not preempted:
             self._admit(now)
         # -- run the batch -------------------------------------------------------------
@@ -285,9 +285,11 @@ class Engine:
         end = now + duration
         chunk = self.config.prefill_chunk
         prefill_tokens = 0
-        decoded: list[_Seq] = []
+        tokens: list[str] = []
+        emit = tokens.append
         firsts: list[_Seq] = []
         done: list[_Seq] = []
+        self._needs = needs = []
         for s in running:
             todo = s.todo
             if todo:
@@ -299,18 +301,22 @@ class Engine:
             else:
                 g = s.gen + 1
                 s.gen = g
-                s.room -= 1
-                decoded.append(s)
+                room = s.room - 1
+                s.room = room
+                emit(s.id)
                 if g == 1:
                     firsts.append(s)
                 if g == s.out:
                     done.append(s)
+                elif room < 0:
+                    needs.append(s)
         for s in firsts:
             s.first_token = end
             self._prompt_tokens += s.prompt
-        self._generation_tokens += len(decoded)
+        self._generation_tokens += len(tokens)
         if not self._in_order:
-            decoded.sort(key=_submit_order)
+            by_id = self._by_id
+            tokens.sort(key=lambda rid: by_id[rid].order)
         finished: tuple[FinishedRequest, ...] = ()
         if done:
             for s in done:
@@ -325,10 +331,25 @@ class Engine:
             duration,
             n,
             prefill_tokens,
-            tuple([s.id for s in decoded]),
+            tuple(tokens),
             finished,
-            tuple([s.id for s in preempted]),
+            tuple([s.id for s in preempted]) if preempted else (),
         )
+
+    @property
+    def num_running(self) -> int:
+        """`stats.running` without building a snapshot (cheap telemetry for the simulator)."""
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def kv_usage(self) -> float:
+        """`stats.kv_usage` without building a snapshot."""
+        used = self.config.num_kv_blocks - self._free - len(self._evictable)
+        return used / self.config.num_kv_blocks
 
     @property
     def stats(self) -> EngineStats:
@@ -376,15 +397,16 @@ class Engine:
 
     # -- scheduling -------------------------------------------------------------------
 
-    def _grow_blocks(self) -> list[_Seq]:
-        """Give every decoding request room for this step's token, preempting from the newest."""
+    def _grow_blocks(self, needs: list[_Seq]) -> list[_Seq]:
+        """Give each decoder that filled its blocks one more, preempting from the newest.
+
+        `needs` is in admission order (a subsequence of the running list), so this is
+        vLLM's walk over the running requests restricted to those that need a block.
+        """
         running = self._running
         preempted: list[_Seq] = []
-        i = 0
-        while i < len(running):
-            s = running[i]
-            if s.todo or s.room >= 0:
-                i += 1
+        for s in needs:
+            if s.state != _RUNNING:  # preempted just now, or aborted since the last step
                 continue
             while not self._take_block():
                 victim = running.pop()
@@ -395,7 +417,6 @@ class Engine:
             else:
                 s.private += 1
                 s.room += self._bs
-                i += 1
         return preempted
 
     def _admit(self, now: float) -> None:
@@ -427,8 +448,7 @@ class Engine:
                 if not cache[h]:
                     del self._evictable[h]
                 cache[h] += 1
-            for _ in range(blocks - hit):
-                self._take_block()
+            self._take_blocks(blocks - hit)
             s.shared = shared
             s.private = blocks - hit
             s.registered = hit
@@ -465,6 +485,16 @@ class Engine:
             del self._cache[h]
             return True
         return False
+
+    def _take_blocks(self, k: int) -> None:
+        """Take k blocks known to be available: never-cached ones first, then evict LRU."""
+        plain = min(k, self._free)
+        self._free -= plain
+        evictable = self._evictable
+        cache = self._cache
+        for _ in range(k - plain):
+            h, _ = evictable.popitem(last=False)
+            del cache[h]
 
     def _register(self, s: _Seq) -> None:
         """Cache the prompt blocks this request has finished computing."""
@@ -508,10 +538,6 @@ class Engine:
             finished=t,
             num_preemptions=s.preemptions,
         )
-
-
-def _submit_order(s: _Seq) -> int:
-    return s.order
 
 
 def _reason(s: _Seq) -> str:

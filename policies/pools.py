@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from policies.types import PoolSpec, RequestInfo
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     PLACED = "placed"
     NO_MODEL = "no_model"
     TOO_LONG = "too_long"

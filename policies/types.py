@@ -5,10 +5,10 @@ and policies. Policies read these and return plain values; they never see HTTP.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class Category(str, Enum):
+class Category(StrEnum):
     """Content category of a prompt (what the bytes-per-token estimate is keyed by)."""
 
     CHAT = "chat"
@@ -81,7 +81,7 @@ class PoolSpec:
     models: frozenset[str] = field(default_factory=frozenset)
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OK = "ok"
     ERROR = "error"
     DISCONNECT = "disconnect"

@@ -60,7 +60,9 @@ def make_router(name: str, params: Mapping[str, Any] | None = None) -> Router:
     try:
         factory = _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown router {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        raise ValueError(
+            f"unknown router {name!r}; known: {', '.join(sorted(_REGISTRY))}"
+        ) from None
     return factory(dict(params or {}))
 
 
@@ -73,5 +75,7 @@ def config_from(cls: Any, params: Mapping[str, Any]) -> Any:
     fields = set(getattr(cls, "__dataclass_fields__", {}))
     unknown = sorted(set(params) - fields)
     if unknown:
-        raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields)) or 'none'}")
+        raise ValueError(
+            f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields)) or 'none'}"
+        )
     return cls(**params)

@@ -256,7 +256,13 @@ def test_kv_usage_stays_in_unit_interval_under_load() -> None:
     seen = []
     while engine.has_work():
         clock.advance(engine.step().duration)
-        seen.append(engine.stats.kv_usage)
+        stats = engine.stats
+        assert (engine.kv_usage, engine.num_running, engine.num_waiting) == (
+            stats.kv_usage,
+            stats.running,
+            stats.waiting,
+        )
+        seen.append(stats.kv_usage)
     assert all(0.0 <= u <= 1.0 for u in seen) and max(seen) > 0.5
 
 

@@ -1,0 +1,216 @@
+"""Gateway configuration: one YAML file, environment overrides, validated at start.
+
+Every section rejects unknown keys, and a validation error names the full key path
+(`pools.short.workers.0.url: ...`), so a typo fails the start instead of being ignored.
+Environment variables override the file: `FLEETGATE_LISTEN__PORT=9000` sets
+`listen.port` (double underscore between levels; values are read as YAML scalars).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "FLEETGATE_"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be served; the message names the bad key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Listen(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class Auth(_Section):
+    api_keys: list[str] = Field(default_factory=list)  # empty: no authentication
+    admin_key: str | None = None
+
+
+class Worker(_Section):
+    url: str
+    engine: Literal["vllm", "sglang"] = "vllm"
+    name: str | None = None  # defaults to host:port
+    max_model_len: int | None = Field(None, gt=0)  # defaults to the pool's
+    api_key: str | None = None  # sent upstream as a bearer token
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")) or v.endswith("://"):
+            raise ValueError(f"must be an http(s) URL, got {v!r}")
+        return v.rstrip("/")
+
+    @property
+    def id(self) -> str:
+        return self.name or self.url.split("://", 1)[1]
+
+
+class Pool(_Section):
+    max_model_len: int = Field(gt=0)
+    models: list[str] = Field(min_length=1)
+    workers: list[Worker] = Field(min_length=1)
+
+
+class Placement(_Section):
+    policy: Literal["short_long"] = "short_long"
+    short_pool: str = "short"
+    b_short: int | None = Field(None, gt=0)  # defaults to the short pool's max_model_len
+
+
+class Budget(_Section):
+    bytes_per_token: float = Field(4.0, gt=0)
+    default_max_tokens: int = Field(256, gt=0)
+
+
+class Routing(_Section):
+    policy: str = "least_loaded"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Telemetry(_Section):
+    scrape_interval_s: float = Field(0.5, gt=0)
+    stale_after_s: float = Field(2.0, gt=0)
+    timeout_s: float = Field(1.0, gt=0)
+
+
+class Health(_Section):
+    interval_s: float = Field(2.0, gt=0)
+    timeout_s: float = Field(1.0, gt=0)
+    unhealthy_after: int = Field(2, ge=1)  # consecutive failed checks
+    healthy_after: int = Field(1, ge=1)  # consecutive good checks to come back
+
+
+class Breaker(_Section):
+    failures: int = Field(3, ge=1)  # consecutive request failures that open the circuit
+    open_s: float = Field(10.0, gt=0)  # how long it stays open before a trial request
+
+
+class Upstream(_Section):
+    connect_timeout_s: float = Field(5.0, gt=0)
+    first_byte_timeout_s: float = Field(600.0, gt=0)
+    idle_timeout_s: float = Field(60.0, gt=0)
+    max_connections_per_worker: int = Field(512, ge=1)
+
+
+class Limits(_Section):
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+
+
+class RequestLog(_Section):
+    path: str | None = None  # None: off; "-": stdout; else a file (rotated at max_bytes)
+    max_bytes: int = Field(100 * 1024 * 1024, gt=0)
+    backups: int = Field(3, ge=0)
+
+
+class GatewayConfig(_Section):
+    listen: Listen = Field(default_factory=Listen)
+    auth: Auth = Field(default_factory=Auth)
+    pools: dict[str, Pool] = Field(min_length=1)
+    placement: Placement = Field(default_factory=Placement)
+    budget: Budget = Field(default_factory=Budget)
+    routing: Routing = Field(default_factory=Routing)
+    telemetry: Telemetry = Field(default_factory=Telemetry)
+    health: Health = Field(default_factory=Health)
+    breaker: Breaker = Field(default_factory=Breaker)
+    upstream: Upstream = Field(default_factory=Upstream)
+    limits: Limits = Field(default_factory=Limits)
+    request_log: RequestLog = Field(default_factory=RequestLog)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GatewayConfig:
+        ids: set[str] = set()
+        for pname, pool in self.pools.items():
+            for i, w in enumerate(pool.workers):
+                if w.id in ids:
+                    raise ValueError(f"pools.{pname}.workers.{i}: worker {w.id!r} appears twice")
+                ids.add(w.id)
+        return self
+
+    @property
+    def b_short(self) -> int:
+        short = self.pools.get(self.placement.short_pool)
+        if self.placement.b_short is not None:
+            return self.placement.b_short
+        return short.max_model_len if short else 0
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> GatewayConfig:
+    """Read YAML (or take `data`), apply FLEETGATE_* overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config {path}: the top level must be a mapping")
+        raw = loaded or {}
+    elif data is not None:
+        raw = _deepcopy(data)
+    _apply_env(raw, os.environ if environ is None else environ)
+    try:
+        return GatewayConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def _deepcopy(data: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        out[k] = _deepcopy(v) if isinstance(v, Mapping) else (list(v) if isinstance(v, list) else v)
+    return out
+
+
+def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
+    """FLEETGATE_SECTION__KEY[__KEY...]=value; list items are addressed by index."""
+    for name, value in sorted(environ.items()):
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        keys = [k.lower() for k in name[len(ENV_PREFIX) :].split("__")]
+        if not all(keys):
+            continue
+        node: Any = raw
+        for k in keys[:-1]:
+            if isinstance(node, list):
+                if not (k.isdigit() and int(k) < len(node)):
+                    raise ConfigError(f"{name}: no list item {k} at that path")
+                node = node[int(k)]
+            elif isinstance(node, dict):
+                node = node.setdefault(k, {})
+            else:
+                raise ConfigError(f"{name}: {k} is not a section")
+        if not isinstance(node, dict):
+            raise ConfigError(f"{name}: the parent of {keys[-1]} is not a section")
+        node[keys[-1]] = yaml.safe_load(value) if value else value
+
+
+def _describe(exc: ValidationError, path: str | Path | None) -> str:
+    where = f"config {path}" if path else "config"
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"  {loc}: {msg}")
+    return f"{where} is invalid:\n" + "\n".join(lines)

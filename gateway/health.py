@@ -1,0 +1,75 @@
+"""Active health checks: `GET /health` on every worker every `health.interval_s`.
+
+Both engines answer 200 with an empty body when they can serve and 503 (or nothing) when
+they cannot (WIRE_SPEC §1). Posture: a worker is routable from the start (so a gateway
+that starts before its workers recovers as soon as they answer), becomes unhealthy after
+`unhealthy_after` failed checks in a row and healthy again after `healthy_after` good
+ones. `fleetgate_worker_healthy` shows the result, `fleetgate_health_check_failures_total`
+the failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+
+import httpx
+
+from gateway.config import Health
+from gateway.workers import WorkerState
+
+log = logging.getLogger("fleetgate.health")
+
+
+class HealthChecker:
+    def __init__(
+        self,
+        workers: list[WorkerState],
+        client: httpx.AsyncClient,
+        config: Health,
+        on_failure: Callable[[WorkerState], None],
+    ) -> None:
+        self.workers = workers
+        self.client = client
+        self.config = config
+        self.on_failure = on_failure
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._loop(w)) for w in self.workers]
+
+    async def check(self, worker: WorkerState) -> bool:
+        try:
+            r = await self.client.get(worker.url + "/health", timeout=self.config.timeout_s)
+            ok = r.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        was = worker.healthy
+        worker.health_result(ok, self.config.unhealthy_after, self.config.healthy_after)
+        if not ok:
+            self.on_failure(worker)
+        if was != worker.healthy:
+            log.warning(
+                "worker %s is now %s", worker.id, "healthy" if worker.healthy else "UNHEALTHY"
+            )
+        return ok
+
+    async def check_all(self) -> None:
+        await asyncio.gather(*(self.check(w) for w in self.workers))
+
+    async def _loop(self, worker: WorkerState) -> None:
+        await asyncio.sleep(random.random() * self.config.interval_s)
+        while True:
+            await self.check(worker)
+            await asyncio.sleep(self.config.interval_s)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t

@@ -1,0 +1,241 @@
+"""The gateway's Prometheus metrics (all `fleetgate_`-prefixed, low-cardinality labels).
+
+Hot-path series (counters and histograms) are updated per request through label children
+bound once per (pool, status) pair. Per-worker gauges (in-flight, health, staleness,
+breaker) are not updated on the hot path at all: a collector reads them from the fleet's
+state when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from gateway.workers import Fleet
+
+disable_created_metrics()  # `_created` series double the exposition and no dashboard reads them
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# TTFT and end-to-end buckets follow vLLM's (WIRE_SPEC §6) so dashboards line up.
+_TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+)
+_E2E_BUCKETS = (
+    0.01,
+    0.05,
+    0.1,
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+)
+_OVERHEAD_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
+
+
+class _FleetCollector(Collector):
+    def __init__(self, fleet: Fleet, now: Callable[[], float]) -> None:
+        self.fleet = fleet
+        self.now = now
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.now()
+        stale_after = self.fleet.config.telemetry.stale_after_s
+        labels = ["pool", "worker"]
+        in_flight = GaugeMetricFamily(
+            "fleetgate_worker_in_flight",
+            "Requests this gateway has in flight on the worker.",
+            labels=labels,
+        )
+        healthy = GaugeMetricFamily(
+            "fleetgate_worker_healthy",
+            "1 if the worker passes health checks and its circuit is closed.",
+            labels=labels,
+        )
+        breaker = GaugeMetricFamily(
+            "fleetgate_worker_circuit_open",
+            "1 while the worker's circuit breaker is open.",
+            labels=labels,
+        )
+        stale = GaugeMetricFamily(
+            "fleetgate_worker_telemetry_stale",
+            "1 if the last good /metrics scrape is older than the staleness bound.",
+            labels=labels,
+        )
+        age = GaugeMetricFamily(
+            "fleetgate_worker_telemetry_age_seconds",
+            "Seconds since the last good /metrics scrape (-1: never).",
+            labels=labels,
+        )
+        running = GaugeMetricFamily(
+            "fleetgate_worker_engine_running",
+            "Running requests the engine last reported.",
+            labels=labels,
+        )
+        waiting = GaugeMetricFamily(
+            "fleetgate_worker_engine_waiting",
+            "Waiting requests the engine last reported.",
+            labels=labels,
+        )
+        kv = GaugeMetricFamily(
+            "fleetgate_worker_engine_kv_usage",
+            "KV-cache usage fraction the engine last reported.",
+            labels=labels,
+        )
+        for w in self.fleet.workers.values():
+            lv = [w.pool, w.id]
+            t = w.telemetry
+            in_flight.add_metric(lv, w.in_flight)
+            healthy.add_metric(lv, 1.0 if w.routable(now) else 0.0)
+            breaker.add_metric(lv, 1.0 if w.breaker_open(now) else 0.0)
+            never = t.scraped_at is None
+            stale.add_metric(lv, 1.0 if never or now - (t.scraped_at or 0) > stale_after else 0.0)
+            age.add_metric(lv, -1.0 if never else now - (t.scraped_at or 0))
+            running.add_metric(lv, t.running)
+            waiting.add_metric(lv, t.waiting)
+            kv.add_metric(lv, t.kv_usage)
+        yield from (in_flight, healthy, breaker, stale, age, running, waiting, kv)
+
+
+class GatewayMetrics:
+    def __init__(self, fleet: Fleet, now: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "fleetgate_requests",
+            "Requests answered, by pool and HTTP status.",
+            ["pool", "status"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "fleetgate_time_to_first_token_seconds",
+            "Time from arrival to the first streamed token (streaming requests).",
+            ["pool"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "fleetgate_request_duration_seconds",
+            "Time from arrival to the last byte of the answer.",
+            ["pool"],
+            buckets=_E2E_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "fleetgate_gateway_overhead_seconds",
+            "Gateway time before the request was sent upstream (parse, place, route).",
+            ["pool"],
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "fleetgate_prompt_tokens",
+            "Prompt tokens, as the engines counted them.",
+            ["pool"],
+            registry=r,
+        )
+        self.completion_tokens = Counter(
+            "fleetgate_completion_tokens",
+            "Completion tokens, as the engines counted them.",
+            ["pool"],
+            registry=r,
+        )
+        self.upstream_errors = Counter(
+            "fleetgate_upstream_errors",
+            "Failed upstream attempts, by kind (connect, connect_timeout, reset, first_byte_timeout, idle_timeout, protocol, http_5xx).",
+            ["pool", "worker", "kind"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "fleetgate_upstream_retries",
+            "Requests retried on another worker after a connect failure.",
+            ["pool"],
+            registry=r,
+        )
+        self.spills = Counter(
+            "fleetgate_pool_spills",
+            "Requests served by a larger pool because every worker of the chosen pool was down.",
+            ["pool"],
+            registry=r,
+        )
+        self.disconnects = Counter(
+            "fleetgate_client_disconnects",
+            "Requests whose client went away before the answer was complete.",
+            ["pool"],
+            registry=r,
+        )
+        self.scrape_errors = Counter(
+            "fleetgate_telemetry_scrape_errors",
+            "Failed /metrics scrapes, by reason.",
+            ["worker", "reason"],
+            registry=r,
+        )
+        self.health_failures = Counter(
+            "fleetgate_health_check_failures",
+            "Failed active health checks.",
+            ["worker"],
+            registry=r,
+        )
+        self.circuit_opens = Counter(
+            "fleetgate_circuit_opens",
+            "Times a worker's circuit breaker opened.",
+            ["worker"],
+            registry=r,
+        )
+        r.register(_FleetCollector(fleet, now))
+        self._requests_children: dict[tuple[str, int], Counter] = {}
+
+    def count_request(self, pool: str, status: int) -> None:
+        child = self._requests_children.get((pool, status))
+        if child is None:
+            child = self._requests_children[(pool, status)] = self.requests.labels(
+                pool, str(status)
+            )
+        child.inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

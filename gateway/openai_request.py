@@ -1,0 +1,148 @@
+"""Step 1 of the pipeline: parse and validate an OpenAI chat/completions request.
+
+Only what the gateway relies on is checked (the engine validates the rest and its 4xx is
+passed through): the body is a JSON object, `model` a non-empty string, `messages` a
+non-empty list of messages (chat) or `prompt` a non-empty string / list of strings /
+token ids (completions), `max_tokens`/`max_completion_tokens` positive integers, `stream`
+a boolean, `stream_options` an object. Unknown fields pass through untouched. Every
+refusal is a 400 naming the field (never FastAPI's 422).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import InvalidRequest
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    endpoint: str  # CHAT or COMPLETIONS
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    wants_usage: bool  # the client asked for the usage chunk (stream_options.include_usage)
+    max_tokens: int | None
+    prompt_bytes: int  # UTF-8 bytes of the prompt text (messages' text content)
+    n_messages: int
+    prompt_token_ids: int  # completions given as token ids: their exact count
+
+
+def _text_bytes(s: str) -> int:
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
+
+
+def _content_bytes(content: Any, where: str) -> int:
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return _text_bytes(content)
+    if isinstance(content, list):
+        total = 0
+        for part in content:
+            if not isinstance(part, dict):
+                raise InvalidRequest(f"{where} parts must be objects", param=where)
+            text = part.get("text")
+            if isinstance(text, str):
+                total += _text_bytes(text)
+        return total
+    raise InvalidRequest(f"{where} must be a string, a list of content parts or null", param=where)
+
+
+def _positive_int(body: dict[str, Any], key: str) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidRequest(f"'{key}' must be an integer, got {type(v).__name__}", param=key)
+    if v < 1:
+        raise InvalidRequest(f"'{key}' must be at least 1, got {v}", param=key)
+    return v
+
+
+def parse(raw: bytes, endpoint: str) -> ParsedRequest:
+    if not raw:
+        raise InvalidRequest("the request body is empty; expected a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+
+    model = body.get("model")
+    if model is None:
+        raise InvalidRequest("'model' is required", param="model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("'model' must be a non-empty string", param="model")
+
+    stream = body.get("stream")
+    if stream is None:
+        stream = False
+    elif not isinstance(stream, bool):
+        raise InvalidRequest("'stream' must be a boolean", param="stream")
+    opts = body.get("stream_options")
+    wants_usage = False
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+        wants_usage = opts.get("include_usage") is True
+
+    max_tokens = _positive_int(body, "max_tokens")
+    if endpoint == CHAT:
+        mct = _positive_int(body, "max_completion_tokens")
+        if mct is not None:
+            max_tokens = mct
+
+    prompt_bytes = 0
+    n_messages = 0
+    token_ids = 0
+    if endpoint == CHAT:
+        messages = body.get("messages")
+        if messages is None:
+            raise InvalidRequest("'messages' is required", param="messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidRequest("'messages' must be a non-empty list", param="messages")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise InvalidRequest(f"messages[{i}] must be an object", param=f"messages[{i}]")
+            role = m.get("role")
+            if not isinstance(role, str) or not role:
+                raise InvalidRequest(
+                    f"messages[{i}].role must be a non-empty string", param=f"messages[{i}].role"
+                )
+            prompt_bytes += _content_bytes(m.get("content"), f"messages[{i}].content")
+        n_messages = len(messages)
+    else:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise InvalidRequest("'prompt' is required", param="prompt")
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidRequest("'prompt' must not be empty", param="prompt")
+            prompt_bytes = _text_bytes(prompt)
+        elif isinstance(prompt, list) and prompt:
+            if all(isinstance(p, str) for p in prompt):
+                prompt_bytes = max(_text_bytes(p) for p in prompt)
+            elif all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in prompt):
+                token_ids = len(prompt)
+            elif all(
+                isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt
+            ):
+                token_ids = max(len(p) for p in prompt)
+            else:
+                raise InvalidRequest(
+                    "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists",
+                    param="prompt",
+                )
+        else:
+            raise InvalidRequest("'prompt' must be a non-empty string or list", param="prompt")
+    return ParsedRequest(
+        endpoint, body, model, stream, wants_usage, max_tokens, prompt_bytes, n_messages, token_ids
+    )

@@ -1,0 +1,166 @@
+"""The gateway end to end: the official openai SDK → gateway process → emulator processes."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.fleet import MODEL, metric, wait_until
+
+pytestmark = pytest.mark.e2e
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+def client(fleet, **kw) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=fleet.url + "/v1", api_key="unused", max_retries=0, timeout=30, **kw
+    )
+
+
+def long_prompt(words: int) -> str:
+    return " ".join(f"word{i % 97}" for i in range(words))
+
+
+def test_chat_non_streaming_usage_and_headers(fleet):
+    raw = client(fleet).chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=HELLO,
+        max_tokens=7,
+        extra_body={"ignore_eos": True},
+        extra_headers={"x-request-id": "req-123"},
+    )
+    r = raw.parse()
+    assert r.choices[0].message.content
+    assert r.usage.completion_tokens == 7
+    assert r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + 7
+    assert raw.headers["x-request-id"] == "req-123"
+    assert raw.headers["x-fleetgate-pool"] == "short"
+    assert raw.headers["x-fleetgate-worker"] in {p.url.split("://")[1] for p in fleet.short}
+
+
+def test_usage_matches_a_direct_call(fleet):
+    direct = openai.OpenAI(base_url=fleet.short[0].url + "/v1", api_key="x", max_retries=0)
+    kw = {"model": MODEL, "messages": HELLO, "max_tokens": 5, "extra_body": {"ignore_eos": True}}
+    via = client(fleet).chat.completions.create(**kw)
+    assert direct.chat.completions.create(**kw).usage == via.usage
+
+
+def test_chat_streaming_without_usage_request_hides_usage(fleet):
+    before = metric(fleet.metrics(), "fleetgate_completion_tokens_total", pool="short")
+    chunks = list(
+        client(fleet).chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=6, stream=True, extra_body={"ignore_eos": True}
+        )
+    )
+    assert chunks, "no chunks"
+    assert all(c.usage is None for c in chunks)
+    assert all(c.choices for c in chunks)  # the usage-only chunk we asked for was stripped
+    assert chunks[-1].choices[0].finish_reason == "length"
+    # ... but the gateway still learned the engine's count
+    assert wait_until(
+        lambda: (
+            metric(fleet.metrics(), "fleetgate_completion_tokens_total", pool="short") == before + 6
+        )
+    )
+
+
+def test_chat_streaming_with_usage(fleet):
+    chunks = list(
+        client(fleet).chat.completions.create(
+            model=MODEL,
+            messages=HELLO,
+            max_tokens=4,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+    assert chunks[-1].choices == []
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+
+
+def test_completions_both_ways(fleet):
+    c = client(fleet)
+    r = c.completions.create(
+        model=MODEL,
+        prompt="The capital of France is",
+        max_tokens=3,
+        extra_body={"ignore_eos": True},
+    )
+    assert r.usage.completion_tokens == 3 and r.choices[0].text
+    chunks = list(
+        c.completions.create(
+            model=MODEL,
+            prompt="Once upon a time",
+            max_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True},
+        )
+    )
+    assert chunks[-1].usage.completion_tokens == 3
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices)
+
+
+def test_long_prompt_goes_to_the_long_pool(fleet):
+    raw = client(fleet).chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": long_prompt(9000)}], max_tokens=4
+    )
+    assert raw.headers["x-fleetgate-pool"] == "long"
+    assert raw.parse().usage.prompt_tokens > 8192
+
+
+def test_400_404_413(fleet):
+    c = client(fleet)
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model=MODEL, messages=[])
+    assert e.value.body["code"] == "invalid_request"
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=0)
+    with pytest.raises(openai.NotFoundError) as e:
+        c.chat.completions.create(model="no-such-model", messages=HELLO)
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.APIStatusError) as e:
+        c.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": long_prompt(80000)}]
+        )
+    assert e.value.status_code == 413
+    assert e.value.body["code"] == "context_length_exceeded"
+    r = httpx.post(fleet.url + "/v1/chat/completions", content=b"{not json", timeout=5)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_engine_4xx_passes_through_unchanged(fleet):
+    body = {"model": MODEL, "messages": HELLO, "temperature": 3.0}
+    direct = httpx.post(fleet.short[0].url + "/v1/chat/completions", json=body, timeout=5)
+    via = httpx.post(fleet.url + "/v1/chat/completions", json=body, timeout=5)
+    assert direct.status_code == via.status_code == 400
+    assert via.content == direct.content
+
+
+def test_models_is_the_union(fleet):
+    models = client(fleet).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert models.data[0].model_extra["max_model_len"] == 65536
+
+
+def test_health_ready_metrics(fleet):
+    assert httpx.get(fleet.url + "/healthz").status_code == 200
+    assert httpx.get(fleet.url + "/readyz").status_code == 200
+    text = fleet.metrics()
+    for name in (
+        "fleetgate_requests_total",
+        "fleetgate_request_duration_seconds_bucket",
+        "fleetgate_worker_in_flight",
+        "fleetgate_worker_healthy",
+        "fleetgate_worker_telemetry_stale",
+    ):
+        assert name in text, name
+    assert metric(text, "fleetgate_worker_healthy") == 3
+    assert httpx.get(fleet.url + "/nope").status_code == 404
+    assert httpx.post(fleet.url + "/v1/models").status_code == 405

@@ -1,0 +1,78 @@
+import pytest
+
+from gateway.errors import InvalidRequest
+from gateway.openai_request import CHAT, COMPLETIONS, parse
+
+
+def chat(body: str):
+    return parse(body.encode(), CHAT)
+
+
+def test_chat_ok():
+    r = chat(
+        '{"model":"m","messages":[{"role":"system","content":"héllo"},{"role":"user","content":[{"type":"text","text":"abc"}]}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true},"extra":1}'
+    )
+    assert (r.model, r.stream, r.wants_usage, r.max_tokens, r.n_messages) == ("m", True, True, 5, 2)
+    assert r.prompt_bytes == len("héllo".encode()) + 3
+    assert r.body["extra"] == 1  # unknown fields pass through
+
+
+def test_max_completion_tokens_wins_for_chat():
+    assert (
+        chat(
+            '{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":5,"max_completion_tokens":7}'
+        ).max_tokens
+        == 7
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ('{"messages":[{"role":"user","content":"x"}]}', "model"),
+        ('{"model":3,"messages":[{"role":"user","content":"x"}]}', "model"),
+        ('{"model":"m"}', "messages"),
+        ('{"model":"m","messages":[]}', "messages"),
+        ('{"model":"m","messages":["hi"]}', "messages[0]"),
+        ('{"model":"m","messages":[{"content":"x"}]}', "messages[0].role"),
+        ('{"model":"m","messages":[{"role":"user","content":5}]}', "messages[0].content"),
+        ('{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":0}', "max_tokens"),
+        ('{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":"5"}', "max_tokens"),
+        (
+            '{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":true}',
+            "max_tokens",
+        ),
+        ('{"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"}', "stream"),
+        (
+            '{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":1}',
+            "stream_options",
+        ),
+    ],
+)
+def test_chat_refusals_name_the_field(body, param):
+    with pytest.raises(InvalidRequest) as e:
+        chat(body)
+    assert e.value.param == param
+    assert e.value.status == 400
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[1]", b'"x"', b"\xff\xfe"])
+def test_malformed_json(raw):
+    with pytest.raises(InvalidRequest):
+        parse(raw, CHAT)
+
+
+def test_completions_prompt_forms():
+    assert parse(b'{"model":"m","prompt":"abcd"}', COMPLETIONS).prompt_bytes == 4
+    assert parse(b'{"model":"m","prompt":["ab","abcdef"]}', COMPLETIONS).prompt_bytes == 6
+    assert parse(b'{"model":"m","prompt":[1,2,3]}', COMPLETIONS).prompt_token_ids == 3
+    assert parse(b'{"model":"m","prompt":[[1],[1,2]]}', COMPLETIONS).prompt_token_ids == 2
+    for bad in (
+        b'{"model":"m"}',
+        b'{"model":"m","prompt":""}',
+        b'{"model":"m","prompt":[]}',
+        b'{"model":"m","prompt":[1,"a"]}',
+        b'{"model":"m","prompt":{}}',
+    ):
+        with pytest.raises(InvalidRequest, match="prompt"):
+            parse(bad, COMPLETIONS)

@@ -1,0 +1,72 @@
+from collections import Counter
+
+import pytest
+
+from policies.routing import eligible, make_router, names
+from policies.types import RequestInfo, WorkerView
+
+REQ = RequestInfo(id="r", model="m", arrival=0.0, prompt_tokens=10, max_tokens=10)
+
+
+def w(i: int, **kw) -> WorkerView:
+    return WorkerView(id=f"w{i}", pool="short", max_model_len=8192, **kw)
+
+
+@pytest.mark.parametrize("name", names())
+def test_conformance_every_router(name):
+    """Every registered router: never an unhealthy worker, None on no candidates, prefers fresh."""
+    r = make_router(name)
+    assert r.choose(REQ, []) is None
+    assert r.choose(REQ, [w(0, healthy=False)]) is None
+    for _ in range(20):
+        got = r.choose(REQ, [w(0, healthy=False), w(1), w(2, stale=True)])
+        assert got is not None and got.id == "w1"
+    # all stale: still served (stale counts as saturated, not as down)
+    got = r.choose(REQ, [w(0, stale=True), w(1, stale=True, healthy=False)])
+    assert got is not None and got.id == "w0"
+
+
+def test_least_loaded_picks_least_and_spreads_ties():
+    r = make_router("least_loaded")
+    assert (
+        r.choose(REQ, [w(0, running=3), w(1, in_flight=1), w(2, running=2, waiting=1)]).id == "w1"
+    )
+    picks = Counter(r.choose(REQ, [w(0), w(1), w(2, in_flight=5)]).id for _ in range(100))
+    assert picks["w0"] == picks["w1"] == 50 and "w2" not in picks
+
+
+def test_load_merges_engine_and_gateway_counts():
+    assert w(0, running=2, waiting=1, in_flight=1).load == 3
+    assert w(0, running=0, waiting=0, in_flight=4).load == 4
+
+
+def test_power_of_two_is_seeded_and_prefers_less_loaded():
+    a = [
+        make_router("power_of_two", {"seed": 7}).choose(REQ, [w(i, running=i) for i in range(5)]).id
+        for _ in range(1)
+    ]
+    b = [
+        make_router("power_of_two", {"seed": 7}).choose(REQ, [w(i, running=i) for i in range(5)]).id
+        for _ in range(1)
+    ]
+    assert a == b
+    r = make_router("power_of_two")
+    picks = Counter(r.choose(REQ, [w(0, running=0), w(1, running=100)]).id for _ in range(50))
+    assert picks == {"w0": 50}
+
+
+def test_round_robin_cycles():
+    r = make_router("round_robin")
+    assert [r.choose(REQ, [w(0), w(1), w(2)]).id for _ in range(6)] == ["w0", "w1", "w2"] * 2
+
+
+def test_unknown_router_and_param_fail_at_start():
+    with pytest.raises(ValueError, match="unknown router 'nope'"):
+        make_router("nope")
+    with pytest.raises(ValueError, match="unknown parameter"):
+        make_router("least_loaded", {"x": 1})
+
+
+def test_eligible_posture():
+    assert [v.id for v in eligible([w(0, stale=True), w(1)])] == ["w1"]
+    assert [v.id for v in eligible([w(0, stale=True), w(1, healthy=False)])] == ["w0"]
