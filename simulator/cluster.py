@@ -56,6 +56,7 @@ class Worker:
         "config",
         "dirty",
         "engine",
+        "hashed",
         "id",
         "pool",
         "stepping",
@@ -82,6 +83,7 @@ class Worker:
         self._awaiting: dict[str, int] = {}  # submitted, no first token yet → submit order
         self.stepping = False
         self.dirty = True  # engine state changed since the routing view last read it
+        self.hashed = False  # some request brought prefix hashes: hit rates are worth reading
         self.view = WorkerView(id=worker_id, pool=pool, max_model_len=config.max_model_len)
         self.busy_slot_seconds = 0.0  # Σ batch_size · duration over steps
         self.busy_time = 0.0  # Σ duration: time the worker was stepping
@@ -91,6 +93,8 @@ class Worker:
     def submit(self, request: EngineRequest, order: int) -> None:
         self.engine.submit(request)
         self._awaiting[request.id] = order
+        if request.block_hashes:
+            self.hashed = True
         self.dirty = True
         if not self.stepping:
             self._plan()
@@ -132,18 +136,20 @@ class Worker:
 
     def refresh_view(self, now: float) -> None:
         """Copy the engine's telemetry into the routing view (what a scrape would read)."""
-        stats = self.engine.stats
+        engine = self.engine
         view = self.view
-        view.running = stats.running
-        view.waiting = stats.waiting
-        view.kv_usage = stats.kv_usage
-        q = stats.prefix_queries_tokens
-        view.prefix_hit_rate = stats.prefix_hits_tokens / q if q else 0.0
+        view.running = engine.num_running
+        view.waiting = engine.num_waiting
+        view.kv_usage = engine.kv_usage
+        if self.hashed:  # the full snapshot costs more; without hashes the hit rate is 0
+            stats = engine.stats
+            q = stats.prefix_queries_tokens
+            view.prefix_hit_rate = stats.prefix_hits_tokens / q if q else 0.0
         self.dirty = False
 
     def kv_tokens(self) -> float:
         """Tokens resident in the KV cache of running requests (block granularity)."""
-        return self.engine.stats.kv_usage * self.config.num_kv_blocks * self.config.block_size
+        return self.engine.kv_usage * self.config.num_kv_blocks * self.config.block_size
 
 
 class Cluster:

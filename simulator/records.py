@@ -124,11 +124,10 @@ class Sampler:
             running = waiting = in_flight = 0
             loads = []
             for w in workers:
-                st = w.engine.stats
-                running += st.running
-                waiting += st.waiting
+                running += w.engine.num_running
+                waiting += w.engine.num_waiting
                 in_flight += w.view.in_flight
-                loads.append(st.kv_usage * w.config.num_kv_blocks * w.config.block_size)
+                loads.append(w.kv_tokens())
                 tokens += w.tokens_out
             ps.running.append(running)
             ps.waiting.append(waiting)

@@ -14,13 +14,15 @@ exponent `client_skew` so a few clients dominate). Every concern draws from its 
 `random.Random` seeded from (seed, concern), so changing e.g. the client count leaves the
 arrival times unchanged, and a seed fixes the workload exactly.
 
-Traces (JSONL, one request per line) are the gateway's request log format, so a logged
-day can be replayed: ``arrival`` (seconds, any origin; ``ts``/``time`` also read),
-``prompt_tokens``, ``completion_tokens`` (what it generated), ``max_tokens`` (defaults to
-completion_tokens), ``entitlement``/``client``, ``slo_class``, ``category``, ``model``,
-``id``; token counts may also sit under ``usage``. Lines whose status is not ok, or that
-carry no token counts, are skipped (they never reached an engine). `write_trace` writes
-the same format, which is how the live-vs-simulated comparison feeds both sides one trace.
+Traces (JSONL, one request per line) are the gateway's request log format
+(gateway/requestlog.py), so a logged day can be replayed: ``ts`` (unix seconds at arrival;
+``arrival``/``time`` also read), ``request_id`` (or ``id``), ``model``, ``status`` (HTTP
+code; only 200 — or "ok" — lines are replayed), ``prompt_tokens`` and
+``completion_tokens`` (the engine's counts; also read under ``usage``), ``max_tokens``
+(defaults to completion_tokens), and the simulator's optional ``entitlement``/``client``,
+``slo_class``, ``category``. Lines without token counts never reached an engine and are
+skipped. `write_trace` writes the same fields, which is how the live-vs-simulated
+comparison feeds both sides one trace.
 """
 
 from __future__ import annotations
@@ -189,16 +191,21 @@ def read_trace(
                 d = json.loads(line)
             except ValueError as exc:
                 raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from exc
-            status = d.get("status", "ok")
+            status = d.get("status", 200)
             prompt, completion = _first(d, "prompt_tokens"), _first(d, "completion_tokens")
-            arrival = _first(d, "arrival", "ts", "time")
-            if status != "ok" or prompt is None or completion is None or arrival is None:
+            arrival = _first(d, "ts", "arrival", "time")
+            if (
+                status not in (200, "200", "ok")
+                or prompt is None
+                or completion is None
+                or arrival is None
+            ):
                 continue
             out = max(1, int(completion))  # type: ignore[call-overload]
             max_tokens = _first(d, "max_tokens")
             rows.append(
                 RequestSpec(
-                    id=str(d.get("id", f"t{lineno:07d}")),
+                    id=str(_first(d, "request_id", "id") or f"t{lineno:07d}"),
                     arrival=float(arrival),  # type: ignore[arg-type]
                     prompt_tokens=max(1, int(prompt)),  # type: ignore[call-overload]
                     output_tokens=out,
@@ -225,15 +232,15 @@ def write_trace(specs: Iterable[RequestSpec], path: str | Path) -> None:
     with Path(path).open("w") as fh:
         for s in specs:
             row = {
-                "id": s.id,
-                "arrival": round(s.arrival, 6),
+                "ts": round(s.arrival, 6),
+                "request_id": s.id,
                 "model": s.model,
+                "status": 200,
+                "max_tokens": s.max_tokens,
+                "prompt_tokens": s.prompt_tokens,
+                "completion_tokens": s.output_tokens,
                 "entitlement": s.client,
                 "slo_class": s.slo_class,
                 "category": s.category.value,
-                "prompt_tokens": s.prompt_tokens,
-                "max_tokens": s.max_tokens,
-                "completion_tokens": s.output_tokens,
-                "status": "ok",
             }
             fh.write(json.dumps(row) + "\n")

@@ -76,7 +76,7 @@ def test_a_missing_scenario_lists_the_shipped_ones() -> None:
 
 def test_trace_paths_are_relative_to_the_scenario_file(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text(
-        '{"arrival": 0, "prompt_tokens": 10, "completion_tokens": 5}\n'
+        '{"ts": 1763700000.5, "request_id": "a", "status": 200, "prompt_tokens": 10, "completion_tokens": 5}\n'
     )
     (tmp_path / "s.yaml").write_text(
         "name: s\nfleet: {pools: [{name: short, workers: 1}]}\nworkload: {trace: {path: t.jsonl}}\n"

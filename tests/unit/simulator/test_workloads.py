@@ -110,7 +110,7 @@ def test_trace_round_trip_and_replay(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
     write_trace(specs, path)
     with path.open("a") as fh:
-        fh.write('{"arrival": 1e9, "status": "error", "prompt_tokens": 5}\n')
+        fh.write('{"ts": 1e9, "status": 502, "prompt_tokens": 5, "completion_tokens": 1}\n')
         fh.write('{"ts": 1e9, "usage": {"prompt_tokens": 3}}\n')
     back = read_trace(path)
     assert len(back) == 50
@@ -130,6 +130,6 @@ def test_trace_round_trip_and_replay(tmp_path: Path) -> None:
 
 def test_a_trace_with_nothing_to_replay_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "empty.jsonl"
-    path.write_text('{"status": "error"}\n')
+    path.write_text('{"ts": 1, "status": 429}\n')
     with pytest.raises(ValueError, match="no replayable"):
         read_trace(path)
