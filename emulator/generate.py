@@ -1,0 +1,227 @@
+"""POST /v1/chat/completions and /v1/completions: plan, run on the engine, answer.
+
+Per request: validate and plan (emulator/requests.py; refusals are answered before the
+engine sees anything), inject configured faults, submit one engine request per choice,
+then either collect every choice and answer one JSON body, or stream.
+
+Streaming order (WIRE_SPEC §4): vLLM answers 200 at once and, at the first engine
+output, sends one role chunk per choice, then one content chunk per choice per engine
+step (one token each), the finish chunk carrying the last token's text ("" for EOS),
+then the usage chunk if asked, then `[DONE]`. SGLang answers only once the first output
+exists; its role chunk goes per choice, and its finish reason follows in its own chunk.
+
+Failure posture: whatever ends the handler — client gone (a failed write, or aiohttp
+cancelling the handler on disconnect), an injected cut, an error — every engine request
+of this HTTP request is aborted in `finally`, so running/waiting return to zero. An
+engine-side abort becomes a 500 (JSON, or an error event before `[DONE]` mid-stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from emulator.engine import EngineRequest, FinishedRequest
+from emulator.metrics import RequestTag
+from emulator.requests import GenPlan, plan
+from emulator.sampling import output_text
+from emulator.schema import ApiError
+from emulator.state import Emulator
+from emulator.wire import DONE, Choice, Head, Usage
+
+log = logging.getLogger("emulator.generate")
+
+INTERNAL = ApiError(500, "Internal server error", "InternalServerError")
+
+
+@dataclass(slots=True)
+class _Choice:
+    index: int
+    prompt_tokens: int
+    tokens: int = 0  # generated so far (EOS included)
+    fin: FinishedRequest | None = None
+
+
+async def generate(
+    request: web.Request, emu: Emulator, kind: str, body: object
+) -> web.StreamResponse:
+    p = plan(kind, body, request.headers, emu.info)
+    _faults_on_arrival(emu)
+    if emu.cfg.faults.error_rate and emu.rng.random() < emu.cfg.faults.error_rate:
+        raise INTERNAL
+    if emu.cfg.faults.added_latency_ms:
+        await asyncio.sleep(emu.cfg.faults.added_latency_ms / 1000)
+    head = Head(
+        id=p.response_id,
+        created=int(time.time()),
+        model=p.model,
+        chat=kind == "chat",
+        include_usage=p.include_usage,
+        continuous_usage=p.continuous_usage,
+        cache_report=emu.cfg.prompt_tokens_details,
+    )
+    queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]] = asyncio.Queue()
+    choices = {s.index: _Choice(s.index, s.prompt_tokens) for s in p.seqs}
+    ids: list[str] = []
+    driver = emu.driver
+    try:
+        for s in p.seqs:
+            eid = driver.new_id()
+            tag = RequestTag(streaming=p.stream, max_tokens=s.max_tokens, n=p.n)
+            try:
+                driver.submit(
+                    EngineRequest(
+                        eid, s.prompt_tokens, s.max_tokens, s.output_tokens, s.block_hashes
+                    ),
+                    queue,
+                    s.index,
+                    tag,
+                )
+            except ValueError as exc:
+                raise ApiError(400, str(exc), "BadRequestError") from None
+            ids.append(eid)
+        if p.stream:
+            return await _stream(request, emu, p, head, queue, choices)
+        return await _collect(request, emu, p, head, queue, choices)
+    finally:
+        for eid in ids:
+            driver.abort(eid)
+
+
+def _faults_on_arrival(emu: Emulator) -> None:
+    emu.requests_seen += 1
+    n = emu.cfg.faults.crash_after_requests
+    if n and emu.requests_seen > n:
+        log.error("crash-after-requests=%d reached: exiting", n)
+        os._exit(3)
+
+
+def _headers(request: web.Request, emu: Emulator, p: GenPlan) -> dict[str, str]:
+    if emu.vllm and emu.cfg.enable_request_id_headers:
+        return {"X-Request-Id": request.headers.get("X-Request-Id") or p.response_id}
+    return {}
+
+
+def _usage(p: GenPlan, choices: dict[int, _Choice]) -> Usage:
+    completion = sum(c.tokens for c in choices.values())
+    cached = sum(c.fin.cached_tokens for c in choices.values() if c.fin and c.index % p.n == 0)
+    return Usage(p.prompt_tokens, completion, cached)
+
+
+def _text_tokens(c: _Choice) -> int:
+    """Generated tokens with text: all of them, except the final EOS of a "stop"."""
+    if c.fin is not None and c.fin.reason == "stop":
+        return c.tokens - 1
+    return c.tokens
+
+
+async def _collect(
+    request: web.Request,
+    emu: Emulator,
+    p: GenPlan,
+    head: Head,
+    queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]],
+    choices: dict[int, _Choice],
+) -> web.Response:
+    pending = len(choices)
+    while pending:
+        key, new, fin = await queue.get()
+        c = choices[key]  # type: ignore[index]
+        c.tokens += new
+        if fin is not None:
+            c.fin = fin
+            pending -= 1
+            if fin.reason == "abort":
+                raise INTERNAL
+    out = [
+        Choice(c.index, output_text(0, _text_tokens(c)), c.fin.reason if c.fin else None, True)
+        for c in sorted(choices.values(), key=lambda c: c.index)
+    ]
+    return web.Response(
+        body=emu.wire.full(head, out, _usage(p, choices)),
+        content_type="application/json",
+        headers=_headers(request, emu, p),
+    )
+
+
+async def _stream(
+    request: web.Request,
+    emu: Emulator,
+    p: GenPlan,
+    head: Head,
+    queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]],
+    choices: dict[int, _Choice],
+) -> web.StreamResponse:
+    wire = emu.wire
+    resp = web.StreamResponse(status=200, headers=_headers(request, emu, p))
+    resp.content_type = "text/event-stream"
+    resp.charset = "utf-8"
+    if emu.vllm:
+        await resp.prepare(request)
+    cut_after = emu.cfg.faults.die_mid_stream_after
+    events = 0
+    first = True
+    role_sent: set[int] = set()
+    pending = len(choices)
+    while pending:
+        batch = [await queue.get()]
+        while not queue.empty():
+            batch.append(queue.get_nowait())
+        out = bytearray()
+        for key, new, fin in batch:
+            c = choices[key]  # type: ignore[index]
+            if head.chat and first and emu.vllm:
+                for i in sorted(choices):
+                    out += wire.role(head, i, Usage(choices[i].prompt_tokens, 0))
+            if head.chat and not emu.vllm and c.index not in role_sent:
+                role_sent.add(c.index)
+                out += wire.role(head, c.index, Usage(c.prompt_tokens, 0))
+            first = False
+            start = _text_tokens(c)
+            c.tokens += new
+            if fin is not None:
+                c.fin = fin
+                pending -= 1
+                if fin.reason == "abort":
+                    out += wire.stream_error(head, INTERNAL) + DONE
+                    pending = 0
+                    break
+            text = output_text(start, _text_tokens(c))
+            reason = fin.reason if fin is not None else None
+            out += wire.delta(
+                head, Choice(c.index, text, reason, True), Usage(c.prompt_tokens, c.tokens)
+            )
+        else:
+            if not pending:
+                if p.include_usage:
+                    out += wire.usage_chunk(head, _usage(p, choices))
+                out += DONE
+        if not resp.prepared:
+            await resp.prepare(request)
+        if cut_after:
+            parts = bytes(out).split(b"\n\n")[:-1]
+            if events + len(parts) >= cut_after:
+                keep = parts[: cut_after - events]
+                await _cut(request, resp, b"".join(e + b"\n\n" for e in keep), emu)
+                return resp
+            events += len(parts)
+        await resp.write(bytes(out))
+    await resp.write_eof()
+    return resp
+
+
+async def _cut(request: web.Request, resp: web.StreamResponse, data: bytes, emu: Emulator) -> None:
+    """Simulate a worker dying mid-stream: send what was produced, then drop the socket."""
+    await resp.write(data)
+    if emu.cfg.faults.die_exits:
+        await asyncio.sleep(0.01)
+        log.error("die-mid-stream: exiting")
+        os._exit(3)
+    transport = request.transport
+    if transport is not None:
+        transport.close()

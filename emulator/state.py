@@ -1,0 +1,69 @@
+"""One emulated server's live state: settings, wire shapes, engine driver, metrics, faults."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from emulator.config import EmulatorConfig
+from emulator.driver import Driver
+from emulator.metrics_sglang import SglangMetrics
+from emulator.metrics_vllm import VllmMetrics
+from emulator.requests import ModelInfo
+from emulator.sampling import OutputModel
+from emulator.wire import Wire, wire_for
+
+
+def fingerprint(cfg: EmulatorConfig) -> str:
+    """vLLM 0.33's `vllm-<version>-<hash8>` (fingerprint mode "hash") of this configuration."""
+    key = f"{cfg.model_path}|{cfg.engine.max_model_len}|{cfg.engine.num_kv_blocks}|{cfg.engine.max_num_seqs}"
+    return f"vllm-{cfg.version}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+@dataclass(eq=False)
+class Emulator:
+    cfg: EmulatorConfig
+    info: ModelInfo
+    wire: Wire
+    metrics: VllmMetrics | SglangMetrics
+    driver: Driver
+    fail_health: bool = False
+    requests_seen: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    @property
+    def vllm(self) -> bool:
+        return self.cfg.personality == "vllm"
+
+
+def build_state(cfg: EmulatorConfig) -> Emulator:
+    """Must run inside the event loop that will serve (the driver owns asyncio objects)."""
+    name = cfg.served_names[0]
+    metrics: VllmMetrics | SglangMetrics
+    if cfg.personality == "vllm":
+        metrics = VllmMetrics(name, cfg.engine)
+    else:
+        metrics = SglangMetrics(name, cfg.engine)
+    info = ModelInfo(
+        personality=cfg.personality,
+        served_names=cfg.served_names,
+        root=cfg.model_path,
+        max_model_len=cfg.engine.max_model_len,
+        block_size=cfg.engine.block_size,
+        output=OutputModel(cfg.mean_output_tokens, cfg.seed),
+    )
+    return Emulator(
+        cfg=cfg,
+        info=info,
+        wire=wire_for(cfg.personality, fingerprint(cfg)),
+        metrics=metrics,
+        driver=Driver(cfg.engine, cfg.time_scale, metrics),
+        fail_health=cfg.faults.fail_health,
+        rng=random.Random(cfg.seed),
+    )
+
+
+EMU: web.AppKey[Emulator] = web.AppKey("emulator", Emulator)

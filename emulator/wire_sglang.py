@@ -1,0 +1,194 @@
+"""SGLang 0.5.23's response shapes (WIRE_SPEC §3–§5).
+
+Ids are 32-hex rids without prefix; `model` echoes the request. Bodies carry
+`matched_stop` (the EOS id when generation stopped on EOS) and a 6-key usage
+(`prompt_tokens, total_tokens, completion_tokens, prompt_tokens_details, reasoning_tokens,
+completion_tokens_details`). Chat stream chunks (msgspec) always carry
+`delta.reasoning_content` first and omit `usage` unless continuous stats are on; the
+finish reason arrives in its own chunk after the last content chunk, and empty deltas
+are not sent. Completion chunks carry `"usage":null` and the last one holds the finish
+reason; the completion usage chunk drops nulls. Errors are flat
+`{"object":"error",…,"param":null,"code":N}`; mid-stream ones are nested and spaced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.chat_template import EOS
+from emulator.schema import ApiError
+from emulator.wire import Choice, Head, Usage, dumps, sse, sse_spaced
+
+
+def _matched(c: Choice) -> int | None:
+    return EOS if c.finish_reason == "stop" and c.stopped_on_eos else None
+
+
+class SglangWire:
+    personality = "sglang"
+
+    def error(self, err: ApiError) -> bytes:
+        return dumps(
+            {
+                "object": "error",
+                "message": err.message,
+                "type": err.type,
+                "param": None,
+                "code": err.status,
+            }
+        )
+
+    def _usage(self, head: Head, u: Usage) -> dict[str, Any]:
+        return {
+            "prompt_tokens": u.prompt,
+            "total_tokens": u.total,
+            "completion_tokens": u.completion,
+            "prompt_tokens_details": {"cached_tokens": u.cached} if head.cache_report else None,
+            "reasoning_tokens": 0,
+            "completion_tokens_details": None,
+        }
+
+    def full(self, head: Head, choices: list[Choice], usage: Usage) -> bytes:
+        if head.chat:
+            cs: list[dict[str, Any]] = [
+                {
+                    "index": c.index,
+                    "message": {"role": "assistant", "content": c.text, "reasoning_content": None},
+                    "logprobs": None,
+                    "finish_reason": c.finish_reason,
+                    "matched_stop": _matched(c),
+                }
+                for c in choices
+            ]
+        else:
+            cs = [
+                {
+                    "index": c.index,
+                    "text": c.text,
+                    "logprobs": None,
+                    "finish_reason": c.finish_reason,
+                    "matched_stop": _matched(c),
+                }
+                for c in choices
+            ]
+        return dumps(
+            {
+                "id": head.id,
+                "object": "chat.completion" if head.chat else "text_completion",
+                "created": head.created,
+                "model": head.model,
+                "choices": cs,
+                "usage": self._usage(head, usage),
+                "metadata": {"weight_version": "default"},
+            }
+        )
+
+    def _chunk(self, head: Head, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": head.id,
+            "object": "chat.completion.chunk" if head.chat else "text_completion",
+            "created": head.created,
+            "model": head.model,
+            "choices": choices,
+        }
+
+    def role(self, head: Head, index: int, usage: Usage) -> bytes:
+        choice = {
+            "index": index,
+            "delta": {"reasoning_content": None, "role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+            "matched_stop": None,
+        }
+        return sse(self._chunk(head, [choice]))
+
+    def delta(self, head: Head, choice: Choice, usage: Usage) -> bytes:
+        if not head.chat:
+            chunk = self._chunk(
+                head,
+                [
+                    {
+                        "index": choice.index,
+                        "text": choice.text,
+                        "logprobs": None,
+                        "finish_reason": choice.finish_reason,
+                        "matched_stop": _matched(choice),
+                    }
+                ],
+            )
+            chunk["usage"] = self._usage(head, usage) if head.continuous_usage else None
+            return sse(chunk)
+        out = b""
+        if choice.text:
+            chunk = self._chunk(
+                head,
+                [
+                    {
+                        "index": choice.index,
+                        "delta": {"reasoning_content": None, "content": choice.text},
+                        "logprobs": None,
+                        "finish_reason": None,
+                        "matched_stop": None,
+                    }
+                ],
+            )
+            if head.continuous_usage:
+                chunk["usage"] = self._usage(head, usage)
+            out = sse(chunk)
+        if choice.finish_reason is not None:
+            out += sse(
+                self._chunk(
+                    head,
+                    [
+                        {
+                            "index": choice.index,
+                            "delta": {"reasoning_content": None},
+                            "logprobs": None,
+                            "finish_reason": choice.finish_reason,
+                            "matched_stop": _matched(choice),
+                        }
+                    ],
+                )
+            )
+        return out
+
+    def usage_chunk(self, head: Head, usage: Usage) -> bytes:
+        u = self._usage(head, usage)
+        if not head.chat:
+            u = {k: v for k, v in u.items() if v is not None}
+        chunk = self._chunk(head, [])
+        chunk["usage"] = u
+        return sse(chunk)
+
+    def stream_error(self, head: Head, err: ApiError) -> bytes:
+        return sse_spaced(
+            {
+                "error": {
+                    "object": "error",
+                    "message": err.message,
+                    "type": err.type,
+                    "param": None,
+                    "code": err.status,
+                }
+            }
+        )
+
+    def models(self, names: tuple[str, ...], root: str, max_model_len: int, now: int) -> bytes:
+        return dumps({"object": "list", "data": [self.model_card(names[0], max_model_len, now)]})
+
+    def model_card(self, name: str, max_model_len: int, now: int) -> dict[str, Any]:
+        return {
+            "id": name,
+            "object": "model",
+            "created": now,
+            "owned_by": "sglang",
+            "root": name,
+            "parent": None,
+            "max_model_len": max_model_len,
+        }
+
+    def tokenize(self, tokens: list[int], max_model_len: int, strs: list[str] | None) -> bytes:
+        return dumps({"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len})
+
+    def detokenize(self, text: str) -> bytes:
+        return dumps({"text": text})

@@ -1,0 +1,263 @@
+"""vLLM 0.33's response shapes (WIRE_SPEC §3–§5), byte for byte.
+
+Non-streaming bodies are `model_dump()` of the response models: every field, nulls
+included. Stream chunks are `model_dump_json(exclude_unset=True)`, so each kind of chunk
+carries exactly the fields vLLM's generator sets on it:
+
+    role chunk     choices[{index, delta{role, content:""}, logprobs, finish_reason}],
+                   [usage], prompt_token_ids, prompt_text
+    content chunk  choices[{index, delta{content}, logprobs, finish_reason, token_ids}],
+                   [usage], kv_transfer_params
+    finish chunk   choices[{…, finish_reason, stop_reason, token_ids, weight_versions}],
+                   [usage], [system_fingerprint unless include_usage], kv_transfer_params
+    usage chunk    choices[], usage{prompt, total, completion[, prompt_tokens_details]},
+                   system_fingerprint
+
+`[usage]` is continuous_usage_stats (chat adds completion_tokens_details: null;
+completions do not). Mid-stream errors: chat compact, completions with spaces.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from emulator.schema import ApiError
+from emulator.wire import Choice, Head, Usage, dumps, sse, sse_spaced
+
+
+def _error_obj(err: ApiError) -> dict[str, Any]:
+    return {
+        "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.status}
+    }
+
+
+class VllmWire:
+    personality = "vllm"
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+
+    # -- plain JSON ---------------------------------------------------------------------
+
+    def error(self, err: ApiError) -> bytes:
+        return dumps(_error_obj(err))
+
+    def _usage_full(self, head: Head, u: Usage) -> dict[str, Any]:
+        details = (
+            {"cached_tokens": u.cached, "created_cache_tokens": None, "multimodal_tokens": None}
+            if head.cache_report
+            else None
+        )
+        return {
+            "prompt_tokens": u.prompt,
+            "total_tokens": u.total,
+            "completion_tokens": u.completion,
+            "prompt_tokens_details": details,
+            "completion_tokens_details": None,
+        }
+
+    def full(self, head: Head, choices: list[Choice], usage: Usage) -> bytes:
+        if head.chat:
+            body: dict[str, Any] = {
+                "id": head.id,
+                "object": "chat.completion",
+                "created": head.created,
+                "model": head.model,
+                "choices": [
+                    {
+                        "index": c.index,
+                        "message": {
+                            "role": "assistant",
+                            "content": c.text,
+                            "refusal": None,
+                            "annotations": None,
+                            "audio": None,
+                            "function_call": None,
+                            "reasoning": None,
+                        },
+                        "logprobs": None,
+                        "finish_reason": c.finish_reason,
+                        "stop_reason": None,
+                        "token_ids": None,
+                        "routed_experts": None,
+                        "weight_versions": None,
+                    }
+                    for c in choices
+                ],
+                "service_tier": None,
+                "system_fingerprint": self.fingerprint,
+                "usage": self._usage_full(head, usage),
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "prompt_text": None,
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
+            }
+        else:
+            body = {
+                "id": head.id,
+                "object": "text_completion",
+                "created": head.created,
+                "model": head.model,
+                "choices": [
+                    {
+                        "index": c.index,
+                        "text": c.text,
+                        "logprobs": None,
+                        "finish_reason": c.finish_reason,
+                        "stop_reason": None,
+                        "token_ids": None,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                        "routed_experts": None,
+                        "weight_versions": None,
+                    }
+                    for c in choices
+                ],
+                "service_tier": None,
+                "system_fingerprint": self.fingerprint,
+                "usage": self._usage_full(head, usage),
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
+            }
+        return dumps(body)
+
+    # -- streaming ----------------------------------------------------------------------
+
+    def _chunk(self, head: Head, choice: dict[str, Any], usage: Usage | None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": head.id,
+            "object": "chat.completion.chunk" if head.chat else "text_completion",
+            "created": head.created,
+            "model": head.model,
+            "choices": [choice],
+        }
+        if head.continuous_usage and usage is not None:
+            cont: dict[str, Any] = {
+                "prompt_tokens": usage.prompt,
+                "total_tokens": usage.total,
+                "completion_tokens": usage.completion,
+            }
+            if head.chat:
+                cont["completion_tokens_details"] = None
+            out["usage"] = cont
+        return out
+
+    def role(self, head: Head, index: int, usage: Usage) -> bytes:
+        choice = {
+            "index": index,
+            "delta": {"role": "assistant", "content": ""},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        chunk = self._chunk(head, choice, usage)
+        chunk["prompt_token_ids"] = None
+        chunk["prompt_text"] = None
+        return sse(chunk)
+
+    def delta(self, head: Head, choice: Choice, usage: Usage) -> bytes:
+        if head.chat:
+            c: dict[str, Any] = {
+                "index": choice.index,
+                "delta": {"content": choice.text},
+                "logprobs": None,
+                "finish_reason": choice.finish_reason,
+            }
+            if choice.finish_reason is not None:
+                c["stop_reason"] = None
+                c["token_ids"] = None
+                c["weight_versions"] = None
+            else:
+                c["token_ids"] = None
+        else:
+            c = {
+                "index": choice.index,
+                "text": choice.text,
+                "logprobs": None,
+                "finish_reason": choice.finish_reason,
+                "stop_reason": None,
+                "prompt_token_ids": None,
+                "token_ids": None,
+                "weight_versions": None,
+            }
+        chunk = self._chunk(head, c, usage)
+        if choice.finish_reason is not None and not head.include_usage:
+            chunk["system_fingerprint"] = self.fingerprint
+        chunk["kv_transfer_params"] = None
+        return sse(chunk)
+
+    def usage_chunk(self, head: Head, usage: Usage) -> bytes:
+        u: dict[str, Any] = {
+            "prompt_tokens": usage.prompt,
+            "total_tokens": usage.total,
+            "completion_tokens": usage.completion,
+        }
+        if head.cache_report:
+            u["prompt_tokens_details"] = {"cached_tokens": usage.cached}
+        return sse(
+            {
+                "id": head.id,
+                "object": "chat.completion.chunk" if head.chat else "text_completion",
+                "created": head.created,
+                "model": head.model,
+                "choices": [],
+                "usage": u,
+                "system_fingerprint": self.fingerprint,
+            }
+        )
+
+    def stream_error(self, head: Head, err: ApiError) -> bytes:
+        return sse(_error_obj(err)) if head.chat else sse_spaced(_error_obj(err))
+
+    # -- other endpoints ----------------------------------------------------------------
+
+    def models(self, names: tuple[str, ...], root: str, max_model_len: int, now: int) -> bytes:
+        return dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": now,
+                        "owned_by": "vllm",
+                        "root": root,
+                        "parent": None,
+                        "max_model_len": max_model_len,
+                        "permission": [
+                            {
+                                "id": "modelperm-" + secrets.token_hex(8),
+                                "object": "model_permission",
+                                "created": now,
+                                "allow_create_engine": False,
+                                "allow_sampling": True,
+                                "allow_logprobs": True,
+                                "allow_search_indices": False,
+                                "allow_view": True,
+                                "allow_fine_tuning": False,
+                                "organization": "*",
+                                "group": None,
+                                "is_blocking": False,
+                            }
+                        ],
+                    }
+                    for name in names
+                ],
+            }
+        )
+
+    def tokenize(self, tokens: list[int], max_model_len: int, strs: list[str] | None) -> bytes:
+        return dumps(
+            {
+                "count": len(tokens),
+                "max_model_len": max_model_len,
+                "tokens": tokens,
+                "token_strs": strs,
+            }
+        )
+
+    def detokenize(self, text: str) -> bytes:
+        return dumps({"prompt": text})

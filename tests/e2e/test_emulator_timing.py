@@ -1,0 +1,128 @@
+"""The emulator's timing follows the engine model, and a vanished client frees the engine.
+
+Timing is compared as ratios measured in one run (never absolute thresholds): with
+t_iter = W + H·n and TTFT = (⌈P/C⌉ + 1)·t_iter on an idle engine (FleetOpt Eq. 7), a
+long prompt's TTFT over a short one's, and a probe's TTFT under a decoding batch over
+an idle probe's, must come out near what the model predicts (generous bounds: the
+loopback HTTP overhead pulls measured ratios toward 1). The engine-side TTFT in
+/metrics (engine seconds) is checked the same way.
+
+Disconnects: vLLM aborts a request whose client went away, streaming or not; the
+gateway relies on /metrics showing running and waiting back at 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.contract.emu_wire import CLIENT, metrics, sample, wait_for
+from tests.procs import Proc, procs
+
+pytestmark = pytest.mark.e2e
+
+W, H, CHUNK, SCALE = 0.02, 0.005, 512, 0.2
+LAB = {"engine": "0", "model_name": "m"}
+
+
+@pytest.fixture(scope="module")
+def emu() -> Iterator[Proc]:
+    with procs() as ps:
+        p = ps.emulator("timing", "--model", "m", "--max-model-len", "8192", "--w", str(W), "--h", str(H),
+                        "--prefill-chunk", str(CHUNK), "--time-scale", str(SCALE), "--no-prefix-caching")  # fmt: skip
+        yield p.wait_ready()
+
+
+def _ttft(url: str, prompt_tokens: int, max_tokens: int = 1) -> tuple[float, list[float]]:
+    """Wall seconds to the first streamed token, and the gaps between later chunks."""
+    body = {"model": "m", "prompt": list(range(1000, 1000 + prompt_tokens)), "max_tokens": max_tokens,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    t0 = time.perf_counter()
+    with CLIENT.stream("POST", url + "/v1/completions", json=body) as r:
+        stamps = [time.perf_counter() for line in r.iter_lines() if line.startswith("data: {")]
+    return stamps[0] - t0, [b - a for a, b in itertools.pairwise(stamps)]
+
+
+def _model_ttft(p: int, n: int) -> float:
+    return (math.ceil(p / CHUNK) + 1) * (W + H * n)
+
+
+def _running(url: str) -> tuple[float, float]:
+    fams = metrics(url)
+    return sample(fams, "vllm:num_requests_running", **LAB), sample(
+        fams, "vllm:num_requests_waiting", **LAB
+    )
+
+
+def test_ttft_grows_with_prompt_length(emu: Proc) -> None:
+    short_p, long_p = 64, 6000
+    before = metrics(emu.url)
+    short = statistics.median(_ttft(emu.url, short_p)[0] for _ in range(5))
+    mid = metrics(emu.url)
+    long = statistics.median(_ttft(emu.url, long_p)[0] for _ in range(5))
+    after = metrics(emu.url)
+    predicted = _model_ttft(long_p, 1) / _model_ttft(short_p, 1)  # 6.5
+    assert predicted / 2.5 < long / short < predicted * 2.5, (short, long, predicted)
+
+    def engine_mean(a: dict, b: dict) -> float:  # type: ignore[type-arg]
+        s = sample(b, "vllm:time_to_first_token_seconds_sum", **LAB) - sample(
+            a, "vllm:time_to_first_token_seconds_sum", **LAB
+        )
+        n = sample(b, "vllm:time_to_first_token_seconds_count", **LAB) - sample(
+            a, "vllm:time_to_first_token_seconds_count", **LAB
+        )
+        return s / n
+
+    e_short, e_long = engine_mean(before, mid), engine_mean(mid, after)
+    assert e_short >= _model_ttft(short_p, 1) * 0.999  # never faster than the model
+    assert predicted / 1.5 < e_long / e_short < predicted * 1.5, (e_short, e_long)
+
+
+def test_ttft_and_itl_grow_with_batch_size(emu: Proc) -> None:
+    idle_ttft = statistics.median(_ttft(emu.url, 64)[0] for _ in range(3))
+    idle_itl = statistics.median(_ttft(emu.url, 64, max_tokens=6)[1])
+    k = 24
+    load = {"model": "m", "prompt": list(range(50, 114)), "max_tokens": 60, "ignore_eos": True}
+    threads = [threading.Thread(target=httpx.post, args=(emu.url + "/v1/completions",),
+                                kwargs={"json": load, "timeout": 60.0}) for _ in range(k)]  # fmt: skip
+    for t in threads:
+        t.start()
+    try:
+        assert wait_for(lambda: _running(emu.url)[0] == k, timeout=20.0)
+        busy_ttft, busy_gaps = _ttft(emu.url, 64, max_tokens=4)
+        busy_itl = statistics.median(busy_gaps)
+    finally:
+        for t in threads:
+            t.join()
+    predicted = (W + H * (k + 1)) / (W + H)  # 5.8: every step carries the batch
+    assert predicted / 2.5 < busy_ttft / idle_ttft < predicted * 2.5, (idle_ttft, busy_ttft)
+    assert predicted / 2.5 < busy_itl / idle_itl < predicted * 2.5, (idle_itl, busy_itl)
+
+
+def test_stream_disconnect_aborts(emu: Proc) -> None:
+    before = sample(metrics(emu.url), "vllm:request_success_total", finished_reason="abort", **LAB)
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}], "max_tokens": 5000,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    with httpx.stream("POST", emu.url + "/v1/chat/completions", json=body, timeout=30.0) as r:
+        lines = r.iter_lines()
+        seen = 0
+        while seen < 3:
+            seen += next(lines).startswith("data: ")
+        assert _running(emu.url) == (1, 0)
+    assert wait_for(lambda: _running(emu.url) == (0, 0))
+    after = sample(metrics(emu.url), "vllm:request_success_total", finished_reason="abort", **LAB)
+    assert after == before + 1
+
+
+def test_non_stream_disconnect_aborts(emu: Proc) -> None:
+    body = {"model": "m", "prompt": "go on", "max_tokens": 5000, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(emu.url + "/v1/completions", json=body, timeout=httpx.Timeout(30.0, read=0.3))
+    assert wait_for(lambda: _running(emu.url) == (0, 0))
