@@ -9,6 +9,7 @@ state when Prometheus scrapes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import (
     CollectorRegistry,
@@ -141,6 +142,15 @@ class _FleetCollector(Collector):
         yield from (in_flight, healthy, breaker, stale, age, running, waiting, kv)
 
 
+@dataclass(frozen=True, slots=True)
+class PoolSeries:
+    ttft: Histogram
+    latency: Histogram
+    overhead: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+
+
 class GatewayMetrics:
     def __init__(self, fleet: Fleet, now: Callable[[], float]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -228,6 +238,7 @@ class GatewayMetrics:
         )
         r.register(_FleetCollector(fleet, now))
         self._requests_children: dict[tuple[str, int], Counter] = {}
+        self._pools: dict[str, PoolSeries] = {}
 
     def count_request(self, pool: str, status: int) -> None:
         child = self._requests_children.get((pool, status))
@@ -236,6 +247,19 @@ class GatewayMetrics:
                 pool, str(status)
             )
         child.inc()
+
+    def pool(self, name: str) -> PoolSeries:
+        """The per-pool series, bound once (a `labels()` lookup costs more than the update)."""
+        series = self._pools.get(name)
+        if series is None:
+            series = self._pools[name] = PoolSeries(
+                self.ttft.labels(name),
+                self.latency.labels(name),
+                self.overhead.labels(name),
+                self.prompt_tokens.labels(name),
+                self.completion_tokens.labels(name),
+            )
+        return series
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,121 @@
+"""The deployment files agree with each other and with the gateway's config schema.
+
+Docker cannot run here, so these checks stand in for `docker compose config`: the compose
+gateway config validates, docker-compose.yml parses and mounts that config where the image's
+default command reads it, every worker URL names a compose service listening on that port,
+and Prometheus scrapes the gateway and every worker.
+"""
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from gateway.config import load_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    return dict(zip(args[::2], args[1::2], strict=True))
+
+
+def _dockerfile_cmd() -> list[str]:
+    lines = [ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if ln.startswith("CMD ")]
+    assert len(lines) == 1
+    return json.loads(lines[0][len("CMD ") :])
+
+
+def test_compose_gateway_config_validates():
+    cfg = load_config(ROOT / "config" / "compose.yaml", environ={})
+    assert cfg.listen.host == "0.0.0.0"
+    assert {p: pool.max_model_len for p, pool in cfg.pools.items()} == {
+        "short": 8192,
+        "long": 65536,
+    }
+    assert len(cfg.pools["short"].workers) == 2
+    assert len(cfg.pools["long"].workers) == 1
+
+
+def test_gateway_service_mounts_the_config_the_image_serves():
+    services = _compose()["services"]
+    cmd = _dockerfile_cmd()
+    assert cmd[:2] == ["fleetgate", "serve"]
+    config_path = cmd[cmd.index("--config") + 1]
+    gateway = services["gateway"]
+    assert gateway["command"] == cmd
+    assert f"./config/compose.yaml:{config_path}:ro" in gateway["volumes"]
+    assert any(p.endswith(":8080") for p in gateway["ports"])
+
+
+def test_the_image_is_built_by_one_service_and_never_pulled():
+    # several services building one tag at once collide in BuildKit; the others must not pull it
+    services = _compose()["services"]
+    ours = {n: s for n, s in services.items() if s.get("image") == "fleetgate:local"}
+    assert [n for n, s in ours.items() if "build" in s] == ["gateway"]
+    assert all(s["pull_policy"] == "never" for n, s in ours.items() if n != "gateway")
+    assert len(ours) == 4
+
+
+def test_every_worker_is_an_emulator_service_with_the_pool_context():
+    services = _compose()["services"]
+    cfg = load_config(ROOT / "config" / "compose.yaml", environ={})
+    for pool in cfg.pools.values():
+        for worker in pool.workers:
+            url = urlsplit(worker.url)
+            cmd = services[url.hostname]["command"]
+            assert cmd[:2] == ["fleetgate", "emulate"]
+            flags = _flags(cmd[2:])
+            assert flags["--host"] == "0.0.0.0"
+            assert int(flags["--port"]) == url.port
+            assert int(flags["--max-model-len"]) == pool.max_model_len
+            assert flags["--model"] in pool.models
+            assert flags["--personality"] == worker.engine
+            health = services[url.hostname]["environment"]["FLEETGATE_HEALTHCHECK_URL"]
+            assert urlsplit(health).port == url.port
+
+
+def test_prometheus_scrapes_gateway_and_every_worker():
+    prom = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    targets = {
+        t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]
+    }
+    cfg = load_config(ROOT / "config" / "compose.yaml", environ={})
+    workers = {urlsplit(w.url).netloc for p in cfg.pools.values() for w in p.workers}
+    assert f"gateway:{cfg.listen.port}" in targets
+    assert workers <= targets
+    assert {t.split(":")[0] for t in targets} <= set(_compose()["services"])
+
+
+def test_commented_vllm_profile_is_valid_yaml_once_uncommented():
+    text = (ROOT / "docker-compose.yml").read_text()
+    start = text.index("  # vllm-short-1: &vllm")
+    block = re.sub(r"(?m)^  # ?", "  ", text[start:])
+    services = yaml.safe_load("services:\n" + block)["services"]
+    assert set(services) == {"vllm-short-1", "vllm-short-2", "vllm-long-1"}
+    lens = {}
+    for name, svc in services.items():
+        assert svc["profiles"] == ["vllm"]
+        assert svc["image"].startswith("vllm/vllm-openai")
+        flags = _flags(svc["command"])
+        assert flags["--served-model-name"] == "llama-3.1-8b"
+        lens[name] = int(flags["--max-model-len"])
+        devices = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert devices[0]["capabilities"] == ["gpu"]
+    # each on its own GPU, and the same contexts as the emulated pools they replace
+    assert (
+        len(
+            {
+                svc["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"][0]
+                for svc in services.values()
+            }
+        )
+        == 3
+    )
+    assert lens == {"vllm-short-1": 8192, "vllm-short-2": 8192, "vllm-long-1": 65536}
