@@ -51,6 +51,8 @@ class Worker:
         "_awaiting",
         "_kernel",
         "_listener",
+        "_step_batch",
+        "_step_start",
         "busy_slot_seconds",
         "busy_time",
         "config",
@@ -82,6 +84,8 @@ class Worker:
         self._listener = listener
         self._awaiting: dict[str, int] = {}  # submitted, no first token yet → submit order
         self.stepping = False
+        self._step_start = 0.0  # the running step's start and batch, for `slot_seconds_at`
+        self._step_batch = 0
         self.dirty = True  # engine state changed since the routing view last read it
         self.hashed = False  # some request brought prefix hashes: hit rates are worth reading
         self.view = WorkerView(id=worker_id, pool=pool, max_model_len=config.max_model_len)
@@ -110,6 +114,8 @@ class Worker:
             self.stepping = False  # nothing could run: wait for the next submission
             return
         self.stepping = True
+        self._step_start = self._kernel.clock.t
+        self._step_batch = result.batch_size
         self._kernel.at(self._kernel.clock.t + result.duration, PRIO_STEP, self._done, result)
 
     def _done(self, result: StepResult) -> None:
@@ -133,6 +139,12 @@ class Worker:
             self._plan()
         else:
             self.stepping = False
+
+    def slot_seconds_at(self, now: float) -> float:
+        """Σ batch·duration up to `now`, counting the running step's elapsed part."""
+        if self.stepping:
+            return self.busy_slot_seconds + self._step_batch * (now - self._step_start)
+        return self.busy_slot_seconds
 
     def refresh_view(self, now: float) -> None:
         """Copy the engine's telemetry into the routing view (what a scrape would read)."""

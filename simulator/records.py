@@ -8,8 +8,8 @@ finish − arrival.
 
 Per pool, every `interval` virtual seconds (`Sampler`):
 - utilisation over the window: Δ(Σ batch_size·duration)/(n · max_num_seqs · Δt), the
-  slot-time busy fraction (a step is counted when it ends, so a window can read a step
-  that began before it);
+  slot-time busy fraction, with a step straddling a sampling instant split between the
+  two windows;
 - requests running and waiting in the engines, and in flight at the gateway;
 - token-load imbalance across the pool's workers at the sampling instant, from
   L_g = KV-resident tokens of worker g (the load BF-IO balances, "A Universal Load
@@ -117,7 +117,8 @@ class Sampler:
         tokens = 0
         for name, workers in self.cluster.pools.items():
             ps = s.pools[name]
-            slot = sum(w.busy_slot_seconds for w in workers)
+            now = self.kernel.now()
+            slot = sum(w.slot_seconds_at(now) for w in workers)
             capacity = sum(w.config.max_num_seqs for w in workers) * s.interval
             ps.utilisation.append((slot - self._last_slot[name]) / capacity if capacity else 0.0)
             self._last_slot[name] = slot
