@@ -128,6 +128,12 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
         h=args.h,
         enable_prefix_caching=not args.no_prefix_caching,
     )
+    if engine.num_kv_blocks * engine.block_size < engine.max_model_len:
+        # vLLM refuses to start when one max-length request cannot fit the KV cache.
+        raise ValueError(
+            f"the KV cache ({engine.num_kv_blocks * engine.block_size} tokens) is smaller than"
+            f" --max-model-len ({engine.max_model_len}): one request must always fit"
+        )
     if not 0.0 <= args.error_rate <= 1.0:
         raise ValueError("--error-rate must be in [0, 1]")
     if args.time_scale <= 0:

@@ -166,22 +166,27 @@ class Driver:
                 clock.advance_to(clock.wall_now())
             busy = True
             try:
-                result = self.engine.step()
+                await self._step()
+            except asyncio.CancelledError:
+                raise
             except Exception:
                 log.exception("engine step failed; aborting all requests")
                 self._abort_all()
-                continue
-            end = result.start + result.duration
-            self._step_end = end
-            delay = clock.deadline(end) - time.monotonic()
-            try:
-                # Always yield once, so HTTP handlers run even when behind schedule.
-                await asyncio.sleep(delay if delay > 0 else 0)
-            finally:
-                self._step_end = None
-            clock.advance_to(end)
-            self.recorder.on_step(result)
-            self._deliver(result, end)
+
+    async def _step(self) -> None:
+        clock = self.clock
+        result = self.engine.step()
+        end = result.start + result.duration
+        self._step_end = end
+        delay = clock.deadline(end) - time.monotonic()
+        try:
+            # Always yield once, so HTTP handlers run even when behind schedule.
+            await asyncio.sleep(delay if delay > 0 else 0)
+        finally:
+            self._step_end = None
+        clock.advance_to(end)
+        self.recorder.on_step(result)
+        self._deliver(result, end)
 
     def _deliver(self, result: StepResult, end: float) -> None:
         sinks = self._sinks
@@ -217,7 +222,11 @@ class Driver:
     def _abort_all(self) -> None:
         for rid in list(self._sinks):
             sink = self._sinks.pop(rid)
-            fin = self.engine.abort(rid)
+            try:
+                fin = self.engine.abort(rid)
+            except Exception:
+                log.exception("abort of %s failed", rid)
+                fin = None
             if fin is not None:
                 self.recorder.on_finished(fin, sink.tag)
                 if sink.queue is not None:

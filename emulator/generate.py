@@ -205,7 +205,7 @@ async def _stream(
             await resp.prepare(request)
         if cut_after:
             parts = bytes(out).split(b"\n\n")[:-1]
-            if events + len(parts) >= cut_after:
+            if events + len(parts) > cut_after:
                 keep = parts[: cut_after - events]
                 await _cut(request, resp, b"".join(e + b"\n\n" for e in keep), emu)
                 return resp

@@ -109,10 +109,10 @@ async def _flush_cache(request: web.Request) -> web.Response:
 
 
 def sglang_routes(r: web.UrlDispatcher) -> None:
-    r.add_get("/v1/models/{model:.+}", _model)
+    r.add_get("/v1/models/{model:.+}", _model, allow_head=False)
     for path in ("/model_info", "/get_model_info"):
-        r.add_get(path, _model_info)
+        r.add_get(path, _model_info, allow_head=False)
     for path in ("/server_info", "/get_server_info"):
-        r.add_get(path, _server_info)
-    r.add_get("/flush_cache", _flush_cache)
+        r.add_get(path, _server_info, allow_head=False)
+    r.add_get("/flush_cache", _flush_cache, allow_head=False)
     r.add_post("/flush_cache", _flush_cache)

@@ -2,10 +2,10 @@
 
 Routes per personality follow WIRE_SPEC §1 (generation in emulator/generate.py). The
 cross-cutting behaviour lives in middlewares, outermost first:
+- `_instrument` (vLLM): http_* metrics as prometheus-fastapi-instrumentator records them.
 - `_frame`: aiohttp's 404/405 become FastAPI's `{"detail":"Not Found"}` /
   `{"detail":"Method Not Allowed"}`; an `ApiError` becomes the personality's error body;
   anything unexpected a 500 in the personality's shape; `Server: uvicorn` like both.
-- `_instrument` (vLLM): http_* metrics as prometheus-fastapi-instrumentator records them.
 - `_auth`: with --api-key, vLLM guards /v1… only, SGLang everything but /health*, /metrics;
   failure → 401 `{"error":"Unauthorized"}`.
 POST bodies must be `application/json` (else 400) and parse (else 400, never 422).
@@ -82,31 +82,21 @@ async def _frame(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 @web.middleware
 async def _instrument(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Outermost, so it sees the final status of every answer (a vanished client: none)."""
     t0 = time.perf_counter()
-    status = 500
-    resp: web.StreamResponse | None = None
-    try:
-        resp = await handler(request)
-        status = resp.status
-        return resp
-    finally:
-        info = request.match_info
-        route = info.route.resource.canonical if info.route.resource is not None else "none"
-        if isinstance(info, web.UrlMappingMatchInfo) and info.http_exception is not None:
-            route, status = "none", info.http_exception.status
-        size = (
-            resp.body_length
-            if resp is not None and resp.prepared
-            else len(getattr(resp, "body", b"") or b"")
-        )
-        request.app[EMU].metrics.on_http(
-            route,
-            request.method,
-            status,
-            request.content_length or 0,
-            size,
-            time.perf_counter() - t0,
-        )
+    resp = await handler(request)
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "none"
+    size = resp.body_length if resp.prepared else len(getattr(resp, "body", b"") or b"")
+    request.app[EMU].metrics.on_http(
+        route,
+        request.method,
+        resp.status,
+        request.content_length or 0,
+        size,
+        time.perf_counter() - t0,
+    )
+    return resp
 
 
 _VLLM_GUARDED = ("/v1", "/v2", "/inference", "/cohere")
@@ -318,26 +308,26 @@ async def _detokenize(request: web.Request) -> web.Response:
 
 
 def build_app(emu: Emulator) -> web.Application:
-    middlewares = [_frame, _instrument, _auth] if emu.vllm else [_frame, _auth]
+    middlewares = [_instrument, _frame, _auth] if emu.vllm else [_frame, _auth]
     app = web.Application(middlewares=middlewares, client_max_size=64 * 1024 * 1024)
     app[EMU] = emu
     app.on_response_prepare.append(_on_prepare)
     r = app.router
     r.add_post("/v1/chat/completions", _gen("chat"))
     r.add_post("/v1/completions", _gen("completion"))
-    r.add_get("/v1/models", _models)
-    r.add_get("/health", _health)
-    r.add_get("/metrics", _metrics)
+    r.add_get("/v1/models", _models, allow_head=False)
+    r.add_get("/health", _health, allow_head=False)
+    r.add_get("/metrics", _metrics, allow_head=False)
     r.add_post("/tokenize", _tokenize)
     r.add_post("/detokenize", _detokenize)
     if emu.vllm:
-        r.add_get("/ping", _health)
+        r.add_get("/ping", _health, allow_head=False)
         r.add_post("/ping", _health)
-        r.add_get("/version", _version)
+        r.add_get("/version", _version, allow_head=False)
     else:
-        r.add_get("/health_generate", _health)
-        r.add_get("/ping", _health)
-        r.add_get("/ready", _ok)
+        r.add_get("/health_generate", _health, allow_head=False)
+        r.add_get("/ping", _health, allow_head=False)
+        r.add_get("/ready", _ok, allow_head=False)
         r.add_post("/v1/tokenize", _tokenize)
         r.add_post("/v1/detokenize", _detokenize)
         sglang_routes(r)
@@ -349,7 +339,10 @@ async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None)
     emu = build_state(cfg)
     warm_up()  # load the tokenizer before listening, as a real server loads its model
     emu.driver.start()
-    runner = web.AppRunner(build_app(emu), handler_cancellation=True, access_log=None)
+    # Streams in flight get 1 s to end on SIGTERM (aiohttp would wait 60 s).
+    runner = web.AppRunner(
+        build_app(emu), handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+    )
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, backlog=1024, reuse_address=True)
     await site.start()

@@ -142,6 +142,25 @@ def test_n_and_prompt_lists_index_choices(emu: Proc) -> None:
     assert body["usage"]["prompt_tokens"] == one + two
 
 
+def test_prefix_cache_hits_are_counted(emu: Proc) -> None:
+    lab = {"engine": "0", "model_name": "llama-8b"}
+    system = {"role": "system", "content": "You are a careful assistant. " * 60}
+    before = sample(metrics(emu.url), "vllm:prefix_cache_hits_total", **lab)
+    post(
+        emu.url, CHAT, {"messages": [system, {"role": "user", "content": "first"}], "max_tokens": 1}
+    )
+    mid = sample(metrics(emu.url), "vllm:prefix_cache_hits_total", **lab)
+    post(
+        emu.url,
+        CHAT,
+        {"messages": [system, {"role": "user", "content": "second"}], "max_tokens": 1},
+    )
+    after = sample(metrics(emu.url), "vllm:prefix_cache_hits_total", **lab)
+    shared = _prompt_tokens(emu.url, [system])  # the system turn is a common prefix
+    assert mid == before
+    assert shared - 32 <= after - mid <= shared  # its full 16-token blocks, minus the boundary one
+
+
 def test_x_request_id_names_the_response(emu: Proc) -> None:
     r = post(emu.url, CHAT, {"messages": MSG, "max_tokens": 1}, headers={"X-Request-Id": "abc-123"})
     assert r.json()["id"] == "chatcmpl-abc-123"

@@ -23,12 +23,21 @@ def fleet() -> Iterator[dict[str, Proc]]:
     with procs() as ps:
         common = ("--model", "m", "--time-scale", "0.01")
         started = {
-            "guarded": ps.emulator("guarded", *common, "--api-key", "sk-test", "--fail-health",
-                                   "--die-mid-stream-after", "3"),  # fmt: skip
+            "guarded": ps.emulator(
+                "guarded",
+                *common,
+                "--api-key",
+                "sk-test",
+                "--fail-health",
+                "--die-mid-stream-after",
+                "3",
+            ),
             "errors": ps.emulator("errors", *common, "--error-rate", "1.0"),
             "crash": ps.emulator("crash", *common, "--crash-after-requests", "1"),
             "dies": ps.emulator("dies", *common, "--die-mid-stream-after", "2", "--die-exits"),
-            "sglang": ps.emulator("sglang", *common, "--personality", "sglang", "--api-key", "sk-test"),
+            "sglang": ps.emulator(
+                "sglang", *common, "--personality", "sglang", "--api-key", "sk-test"
+            ),
         }
         for name, p in started.items():
             # /health fails on purpose on "guarded"; /metrics is always open.
@@ -79,7 +88,11 @@ def test_die_mid_stream_cuts_and_frees_the_engine(fleet: dict[str, Proc]) -> Non
 
     def idle() -> bool:
         fams = metrics(url)
-        return sample(fams, "vllm:num_requests_running", **lab) == 0 == sample(fams, "vllm:num_requests_waiting", **lab)
+        return (
+            sample(fams, "vllm:num_requests_running", **lab)
+            == 0
+            == sample(fams, "vllm:num_requests_waiting", **lab)
+        )
 
     assert wait_for(idle)
     r = CLIENT.post(url + CHAT, json=BODY, headers=KEY)  # non-streaming answers are unaffected

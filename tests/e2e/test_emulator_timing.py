@@ -89,9 +89,22 @@ def test_ttft_and_itl_grow_with_batch_size(emu: Proc) -> None:
     idle_ttft = statistics.median(_ttft(emu.url, 64)[0] for _ in range(3))
     idle_itl = statistics.median(_ttft(emu.url, 64, max_tokens=6)[1])
     k = 24
-    load = {"model": "m", "prompt": list(range(50, 114)), "max_tokens": 60, "ignore_eos": True}
-    threads = [threading.Thread(target=httpx.post, args=(emu.url + "/v1/completions",),
-                                kwargs={"json": load, "timeout": 60.0}) for _ in range(k)]  # fmt: skip
+    load = {
+        "model": "m",
+        "prompt": list(range(50, 114)),
+        "max_tokens": 5000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    stop = threading.Event()
+
+    def background() -> None:  # decodes until told to hang up
+        with CLIENT.stream("POST", emu.url + "/v1/completions", json=load) as r:
+            for _ in r.iter_lines():
+                if stop.is_set():
+                    return
+
+    threads = [threading.Thread(target=background) for _ in range(k)]
     for t in threads:
         t.start()
     try:
@@ -99,8 +112,10 @@ def test_ttft_and_itl_grow_with_batch_size(emu: Proc) -> None:
         busy_ttft, busy_gaps = _ttft(emu.url, 64, max_tokens=4)
         busy_itl = statistics.median(busy_gaps)
     finally:
+        stop.set()
         for t in threads:
             t.join()
+    assert wait_for(lambda: _running(emu.url) == (0, 0))
     predicted = (W + H * (k + 1)) / (W + H)  # 5.8: every step carries the batch
     assert predicted / 2.5 < busy_ttft / idle_ttft < predicted * 2.5, (idle_ttft, busy_ttft)
     assert predicted / 2.5 < busy_itl / idle_itl < predicted * 2.5, (idle_itl, busy_itl)
