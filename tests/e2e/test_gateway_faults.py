@@ -67,7 +67,8 @@ def test_client_disconnect_aborts_upstream(fresh_procs):
         "POST", gw.url + "/v1/chat/completions", json=stream_request(), timeout=30
     ) as r:
         got = 0
-        for line in r.iter_lines():
+        lines = r.iter_lines()  # held: dropping a half-read iterator closes httpx's connection
+        for line in lines:
             got += line.startswith("data: {")
             if got >= 3:
                 break
