@@ -1,0 +1,86 @@
+from pathlib import Path
+
+import pytest
+
+from simulator.run import build_workload
+from simulator.scenario import SCENARIO_DIR, ScenarioError, load, parse
+
+
+def _doc(**over):
+    doc = {
+        "name": "x",
+        "fleet": {"pools": [{"name": "short", "workers": 1}]},
+        "workload": {
+            "arrivals": {"kind": "poisson", "rate": 1},
+            "components": [{"family": "chat"}],
+        },
+    }
+    doc.update(over)
+    return doc
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIO_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_scenario_loads_and_builds_its_workload(path: Path) -> None:
+    sc = load(path.stem)
+    assert sc.name == path.stem
+    assert sc.description
+    specs = build_workload(sc, requests=20)
+    assert len(specs) == 20
+    for pool in sc.fleet.pools:
+        sc.engine_config(pool)
+
+
+def test_unknown_keys_are_named_with_their_path() -> None:
+    doc = _doc(fleet={"pools": [{"name": "short", "workers": 1, "wrokers": 2}]})
+    with pytest.raises(ScenarioError, match=r"fleet\.pools\.0\.wrokers: unknown key"):
+        parse(doc)
+    with pytest.raises(ScenarioError, match=r"seeed: unknown key"):
+        parse(_doc(seeed=3))
+
+
+def test_engine_and_family_parameters_are_checked_against_their_dataclasses() -> None:
+    with pytest.raises(ScenarioError, match="max_num_seq"):
+        parse(_doc(fleet={"engine": {"max_num_seq": 3}, "pools": [{"name": "a", "workers": 1}]}))
+    bad = _doc(
+        workload={
+            "arrivals": {"kind": "poisson", "rate": 1},
+            "components": [{"family": "rag", "params": {"pasages_min": 2}}],
+        }
+    )
+    with pytest.raises(ScenarioError, match="pasages_min"):
+        parse(bad)
+    with pytest.raises(ScenarioError, match="needs `cdf`"):
+        parse(
+            _doc(
+                workload={
+                    "arrivals": {"kind": "poisson", "rate": 1},
+                    "components": [{"family": "cdf"}],
+                }
+            )
+        )
+
+
+def test_workload_needs_arrivals_and_components_or_a_trace() -> None:
+    with pytest.raises(ScenarioError, match="needs `arrivals`"):
+        parse(_doc(workload={"components": [{"family": "chat"}]}))
+    with pytest.raises(ScenarioError, match="neither"):
+        parse(_doc(workload={"trace": {"path": "x"}, "components": [{"family": "chat"}]}))
+    with pytest.raises(ScenarioError, match="defined twice"):
+        parse(_doc(fleet={"pools": [{"name": "a", "workers": 1}, {"name": "a", "workers": 1}]}))
+
+
+def test_a_missing_scenario_lists_the_shipped_ones() -> None:
+    with pytest.raises(ScenarioError, match="quartz-mixed"):
+        load("no-such-scenario")
+
+
+def test_trace_paths_are_relative_to_the_scenario_file(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text(
+        '{"ts": 1763700000.5, "request_id": "a", "status": 200, "prompt_tokens": 10, "completion_tokens": 5}\n'
+    )
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nfleet: {pools: [{name: short, workers: 1}]}\nworkload: {trace: {path: t.jsonl}}\n"
+    )
+    sc = load(str(tmp_path / "s.yaml"))
+    assert sc.workload.trace is not None and Path(sc.workload.trace.path) == tmp_path / "t.jsonl"
+    assert len(build_workload(sc)) == 1
