@@ -1,11 +1,10 @@
 """The emulator's timing follows the engine model, and a vanished client frees the engine.
 
-Timing is compared as ratios measured in one run (never absolute thresholds): with
-t_iter = W + H·n and TTFT = (⌈P/C⌉ + 1)·t_iter on an idle engine (FleetOpt Eq. 7), a
-long prompt's TTFT over a short one's, and a probe's TTFT under a decoding batch over
-an idle probe's, must come out near what the model predicts (generous bounds: the
-loopback HTTP overhead pulls measured ratios toward 1). The engine-side TTFT in
-/metrics (engine seconds) is checked the same way.
+Timing is checked in engine time, read from the emulator's own /metrics histograms (the
+engine model fixes it; wall-clock figures on a shared machine are noise and only appear
+in failure messages): with t_iter = W + H·n and TTFT = (⌈P/C⌉ + 1)·t_iter on an idle engine
+(FleetOpt Eq. 7), a long prompt's TTFT over a short one's, and TTFT and inter-token
+latency under a decoding batch over an idle engine's, come out as the model predicts.
 
 Disconnects: vLLM aborts a request whose client went away, streaming or not; the
 gateway relies on /metrics showing running and waiting back at 0.
@@ -61,33 +60,41 @@ def _running(url: str) -> tuple[float, float]:
     )
 
 
+def _engine_mean(a: dict, b: dict, name: str) -> float:  # type: ignore[type-arg]
+    """Mean of a histogram's observations between two scrapes (engine seconds)."""
+    s = sample(b, name + "_sum", **LAB) - sample(a, name + "_sum", **LAB)
+    n = sample(b, name + "_count", **LAB) - sample(a, name + "_count", **LAB)
+    return s / n
+
+
 def test_ttft_grows_with_prompt_length(emu: Proc) -> None:
+    # Asserted in engine time (the emulator's own histograms), which the engine model fixes;
+    # wall-clock TTFTs on a shared machine only go into the failure message.
     short_p, long_p = 64, 6000
     before = metrics(emu.url)
-    short = statistics.median(_ttft(emu.url, short_p)[0] for _ in range(5))
+    wall_short = statistics.median(_ttft(emu.url, short_p)[0] for _ in range(5))
     mid = metrics(emu.url)
-    long = statistics.median(_ttft(emu.url, long_p)[0] for _ in range(5))
+    wall_long = statistics.median(_ttft(emu.url, long_p)[0] for _ in range(5))
     after = metrics(emu.url)
     predicted = _model_ttft(long_p, 1) / _model_ttft(short_p, 1)  # 6.5
-    assert predicted / 2.5 < long / short < predicted * 2.5, (short, long, predicted)
-
-    def engine_mean(a: dict, b: dict) -> float:  # type: ignore[type-arg]
-        s = sample(b, "vllm:time_to_first_token_seconds_sum", **LAB) - sample(
-            a, "vllm:time_to_first_token_seconds_sum", **LAB
-        )
-        n = sample(b, "vllm:time_to_first_token_seconds_count", **LAB) - sample(
-            a, "vllm:time_to_first_token_seconds_count", **LAB
-        )
-        return s / n
-
-    e_short, e_long = engine_mean(before, mid), engine_mean(mid, after)
+    e_short = _engine_mean(before, mid, "vllm:time_to_first_token_seconds")
+    e_long = _engine_mean(mid, after, "vllm:time_to_first_token_seconds")
     assert e_short >= _model_ttft(short_p, 1) * 0.999  # never faster than the model
-    assert predicted / 1.5 < e_long / e_short < predicted * 1.5, (e_short, e_long)
+    assert predicted / 1.5 < e_long / e_short < predicted * 1.5, (
+        e_short,
+        e_long,
+        wall_short,
+        wall_long,
+    )
 
 
 def test_ttft_and_itl_grow_with_batch_size(emu: Proc) -> None:
-    idle_ttft = statistics.median(_ttft(emu.url, 64)[0] for _ in range(3))
-    idle_itl = statistics.median(_ttft(emu.url, 64, max_tokens=6)[1])
+    m0 = metrics(emu.url)
+    for _ in range(3):
+        _ttft(emu.url, 64, max_tokens=6)
+    m1 = metrics(emu.url)
+    idle_ttft = _engine_mean(m0, m1, "vllm:time_to_first_token_seconds")
+    idle_itl = _engine_mean(m0, m1, "vllm:inter_token_latency_seconds")
     k = 24
     load = {
         "model": "m",
@@ -109,16 +116,20 @@ def test_ttft_and_itl_grow_with_batch_size(emu: Proc) -> None:
         t.start()
     try:
         assert wait_for(lambda: _running(emu.url)[0] == k, timeout=20.0)
-        busy_ttft, busy_gaps = _ttft(emu.url, 64, max_tokens=4)
-        busy_itl = statistics.median(busy_gaps)
+        m2 = metrics(emu.url)
+        _ttft(emu.url, 64, max_tokens=4)
+        m3 = metrics(emu.url)
     finally:
         stop.set()
         for t in threads:
             t.join()
     assert wait_for(lambda: _running(emu.url) == (0, 0))
+    busy_ttft = _engine_mean(m2, m3, "vllm:time_to_first_token_seconds")
+    busy_itl = _engine_mean(m2, m3, "vllm:inter_token_latency_seconds")  # all k+1 streams' gaps
     predicted = (W + H * (k + 1)) / (W + H)  # 5.8: every step carries the batch
-    assert predicted / 2.5 < busy_ttft / idle_ttft < predicted * 2.5, (idle_ttft, busy_ttft)
-    assert predicted / 2.5 < busy_itl / idle_itl < predicted * 2.5, (idle_itl, busy_itl)
+    assert idle_itl == pytest.approx(W + H, rel=0.05)
+    assert predicted / 1.3 < busy_ttft / idle_ttft < predicted * 1.3, (idle_ttft, busy_ttft)
+    assert predicted / 1.3 < busy_itl / idle_itl < predicted * 1.3, (idle_itl, busy_itl)
 
 
 def test_stream_disconnect_aborts(emu: Proc) -> None:
