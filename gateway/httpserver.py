@@ -24,6 +24,8 @@ from http import HTTPStatus
 
 import httptools
 
+from gateway.errors import error_body
+
 log = logging.getLogger("fleetgate.http")
 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
@@ -255,8 +257,6 @@ class _Connection(asyncio.Protocol):
         except Exception:
             log.exception("unhandled error serving %s %s", request.method, request.path)
             if not responder.started:
-                from gateway.errors import error_body
-
                 body = error_body("internal gateway error", "internal_error", "internal_error")
                 responder.send(500, [("content-type", "application/json")], body)
             else:
@@ -293,8 +293,6 @@ class _Connection(asyncio.Protocol):
         await self._drain_waiter
 
     def _reject(self, status: int, message: str) -> None:
-        from gateway.errors import error_body
-
         body = error_body(message, "invalid_request_error", "invalid_request")
         if self.transport is not None and not self.closed and self._task is None:
             self.transport.write(
