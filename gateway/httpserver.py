@@ -159,7 +159,7 @@ class _Connection(asyncio.Protocol):
 
     # --- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  (uvloop's transports are not subclasses)
+        self.transport = transport  # type: ignore[assignment]  # uvloop transports are not subclasses
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -125,7 +125,7 @@ class _Conn(asyncio.Protocol):
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  (uvloop's transports are not subclasses)
+        self.transport = transport  # type: ignore[assignment]  # uvloop transports are not subclasses
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
