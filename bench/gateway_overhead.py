@@ -219,6 +219,10 @@ def run_wrk(url: str, conc: int, n: int, stream: bool, a: argparse.Namespace) ->
         out = p.stdout.read().decode(errors="replace")
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
+    except BaseException:  # Ctrl-C, SIGTERM: wrk goes too
+        p.kill()
+        p.wait()
+        raise
     finally:
         _running.remove(p)
     line = next((ln for ln in out.splitlines() if ln.startswith("BENCH ")), None)
@@ -238,7 +242,9 @@ def measure(
     r = run_wrk(t.url, conc, a.requests, mode == "stream", a)
     wall = time.monotonic() - w0
     time.sleep(0.2)  # requests cut at the stop finish; their CPU is counted
-    r.update(target=t.name, mode=mode, conc=conc, think_ms=a.think_ms, wall_s=wall)
+    r.update(
+        target=t.name, mode=mode, conc=conc, think_ms=a.think_ms, wall_s=wall, wanted=a.requests
+    )
     r["rps"] = r["requests"] / max(r["duration_us"] / 1e6, 1e-9)
     r["gen_cpu_util"] = (tree_cpu_s(mock_pid) - m0 + r["wrk_cpu_s"]) / wall
     own = 0.0
@@ -279,8 +285,16 @@ def _progress(r: dict[str, Any]) -> None:
     )
 
 
-def run(a: argparse.Namespace) -> list[dict[str, Any]]:
+def run(a: argparse.Namespace, runs: list[dict[str, Any]]) -> None:
+    """Start everything, measure every point; `runs` collects the results as they come."""
     logdir = Path(tempfile.mkdtemp(prefix="fleetgate-bench-"))
+    try:
+        _run(a, runs, logdir)
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)  # error messages already hold the log tails
+
+
+def _run(a: argparse.Namespace, runs: list[dict[str, Any]], logdir: Path) -> None:
     mock_port = a.mock_port or free_port()
     mock = Target(
         "direct",
@@ -302,7 +316,6 @@ def run(a: argparse.Namespace) -> list[dict[str, Any]]:
             t.extra["idle_cpu_ms_per_s"] = 1000 * (tree_cpu_s(t.proc.pid) - idle[t.name]) / 2.0
             print(f"# {t.name} idle CPU {t.extra['idle_cpu_ms_per_s']:.1f} ms/s", file=sys.stderr)
     out = open(a.out, "a") if a.out else None  # noqa: SIM115  (closed below)
-    runs: list[dict[str, Any]] = []
     try:
         for mode in a.modes:
             for conc in a.concurrency:
@@ -320,8 +333,6 @@ def run(a: argparse.Namespace) -> list[dict[str, Any]]:
     finally:
         if out:
             out.close()
-    shutil.rmtree(logdir, ignore_errors=True)
-    return runs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -384,9 +395,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.sched_setaffinity(0, {a.gen_cpu})  # this script sleeps while wrk runs
     signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGHUP, _exit_on_signal)
+    # also when started in the background by a shell, which would have SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     load0 = os.getloadavg()
+    runs: list[dict[str, Any]] = []
+    rc = 0
     try:
-        runs = run(a)
+        run(a, runs)
+    except KeyboardInterrupt:
+        print("gateway_overhead: interrupted; the tables of the runs so far:", file=sys.stderr)
+        rc = 130
     except RuntimeError as exc:
         print(f"gateway_overhead: {exc}", file=sys.stderr)
         return 1
@@ -394,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in reversed(_running):
             stop(p)
     report(runs, sys.stdout, load=(load0, os.getloadavg()))
-    return 0
+    return rc
 
 
 if __name__ == "__main__":

@@ -113,6 +113,11 @@ def report(runs: list[dict[str, Any]], w: TextIO, load: tuple[Any, Any] | None =
             )
     _summary(cs, w)
     _noise(runs, w)
+    short = [r for r in runs if r["requests"] < r.get("wanted", 0)]
+    if short:
+        w.write(
+            f"{len(short)} run(s) hit --max-seconds before all their answers (counted as run).\n"
+        )
     if load:
         w.write(f"Load average (1/5/15 min) before: {load[0]}, after: {load[1]}.\n")
     w.write(verdict(cs, think) + "\n")
