@@ -19,6 +19,7 @@ GATEWAY = "fleetgate"  # the target name the verdict is about
 TARGET_CPU_MS = 0.3  # non-streaming CPU per request (the foundation issue's target)
 TARGET_ADDED_MS = (1.0, 3.0)  # added p50, p99 at TARGET_CONC connections
 TARGET_CONC = 16
+GEN_BUSY = 0.9  # CPU 1 this busy: the load generator, not the target, limited the run
 
 
 def _med(xs: list[float]) -> float | None:
@@ -108,11 +109,18 @@ def report(runs: list[dict[str, Any]], w: TextIO, load: tuple[Any, Any] | None =
             w.write(
                 f"| {name} | {_f(x.p50)} | {_f(x.p99)} | {'-' if d else _f(x.add50)} | "
                 f"{'-' if d else _f(x.add99)} | {_f(_med(x.cpu))} | {_range(x.cpu, 3)} | "
-                f"{_f(_med(x.rps), 0)} | {_range(x.rps, 0)} | {_pct(x.gen)} | "
+                f"{_f(_med(x.rps), 0)} | {_range(x.rps, 0)} | {_pct(x.gen)}{'*' if (x.gen or 0) >= GEN_BUSY else ''} | "
                 f"{'-' if d else _pct(x.other)} | {x.errors} |\n"
             )
     _summary(cs, w)
     _noise(runs, w)
+    if any((x.gen or 0) >= GEN_BUSY for x in cs.values()):
+        w.write(
+            f"\n\\* gen CPU ≥ {100 * GEN_BUSY:.0f}%: CPU 1 (mock + wrk) limited that run. Expected "
+            "for direct (nothing else limits it), but its latency then includes queueing on CPU 1, "
+            "so the point's added latency is understated; in a proxy's row, req/s and latency are "
+            "the generator's limit, not the proxy's (CPU per request still holds).\n"
+        )
     short = [r for r in runs if r["requests"] < r.get("wanted", 0)]
     if short:
         w.write(
@@ -190,6 +198,11 @@ def verdict(cs: dict[tuple[str, int, str], Cell], think: float) -> str:
     line = "; ".join(f"{'PASS' if ok else 'FAIL'} {text}" for ok, text in checks)
     overall = "PASS" if all(ok for ok, _ in checks) else "FAIL"
     note = ""
+    if think:
+        note = (
+            f" (below saturation, {think:g} ms think time: CPU per request includes the"
+            " background work (scrapes, health checks) spread over fewer requests)"
+        )
     if not think and any(not ok and "added" in text for ok, text in checks):
         note = (
             " (closed loop at saturation: added latency ≈ c × CPU per request by Little's law;"
