@@ -4,9 +4,9 @@
 Method (the team's proxy comparison, ../shared/docs/PERFORMANCE.md; the tables are in
 bench/overhead_tables.py): bench/mock_worker.py (a fixed-answer vLLM stand-in) runs pinned
 to CPU 1; the gateway (`python -m fleetgate serve --upstream <mock> --model mock`) runs
-pinned to CPU 0; wrk (one thread, bench/loadgen.lua) runs on
-CPU 1 and sends exactly --requests chat completions per run over c keep-alive connections,
-each sending its next request when the previous answer is complete (closed loop). For
+pinned to CPU 0; wrk (one thread, bench/loadgen.lua) runs on CPU 1 and sends exactly
+--requests chat completions per run over c keep-alive connections, each sending its next
+request when the previous answer is complete (closed loop). For
 every mode (non-streaming, 20-chunk stream) × concurrency: a warm-up run per target, then
 --reps rounds, each measuring the mock directly and then every target in turn.
 
