@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleetgate.plan import load_workload  # noqa: E402
-from policies.planner import EXACT, PAPER, calibrate, plan, sweep  # noqa: E402
-from policies.planner import paper as ref  # noqa: E402
-from policies.planner.erlang import log_erlang_c, log_erlang_c_bound  # noqa: E402
+from fleetgate.plan import load_workload
+from policies.planner import EXACT, PAPER, calibrate, plan, sweep
+from policies.planner import paper as ref
+from policies.planner.erlang import log_erlang_c, log_erlang_c_bound
 
 
 def _times(fn: Callable[[], object], reps: int) -> tuple[float, float]:
@@ -50,14 +50,20 @@ def main() -> int:
         cdf = load_workload(case.workload, args.data_dir)[0]
         for opts in (PAPER, EXACT):
             for label, cands in (("paper", (case.b_short,)), ("all", None)):
-                cal_med, _ = _times(lambda c=cands, o=opts: calibrate(cdf, c, options=o), 3)
-                cal = calibrate(cdf, cands, options=opts)
-                sweep(cal, ref.RATE, ref.SLO_S, case.p_c)  # warm
-                med, p90 = _times(lambda c=cal: sweep(c, ref.RATE, ref.SLO_S, case.p_c), args.reps)
+                pc = case.p_c
                 b = case.b_short if cands else None
-                e2e, _ = _times(
-                    lambda o=opts, b=b: plan(cdf, ref.RATE, ref.SLO_S, case.p_c, b, options=o), 3
-                )
+
+                def _cal(w=cdf, c=cands, o=opts):  # type: ignore[no-untyped-def]
+                    return calibrate(w, c, options=o)
+
+                def _plan(w=cdf, b=b, o=opts, pc=pc):  # type: ignore[no-untyped-def]
+                    return plan(w, ref.RATE, ref.SLO_S, pc, b, options=o)
+
+                cal_med, _ = _times(_cal, 3)
+                cal = calibrate(cdf, cands, options=opts)
+                sweep(cal, ref.RATE, ref.SLO_S, pc)  # warm
+                med, p90 = _times(lambda c=cal, pc=pc: sweep(c, ref.RATE, ref.SLO_S, pc), args.reps)
+                e2e, _ = _times(_plan, 3)
                 cells = cal.f_g.size
                 print(f"{case.workload:<13} {opts.moments:<11} {label:<6} {cells:>5} "
                       f"{1e3 * cal_med:>13.1f} {1e6 * med:>13.0f} {1e6 * p90:>13.0f} "

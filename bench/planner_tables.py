@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fleetgate.plan import load_workload  # noqa: E402
-from policies.planner import EXACT, PAPER, LengthCdf, PlannerOptions, plan  # noqa: E402
-from policies.planner import paper as ref  # noqa: E402
-from policies.planner.fleet import Plan  # noqa: E402
+from fleetgate.plan import load_workload
+from policies.planner import EXACT, PAPER, LengthCdf, PlannerOptions, plan
+from policies.planner import paper as ref
+from policies.planner.fleet import Plan
 
 
 def _fleet(ns: int, nl: int) -> str:
@@ -130,10 +130,11 @@ def sensitivity(cdfs: dict[str, LengthCdf]) -> None:
     print(f"{'paper':<36} " + " ".join(
         f"{'{} / {} / {} / {} ({})'.format(*paper_cells[c.workload]):>32}" for c in ref.TABLE3))  # fmt: skip
     for name, opts in variants.items():
-        cells = []
-        for c, p in _plans(cdfs, opts).items():
-            cells.append(f"{p.homogeneous.total} / {p.pool_routing.total} / {p.pr_cr.total} / "
-                         f"{p.fleetopt.total} ({p.fleetopt.gamma})")  # fmt: skip
+        cells = [
+            f"{p.homogeneous.total} / {p.pool_routing.total} / {p.pr_cr.total} / "
+            f"{p.fleetopt.total} ({p.fleetopt.gamma})"
+            for p in _plans(cdfs, opts).values()
+        ]
         print(f"{name:<36} " + " ".join(f"{x:>32}" for x in cells))
     print()
 
