@@ -43,7 +43,7 @@ from policies.planner import (
     plan,
 )
 from policies.planner import paper as ref
-from policies.planner.options import _CHOICES
+from policies.planner.options import CHOICES
 from policies.planner.profile import profile_from_dict
 from policies.planner.report import explain, live_dict, plan_dict, table
 
@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="live: use the window's observed input fraction")  # fmt: skip
     m = p.add_argument_group("modelling options (defaults reproduce the paper)")
     m.add_argument("--exact", action="store_true", help="shorthand for --moments exact")
-    for name, allowed in _CHOICES.items():
+    for name, allowed in CHOICES.items():
         m.add_argument(f"--{name.replace('_', '-')}", choices=allowed)
     m.add_argument("--mc-draws", type=int)
     m.add_argument("--mc-seed", type=int)
@@ -122,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def options_from(args: argparse.Namespace) -> PlannerOptions:
     changes: dict[str, Any] = {}
-    for name in (*_CHOICES, "mc_draws", "mc_seed", "input_fraction", "fixed_output_tokens",
+    for name in (*CHOICES, "mc_draws", "mc_seed", "input_fraction", "fixed_output_tokens",
                  "rho_max", "min_pool_rate"):  # fmt: skip
         value = getattr(args, name)
         if value is not None:

@@ -25,7 +25,7 @@ PrefillStat = Literal["p99", "mean"]
 TtftBatch = Literal["solo", "full"]
 SloBudget = Literal["eq8", "wait_only"]
 
-_CHOICES: dict[str, tuple[str, ...]] = {
+CHOICES: dict[str, tuple[str, ...]] = {
     "moments": ("monte_carlo", "exact"),
     "interpolation": ("linear", "step"),
     "h_scaling": ("request", "none"),
@@ -87,7 +87,7 @@ class PlannerOptions:
     min_pool_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        for name, allowed in _CHOICES.items():
+        for name, allowed in CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name}={value!r}: expected one of {allowed}")
