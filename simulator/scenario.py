@@ -1,0 +1,257 @@
+"""Scenario files: fleet, workload, policy and seed in one YAML document, validated strictly.
+
+    name: mixed-small
+    seed: 7
+    fleet:
+      engine: {max_num_seqs: 64}          # defaults for every pool's EngineConfig
+      pools:
+        - {name: short, workers: 4, max_model_len: 8192}
+        - {name: long, workers: 1, max_model_len: 65536, engine: {max_num_seqs: 16}}
+    policy:
+      placement: {short_pool: short, b_short: 8192}
+      routing: {policy: least_loaded}    # policies.routing registry name + params
+    telemetry: {scrape_interval: 0}      # 0 = fresh telemetry at every decision
+    workload:
+      requests: 3000
+      arrivals: {kind: poisson, rate: 20}
+      components:
+        - {family: chat, weight: 0.7}
+        - {family: rag, weight: 0.3}
+      clients: 16
+    slo: {interactive: 2.0, long: 4.0}    # TTFT targets per class (QUARTZ §5.2)
+
+Every mapping forbids unknown keys, and engine/family parameters are checked against the
+dataclasses they build, so a typo fails at load with the dotted path of the bad key
+(``fleet.pools.0.workerz: unknown key``). Shipped scenarios live in
+``simulator/scenarios/`` and can be named without their path or extension.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from emulator.engine import EngineConfig
+from policies.types import Category
+from simulator import families as fam
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_fields(cls: type, params: dict[str, Any], what: str) -> dict[str, Any]:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown {what} key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    return params
+
+
+class PoolModel(_Strict):
+    name: str
+    workers: int = Field(ge=1)
+    max_model_len: int = Field(default=8192, ge=16)
+    engine: dict[str, Any] = Field(default_factory=dict)
+    routing: RoutingModel | None = None  # overrides policy.routing for this pool
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_fields(EngineConfig, v, "engine")
+
+
+class FleetModel(_Strict):
+    engine: dict[str, Any] = Field(default_factory=dict)
+    pools: list[PoolModel] = Field(min_length=1)
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _check_fields(EngineConfig, v, "engine")
+
+
+class RoutingModel(_Strict):
+    policy: str = "least_loaded"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class PlacementModel(_Strict):
+    short_pool: str = "short"
+    b_short: int = Field(default=8192, ge=1)
+
+
+class PolicyModel(_Strict):
+    placement: PlacementModel = PlacementModel()
+    routing: RoutingModel = RoutingModel()
+
+
+class TelemetryModel(_Strict):
+    scrape_interval: float = Field(default=0.0, ge=0.0)
+
+
+class PoissonModel(_Strict):
+    kind: Literal["poisson"]
+    rate: float = Field(gt=0)
+
+
+class GammaModel(_Strict):
+    kind: Literal["gamma"]
+    rate: float = Field(gt=0)
+    cv: float = Field(default=2.0, gt=0)
+
+
+class BurstyModel(_Strict):
+    kind: Literal["bursty"]
+    rate: float = Field(gt=0)
+    burst_factor: float = Field(default=4.0, ge=1)
+    burst_every: float = Field(default=20.0, gt=0)
+    burst_duration: float = Field(default=2.0, gt=0)
+
+
+ArrivalsModel = Annotated[PoissonModel | GammaModel | BurstyModel, Field(discriminator="kind")]
+
+# family → (dataclass, default SLO class, default content category)
+FAMILIES: dict[str, tuple[type, str, Category]] = {
+    "cdf": (fam.CdfFamily, "interactive", Category.CHAT),
+    "chat": (fam.ChatFamily, "interactive", Category.CHAT),
+    "rag": (fam.RagFamily, "long", Category.RAG),
+    "structured": (fam.StructuredFamily, "interactive", Category.PROSE),
+    "burstgpt": (fam.BurstGptFamily, "interactive", Category.CHAT),
+}
+
+
+class ComponentModel(_Strict):
+    family: Literal["cdf", "chat", "rag", "structured", "burstgpt"]
+    weight: float = Field(default=1.0, gt=0)
+    slo_class: str | None = None  # default: the family's (rag → long, others → interactive)
+    category: Category | None = None
+    cdf: str | None = None  # family cdf: a shared/data file name or a path
+    series: str | None = None  # family cdf: a series of a multi-series file
+    input_fraction: float = Field(default=0.8, gt=0, lt=1)  # family cdf: FleetOpt's 80/20 split
+    params: dict[str, Any] = Field(default_factory=dict)  # the family dataclass's fields
+
+    @model_validator(mode="after")
+    def _check(self) -> ComponentModel:
+        cls = FAMILIES[self.family][0]
+        if self.family == "cdf":
+            if self.cdf is None:
+                raise ValueError("family cdf needs `cdf` (e.g. azure_2023)")
+            if self.params:
+                raise ValueError("family cdf takes `cdf`, `series`, `input_fraction`, not params")
+        else:
+            _check_fields(cls, self.params, f"{self.family} family")
+        return self
+
+
+class TraceModel(_Strict):
+    path: str
+    speedup: float = Field(default=1.0, gt=0)  # divide the trace's inter-arrival times
+
+
+class WorkloadModel(_Strict):
+    requests: int = Field(default=3000, ge=1)
+    arrivals: ArrivalsModel | None = None
+    components: list[ComponentModel] = Field(default_factory=list)
+    trace: TraceModel | None = None
+    clients: int = Field(default=16, ge=1)
+    client_skew: float = Field(default=0.0, ge=0)  # Zipf exponent of client popularity; 0 = uniform
+    model: str = "model"
+
+    @model_validator(mode="after")
+    def _check(self) -> WorkloadModel:
+        if self.trace is None and (self.arrivals is None or not self.components):
+            raise ValueError("a workload needs `arrivals` and `components`, or a `trace`")
+        if self.trace is not None and (self.arrivals is not None or self.components):
+            raise ValueError("a `trace` workload takes neither `arrivals` nor `components`")
+        return self
+
+
+class ReportModel(_Strict):
+    sample_interval: float | None = Field(default=None, gt=0)  # None: ~400 samples over the run
+    plots: bool = True
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    seed: int = 0
+    fleet: FleetModel
+    policy: PolicyModel = PolicyModel()
+    telemetry: TelemetryModel = TelemetryModel()
+    workload: WorkloadModel
+    slo: dict[str, float] = Field(default_factory=lambda: {"interactive": 2.0, "long": 4.0})
+    report: ReportModel = ReportModel()
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        names = [p.name for p in self.fleet.pools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"pool(s) defined twice: {', '.join(dupes)}")
+        return self
+
+    def engine_config(self, pool: PoolModel) -> EngineConfig:
+        merged = {**self.fleet.engine, **pool.engine, "max_model_len": pool.max_model_len}
+        return EngineConfig(**merged)
+
+
+PoolModel.model_rebuild()
+
+
+class ScenarioError(ValueError):
+    """A scenario that does not load: the message names the file and the bad keys."""
+
+
+def _format(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)
+
+
+def resolve(name: str) -> Path:
+    """A scenario path, or the name of a shipped one (``fleetgate simulate mixed``)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    for candidate in (SCENARIO_DIR / name, SCENARIO_DIR / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml")))
+    raise ScenarioError(f"no scenario {name!r} (not a file; shipped: {shipped})")
+
+
+def parse(doc: Any, source: str = "<scenario>") -> Scenario:
+    try:
+        return Scenario.model_validate(doc)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: invalid scenario\n{_format(exc)}") from None
+
+
+def load(name: str) -> Scenario:
+    path = resolve(name)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not YAML: {exc}") from None
+    scenario = parse(doc, str(path))
+    trace = scenario.workload.trace
+    if trace is not None and not Path(trace.path).is_absolute():
+        # A trace path is relative to the scenario file, so shipped scenarios can carry traces.
+        resolved = str((path.parent / trace.path).resolve())
+        workload = scenario.workload.model_copy(
+            update={"trace": trace.model_copy(update={"path": resolved})}
+        )
+        scenario = scenario.model_copy(update={"workload": workload})
+    return scenario

@@ -1,0 +1,239 @@
+"""Workloads: arrival processes × request-shape families × clients, or a replayed trace.
+
+Arrivals (the times requests reach the gateway):
+- ``poisson`` — exponential gaps at rate λ (FleetOpt §7.3 drives its DES this way).
+- ``gamma`` — Gamma-distributed gaps with mean 1/λ and coefficient of variation `cv`
+  (cv > 1 is bursty; BurstGPT fits its arrivals with a Gamma renewal process).
+- ``bursty`` — QUARTZ's "Mixed Bursty" (§5.2): a Poisson base at λ with short bursts
+  injected on top. Calm periods last Exp(mean `burst_every`) seconds, each followed by a
+  burst of `burst_duration` seconds at rate `burst_factor`·λ.
+
+A workload is a weighted mixture of components (family + SLO class + content category);
+each request picks its component, then its shape, then its client (uniform, or Zipf with
+exponent `client_skew` so a few clients dominate). Every concern draws from its own
+`random.Random` seeded from (seed, concern), so changing e.g. the client count leaves the
+arrival times unchanged, and a seed fixes the workload exactly.
+
+Traces (JSONL, one request per line) are the gateway's request log format, so a logged
+day can be replayed: ``arrival`` (seconds, any origin; ``ts``/``time`` also read),
+``prompt_tokens``, ``completion_tokens`` (what it generated), ``max_tokens`` (defaults to
+completion_tokens), ``entitlement``/``client``, ``slo_class``, ``category``, ``model``,
+``id``; token counts may also sit under ``usage``. Lines whose status is not ok, or that
+carry no token counts, are skipped (they never reached an engine). `write_trace` writes
+the same format, which is how the live-vs-simulated comparison feeds both sides one trace.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from policies.types import Category
+from simulator.families import Family
+
+
+@dataclass(frozen=True, slots=True)
+class Poisson:
+    rate: float  # requests per second
+
+
+@dataclass(frozen=True, slots=True)
+class GammaArrivals:
+    rate: float
+    cv: float = 2.0  # coefficient of variation of the gaps; 1 = Poisson
+
+
+@dataclass(frozen=True, slots=True)
+class Bursty:
+    rate: float  # base rate between bursts
+    burst_factor: float = 4.0  # a burst multiplies the rate (QUARTZ injects "short arrival bursts")
+    burst_every: float = 20.0  # mean calm period before a burst, seconds
+    burst_duration: float = 2.0  # seconds
+
+
+Arrivals = Poisson | GammaArrivals | Bursty
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    """One request of a workload, as the simulated gateway receives it."""
+
+    id: str
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    max_tokens: int
+    client: str = "c0"
+    slo_class: str = "interactive"
+    category: Category = Category.CHAT
+    model: str = "model"
+    prefix_hashes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    family: Family
+    weight: float = 1.0
+    slo_class: str = "interactive"
+    category: Category = Category.CHAT
+
+
+def arrival_times(process: Arrivals, n: int, rng: random.Random, start: float = 0.0) -> list[float]:
+    """`n` increasing arrival times drawn from `process`."""
+    out: list[float] = []
+    t = start
+    if isinstance(process, Poisson):
+        for _ in range(n):
+            t += rng.expovariate(process.rate)
+            out.append(t)
+    elif isinstance(process, GammaArrivals):
+        shape = 1.0 / (process.cv * process.cv)
+        scale = 1.0 / (process.rate * shape)
+        for _ in range(n):
+            t += rng.gammavariate(shape, scale)
+            out.append(t)
+    else:
+        calm_end = t + rng.expovariate(1.0 / process.burst_every)
+        burst_end = calm_end + process.burst_duration
+        while len(out) < n:
+            in_burst = calm_end <= t < burst_end
+            rate = process.rate * (process.burst_factor if in_burst else 1.0)
+            boundary = burst_end if in_burst else calm_end
+            gap = rng.expovariate(rate)
+            if t + gap < boundary:
+                t += gap
+                out.append(t)
+                continue
+            # Memorylessness: restart the draw at the boundary with the new rate.
+            t = boundary
+            if t >= burst_end:
+                calm_end = t + rng.expovariate(1.0 / process.burst_every)
+                burst_end = calm_end + process.burst_duration
+    return out
+
+
+def _zipf_weights(n: int, s: float) -> list[float]:
+    return [1.0 / (k + 1) ** s for k in range(n)]
+
+
+def generate(
+    components: Sequence[Component],
+    arrivals: Arrivals,
+    n: int,
+    seed: int,
+    clients: int = 16,
+    client_skew: float = 0.0,
+    model: str = "model",
+) -> list[RequestSpec]:
+    """`n` requests: arrival times from `arrivals`, shapes from the weighted `components`."""
+    if not components:
+        raise ValueError("a workload needs at least one component")
+    times = arrival_times(arrivals, n, random.Random(f"{seed}:arrivals"))
+    pick = random.Random(f"{seed}:components")
+    shape_rng = random.Random(f"{seed}:shapes")
+    who = random.Random(f"{seed}:clients")
+    weights = [c.weight for c in components]
+    client_weights = _zipf_weights(clients, client_skew)
+    client_ids = [f"c{k:03d}" for k in range(clients)]
+    specs: list[RequestSpec] = []
+    for i, t in enumerate(times):
+        comp = (
+            components[pick.choices(range(len(components)), weights)[0]]
+            if len(components) > 1
+            else components[0]
+        )
+        shape = comp.family.draw(shape_rng, i)
+        client = who.choices(client_ids, client_weights)[0]
+        specs.append(
+            RequestSpec(
+                id=f"r{i:07d}",
+                arrival=t,
+                prompt_tokens=shape.prompt,
+                output_tokens=shape.output,
+                max_tokens=shape.output,
+                client=client,
+                slo_class=comp.slo_class,
+                category=comp.category,
+                model=model,
+                prefix_hashes=shape.hashes,
+            )
+        )
+    return specs
+
+
+def _first(d: dict[str, object], *keys: str) -> object:
+    for k in keys:
+        if k in d and d[k] is not None:
+            return d[k]
+    usage = d.get("usage")
+    if isinstance(usage, dict):
+        for k in keys:
+            if usage.get(k) is not None:
+                return usage[k]
+    return None
+
+
+def read_trace(
+    path: str | Path, speedup: float = 1.0, limit: int | None = None
+) -> list[RequestSpec]:
+    """Requests from a JSONL trace, arrivals shifted to start at 0 and divided by `speedup`."""
+    rows: list[RequestSpec] = []
+    with Path(path).open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from exc
+            status = d.get("status", "ok")
+            prompt, completion = _first(d, "prompt_tokens"), _first(d, "completion_tokens")
+            arrival = _first(d, "arrival", "ts", "time")
+            if status != "ok" or prompt is None or completion is None or arrival is None:
+                continue
+            out = max(1, int(completion))  # type: ignore[call-overload]
+            max_tokens = _first(d, "max_tokens")
+            rows.append(
+                RequestSpec(
+                    id=str(d.get("id", f"t{lineno:07d}")),
+                    arrival=float(arrival),  # type: ignore[arg-type]
+                    prompt_tokens=max(1, int(prompt)),  # type: ignore[call-overload]
+                    output_tokens=out,
+                    max_tokens=max(out, int(max_tokens)) if max_tokens is not None else out,  # type: ignore[call-overload]
+                    client=str(_first(d, "entitlement", "client") or "c0"),
+                    slo_class=str(d.get("slo_class") or "interactive"),
+                    category=Category(d.get("category") or "chat"),
+                    model=str(d.get("model") or "model"),
+                )
+            )
+            if limit is not None and len(rows) >= limit:
+                break
+    if not rows:
+        raise ValueError(f"{path}: no replayable requests")
+    rows.sort(key=lambda r: r.arrival)
+    t0 = rows[0].arrival
+    for r in rows:
+        r.arrival = (r.arrival - t0) / speedup
+    return rows
+
+
+def write_trace(specs: Iterable[RequestSpec], path: str | Path) -> None:
+    """Write requests as a JSONL trace that `read_trace` (and the gateway's log reader) read."""
+    with Path(path).open("w") as fh:
+        for s in specs:
+            row = {
+                "id": s.id,
+                "arrival": round(s.arrival, 6),
+                "model": s.model,
+                "entitlement": s.client,
+                "slo_class": s.slo_class,
+                "category": s.category.value,
+                "prompt_tokens": s.prompt_tokens,
+                "max_tokens": s.max_tokens,
+                "completion_tokens": s.output_tokens,
+                "status": "ok",
+            }
+            fh.write(json.dumps(row) + "\n")
