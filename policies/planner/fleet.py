@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from policies.planner.erlang import Binding, p99_wait
 from policies.planner.options import GAMMAS, PAPER, PlannerOptions
 from policies.planner.profile import HOURS_PER_YEAR
-from policies.planner.sweep import FleetSpec, Sweep, calibrate, sweep
+from policies.planner.sweep import FleetSpec, Sweep, calibrate, load_occupancy, sweep
 from policies.planner.workload import LengthCdf
 
 RETROFIT_GAMMA = 1.5  # §7.1 baseline 3: C&R at γ = 1.5 on the pool-routing boundary
@@ -38,7 +38,8 @@ class PoolReport:
     n_slots: int  # n_max per GPU
     mu_gpu: float  # req/s per GPU at full occupancy
     cv2: float  # C_s²
-    rho: float  # λ_p / (n μ_gpu)
+    rho: float  # λ_p / (n μ_gpu): full-batch utilisation (Table 5's ρ_ana)
+    rho_load: float  # busy-slot fraction with batch-accurate iterations (service.py)
     p99_wait_s: float  # Kimura W99
     ttft_floor_s: float  # prefill + first decode (per the options' statistic)
     binding: str  # which constraint set n (Binding name)
@@ -89,7 +90,9 @@ def _pool(sw: Sweep, i: int, j: int, short: bool) -> PoolReport | None:
     if n == 0 and rate <= 0.0:
         return None
     mu = float((sw.mu_s if short else sw.mu_l)[i, j])
-    slots = int(sw.cal.s_slots[i] if short else sw.cal.l_slots[i, j])
+    grid = sw.short if short else sw.long
+    slots = int(grid.slots[i, j])
+    profile = sw.cal.spec.short_profile if short else sw.cal.spec.long_profile
     return PoolReport(
         n=n,
         rate=rate,
@@ -97,8 +100,9 @@ def _pool(sw: Sweep, i: int, j: int, short: bool) -> PoolReport | None:
         mu_gpu=mu,
         cv2=float((sw.cv2_s if short else sw.cv2_l)[i, j]),
         rho=rate / (n * mu) if n else math.inf,
+        rho_load=load_occupancy(rate, n, float(grid.k[i, j]), float(grid.ks[i, j]), slots, profile),
         p99_wait_s=float((sw.wait_s if short else sw.wait_l)[i, j]),
-        ttft_floor_s=float((sw.floor_s if short else sw.floor_l)[i, j]),
+        ttft_floor_s=float(grid.floor[i, j]),
         binding=Binding(int((sw.bind_s if short else sw.bind_l)[i, j])).name,
     )
 
@@ -127,6 +131,14 @@ def homogeneous_row(sw: Sweep) -> FleetRow:
         mu_gpu=h.mu_gpu,
         cv2=h.cv2,
         rho=sw.homogeneous_rho,
+        rho_load=load_occupancy(
+            sw.rate,
+            sw.homogeneous_n,
+            h.mean_k,
+            h.mean_k_sigma,
+            h.n_slots,
+            sw.cal.spec.long_profile,
+        ),
         p99_wait_s=sw.homogeneous_wait,
         ttft_floor_s=h.ttft_floor_s,
         binding=sw.homogeneous_binding.name if budget >= 0 else Binding.INFEASIBLE.name,
@@ -216,11 +228,16 @@ def evaluate(sw: Sweep, b_short: int, gamma: float, n_s: int, n_l: int) -> Fleet
     i, j = sw.index(b_short, gamma)
     need = cell_row(sw, i, j, "current")
     pools: list[PoolReport | None] = []
-    for req, n in ((need.short, n_s), (need.long, n_l)):
+    spec = sw.cal.spec
+    for req, n, grid, prof in (
+        (need.short, n_s, sw.short, spec.short_profile),
+        (need.long, n_l, sw.long, spec.long_profile),
+    ):
         if req is None:
             pools.append(None)
             continue
         rho = req.rate / (n * req.mu_gpu) if n > 0 else math.inf
+        k, ks = float(grid.k[i, j]), float(grid.ks[i, j])
         wait = p99_wait(n, req.rate, req.mu_gpu, req.n_slots, req.cv2) if rho < 1 else math.inf
         floor = 0.0 if sw.cal.options.slo_budget == "wait_only" else req.ttft_floor_s
         if wait > sw.slo_s - floor:
@@ -230,7 +247,8 @@ def evaluate(sw: Sweep, b_short: int, gamma: float, n_s: int, n_l: int) -> Fleet
         else:
             verdict = "OK"
         pools.append(
-            PoolReport(n, req.rate, req.n_slots, req.mu_gpu, req.cv2, rho, wait,
+            PoolReport(n, req.rate, req.n_slots, req.mu_gpu, req.cv2, rho,
+                       load_occupancy(req.rate, n, k, ks, req.n_slots, prof), wait,
                        req.ttft_floor_s, verdict)
         )  # fmt: skip
     cost = n_s * sw.price_s + n_l * sw.price_l

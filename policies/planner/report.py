@@ -67,8 +67,8 @@ def explain(plan: Plan) -> str:
     sw = plan.sweep
     i = int((sw.cal.b == plan.b_ref).nonzero()[0][0])
     lines = [
-        f"γ sweep at B_short = {plan.b_ref:,} (n_max short {int(sw.cal.s_slots[i])}, "
-        f"long {int(sw.cal.l_slots[i, 0])}); long pool recalibrated on (⌊γB⌋, ∞) per γ",
+        f"γ sweep at B_short = {plan.b_ref:,} (n_max short {int(sw.short.slots[i, 0])}, "
+        f"long {int(sw.long.slots[i, 0])}); long pool recalibrated on (⌊γB⌋, ∞) per γ",
         f"{'γ':>4} {'⌊γB⌋':>7} {'α′':>7} {'λ_s':>8} {'λ_l':>8} {'E[S]_s':>8} {'E[S]_l':>8} "
         f"{'C²_l':>6} {'n_s':>6} {'n_l':>6} {'total':>6} {'K$/yr':>9} {'bound by s/l':>20}",
     ]
@@ -95,7 +95,7 @@ def explain(plan: Plan) -> str:
             row = cell_row(sw, k, j, "cell")
             star = " *" if (k, j) == sw.best else ""
             lines.append(
-                f"{int(b):>7,} {int(sw.cal.s_slots[k]):>6} {float(sw.cal.f_b[k]):>7.4f} "
+                f"{int(b):>7,} {int(sw.short.slots[k, 0]):>6} {float(sw.cal.f_b[k]):>7.4f} "
                 f"{float(sw.cal.gammas[j]):>4.1f} {row.n_s:>6} {row.n_l:>6} {row.total:>6,} "
                 f"{row.annual_cost / 1e3:>9,.0f}{star}"
             )
@@ -117,6 +117,7 @@ def pool_dict(pool: PoolReport | None) -> dict[str, Any] | None:
         "mean_service_s": _num(pool.n_slots / pool.mu_gpu) if pool.mu_gpu else None,
         "cv2": _num(pool.cv2),
         "utilisation": _num(pool.rho),
+        "busy_slot_fraction": _num(pool.rho_load),
         "p99_wait_ms": _num(1e3 * pool.p99_wait_s),
         "ttft_floor_ms": _num(1e3 * pool.ttft_floor_s),
         "p99_ttft_ms": _num(1e3 * pool.p99_ttft_s),

@@ -10,6 +10,16 @@ where σ(L) = (L_in + L_out)/C_calib when H scales with the request's context ("
 the reference simulator) and σ = 1 for Eq. 3 as printed ("none"). Under continuous batching
 all n_max slots step together, so one GPU serves μ_gpu = n_max / E[S] requests per second.
 
+Writing S = k·(W + H·σ·n_active) with k = ⌈L_in/C_chunk⌉ + L_out iterations, E[k] and
+E[k·σ] are kept too: they give the slot occupancy a pool settles at when each iteration
+costs what the batch actually running costs (n_active = busy slots, not n_max) — the fixed
+point of ρ = λ·(W·E[k] + H·ρ·n_max·E[kσ])/(n·n_max), i.e.
+
+    ρ_load = λ·W·E[k] / (n_max·(n − λ·H·E[kσ]))          (in (0, ρ) whenever ρ < 1)
+
+which is what a batch-accurate engine (our simulator, a live vLLM's running/max_num_seqs)
+shows, while ρ = λ/(n μ_gpu) is the paper's full-batch figure (Table 5's ρ_ana).
+
 The part of TTFT no GPU count can buy (Eq. 7 without the queue) is
     floor(L) = ⌈L_in / C_chunk⌉ · t_iter' + t_iter'
 with t_iter' at one active sequence ("solo") or at n_max ("full"), taken at the pool's P99
@@ -49,6 +59,9 @@ class PoolMoments:
     ttft_floor_s: float  # T_prefill + t_iter (Eq. 7 without the queue), per prefill_stat
     p99_length: int  # the pool's P99 L_total (tokens)
     mean_length: float  # E[L_total] (tokens)
+    # S = k·(W + H·σ·n_active) with k = ⌈L_in/C⌉ + L_out iterations and σ the H scale:
+    mean_k: float = 0.0  # E[k]
+    mean_k_sigma: float = 0.0  # E[k·σ]
 
     @property
     def mu_gpu(self) -> float:
@@ -71,6 +84,19 @@ def split(lengths: IntArray, options: PlannerOptions) -> tuple[IntArray, IntArra
     l_in = np.maximum(1, (lengths * options.input_fraction).astype(np.int64))
     l_out = np.maximum(1, lengths - l_in)
     return l_in, l_out
+
+
+def iterations_and_sigma(
+    lengths: IntArray, profile: HardwareProfile, options: PlannerOptions
+) -> tuple[FloatArray, FloatArray]:
+    """(k, σ) per L_total: iterations a request holds its slot for, and its H scale."""
+    l_in, l_out = split(lengths, options)
+    k = (-(-l_in // profile.chunk) + l_out).astype(np.float64)
+    if options.h_scaling == "request":
+        sigma = (l_in + l_out).astype(np.float64) / profile.calib_ctx
+    else:
+        sigma = np.ones_like(k)
+    return k, sigma
 
 
 def _iter_time(
@@ -118,6 +144,10 @@ class LengthTable:
     cum_s2: FloatArray
     floor: FloatArray
     cum_floor: FloatArray
+    k: FloatArray  # iterations k(L)
+    ks: FloatArray  # k(L)·σ(L)
+    cum_k: FloatArray
+    cum_ks: FloatArray
 
     @staticmethod
     def build(
@@ -127,9 +157,21 @@ class LengthTable:
         lengths[0] = 1  # placeholder; index 0 is excluded by the prefix sums below
         s = service_time(lengths, n_slots, profile, options)
         fl = ttft_floor(lengths, n_slots, profile, options)
-        s[0] = 0.0
-        fl[0] = 0.0
-        return LengthTable(n_slots, s, np.cumsum(s), np.cumsum(s * s), fl, np.cumsum(fl))
+        k, sigma = iterations_and_sigma(lengths, profile, options)
+        for arr in (s, fl, k):
+            arr[0] = 0.0
+        return LengthTable(
+            n_slots,
+            s,
+            np.cumsum(s),
+            np.cumsum(s * s),
+            fl,
+            np.cumsum(fl),
+            k,
+            k * sigma,
+            np.cumsum(k),
+            np.cumsum(k * sigma),
+        )
 
 
 def _bin_means(table: LengthTable, cum: FloatArray, lo: IntArray, hi: IntArray) -> FloatArray:
@@ -188,6 +230,7 @@ def monte_carlo_moments(
     total = 0.0
     total2 = 0.0
     total_len = 0
+    lengths: list[int] = []
     n = 0
     bins = list(zip(dist.cum, dist.lo, dist.hi, dist.drawn, strict=True))
     for _ in range(options.mc_draws):
@@ -199,6 +242,7 @@ def monte_carlo_moments(
                 total += s
                 total2 += s * s
                 total_len += length
+                lengths.append(length)
                 n += 1
                 break
     if n == 0:
@@ -207,6 +251,7 @@ def monte_carlo_moments(
     p = p / float(p.sum())
     lo_a = np.asarray(dist.lo, dtype=np.int64)
     hi_a = np.asarray(dist.hi, dtype=np.int64)
+    picked = np.asarray(lengths, dtype=np.int64)
     return PoolMoments(
         table.n_slots,
         total / n,
@@ -214,6 +259,8 @@ def monte_carlo_moments(
         _floor(dist, table, p, lo_a, hi_a, options),
         dist.quantile(0.99),
         total_len / n,
+        float(table.k[picked].mean()),
+        float(table.ks[picked].mean()),
     )
 
 
@@ -221,7 +268,8 @@ def point_moments(length: int, table: LengthTable) -> PoolMoments:
     """Every request at one length (compressed requests at B, Eq. 15)."""
     s = float(table.s[length])
     fl = float(table.floor[length])
-    return PoolMoments(table.n_slots, s, s * s, fl, length, float(length))
+    k, ks = float(table.k[length]), float(table.ks[length])
+    return PoolMoments(table.n_slots, s, s * s, fl, length, float(length), k, ks)
 
 
 def moments(dist: PoolDistribution, table: LengthTable, options: PlannerOptions) -> PoolMoments:

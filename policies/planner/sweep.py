@@ -23,7 +23,8 @@ feasible cells and reports an infeasible optimum only if no cell is feasible.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -68,13 +69,75 @@ def feasible_boundaries(cdf: LengthCdf, spec: FleetSpec) -> tuple[int, ...]:
     )
 
 
-def _arrays(ms: list[PoolMoments]) -> tuple[IntArray, FloatArray, FloatArray, FloatArray]:
-    return (
-        np.array([m.n_slots for m in ms], dtype=np.int64),
-        np.array([m.mean_s for m in ms], dtype=np.float64),
-        np.array([m.mean_s2 for m in ms], dtype=np.float64),
-        np.array([m.ttft_floor_s for m in ms], dtype=np.float64),
-    )
+@dataclass(frozen=True)
+class MomentGrid:
+    """Per-cell pool moments as arrays (any shape): what the sweep's arithmetic reads."""
+
+    present: BoolArray  # the pool has requests in this cell
+    slots: IntArray  # n_max
+    m1: FloatArray  # E[S]
+    m2: FloatArray  # E[S²]
+    floor: FloatArray  # TTFT floor
+    k: FloatArray  # E[k]
+    ks: FloatArray  # E[kσ]
+
+    @staticmethod
+    def of(ms: list[PoolMoments | None], fill: PoolMoments, shape: tuple[int, ...]) -> MomentGrid:
+        full = [m or fill for m in ms]
+
+        def arr(values: list[float]) -> FloatArray:
+            return np.array(values, dtype=np.float64).reshape(shape)
+
+        return MomentGrid(
+            present=np.array([m is not None for m in ms]).reshape(shape),
+            slots=np.array([m.n_slots for m in full], dtype=np.int64).reshape(shape),
+            m1=arr([m.mean_s for m in full]),
+            m2=arr([m.mean_s2 for m in full]),
+            floor=arr([m.ttft_floor_s for m in full]),
+            k=arr([m.mean_k for m in full]),
+            ks=arr([m.mean_k_sigma for m in full]),
+        )
+
+    def mix(self, other: MomentGrid, w_self: FloatArray, w_other: FloatArray) -> MomentGrid:
+        """The mixture of two request populations (raw moments mix linearly); the floor
+        stays self's where self is present (its P99 dominates), else other's."""
+        tot = w_self + w_other
+        safe = np.where(tot > 0, tot, 1.0)
+
+        def m(a: FloatArray, b: FloatArray) -> FloatArray:
+            out: FloatArray = np.where(tot > 0, (w_self * a + w_other * b) / safe, a)
+            return out
+
+        return MomentGrid(
+            present=self.present | other.present,
+            slots=self.slots,
+            m1=m(self.m1, other.m1),
+            m2=m(self.m2, other.m2),
+            floor=np.where(self.present, self.floor, other.floor),
+            k=m(self.k, other.k),
+            ks=m(self.ks, other.ks),
+        )
+
+    def where(self, cond: BoolArray, other: MomentGrid) -> MomentGrid:
+        """Self where cond, else other."""
+        return MomentGrid(
+            present=np.where(cond, self.present, other.present),
+            slots=np.where(cond, self.slots, other.slots),
+            m1=np.where(cond, self.m1, other.m1),
+            m2=np.where(cond, self.m2, other.m2),
+            floor=np.where(cond, self.floor, other.floor),
+            k=np.where(cond, self.k, other.k),
+            ks=np.where(cond, self.ks, other.ks),
+        )
+
+    def broadcast(self, shape: tuple[int, ...]) -> MomentGrid:
+        def b(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return np.broadcast_to(a[:, None], shape) if a.ndim == 1 else a
+
+        return MomentGrid(
+            b(self.present), b(self.slots), b(self.m1), b(self.m2), b(self.floor), b(self.k),
+            b(self.ks),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,23 +156,10 @@ class Calibration:
     long: list[list[PoolMoments | None]]  # per (B, γ): F on (⌊γB⌋, ∞)
     band: list[list[PoolMoments | None]]  # per (B, γ): F on (B, ⌊γB⌋], exact moments
     homogeneous: PoolMoments
-    # flattened per-cell arrays, (nB, nG)
-    s_slots: IntArray = field(repr=False)
-    s_m1: FloatArray = field(repr=False)
-    s_m2: FloatArray = field(repr=False)
-    s_floor: FloatArray = field(repr=False)
-    e_m1: FloatArray = field(repr=False)
-    e_m2: FloatArray = field(repr=False)
-    e_floor: FloatArray = field(repr=False)
-    l_present: BoolArray = field(repr=False)
-    l_slots: IntArray = field(repr=False)
-    l_m1: FloatArray = field(repr=False)
-    l_m2: FloatArray = field(repr=False)
-    l_floor: FloatArray = field(repr=False)
-    b_present: BoolArray = field(repr=False)
-    b_m1: FloatArray = field(repr=False)
-    b_m2: FloatArray = field(repr=False)
-    b_floor: FloatArray = field(repr=False)
+    short_grid: MomentGrid = field(repr=False)  # (nB,)
+    edge_grid: MomentGrid = field(repr=False)  # (nB,)
+    long_grid: MomentGrid = field(repr=False)  # (nB, nG)
+    band_grid: MomentGrid = field(repr=False)  # (nB, nG)
 
 
 def calibrate(
@@ -160,13 +210,6 @@ def calibrate(
         long.append(row)
         band.append(band_row)
 
-    placeholder = edge[0]
-    s_slots, s_m1, s_m2, s_floor = _arrays([m or placeholder for m in short])
-    _, e_m1, e_m2, e_floor = _arrays(edge)
-    flat_long = [m for row in long for m in row]
-    l_slots, l_m1, l_m2, l_floor = _arrays([m or homogeneous for m in flat_long])
-    flat_band = [m for row in band for m in row]
-    _, b_m1, b_m2, b_floor = _arrays([m or homogeneous for m in flat_band])
     shape = (len(bs), len(gammas))
     return Calibration(
         cdf=cdf,
@@ -181,22 +224,10 @@ def calibrate(
         long=long,
         band=band,
         homogeneous=homogeneous,
-        s_slots=s_slots,
-        s_m1=s_m1,
-        s_m2=s_m2,
-        s_floor=s_floor,
-        e_m1=e_m1,
-        e_m2=e_m2,
-        e_floor=e_floor,
-        l_present=np.array([m is not None for m in flat_long]).reshape(shape),
-        l_slots=l_slots.reshape(shape),
-        l_m1=l_m1.reshape(shape),
-        l_m2=l_m2.reshape(shape),
-        l_floor=l_floor.reshape(shape),
-        b_present=np.array([m is not None for m in flat_band]).reshape(shape),
-        b_m1=b_m1.reshape(shape),
-        b_m2=b_m2.reshape(shape),
-        b_floor=b_floor.reshape(shape),
+        short_grid=MomentGrid.of(list(short), edge[0], (len(bs),)),
+        edge_grid=MomentGrid.of(list(edge), edge[0], (len(bs),)),
+        long_grid=MomentGrid.of([m for r in long for m in r], homogeneous, shape),
+        band_grid=MomentGrid.of([m for r in band for m in r], homogeneous, shape),
     )
 
 
@@ -213,12 +244,12 @@ class Sweep:
     alpha: FloatArray  # α' (Eq. 1)
     lam_s: FloatArray
     lam_l: FloatArray
+    short: MomentGrid  # the short pool's requests per cell (after C&R mixing)
+    long: MomentGrid  # the long pool's requests per cell (tail, ± uncompressed band)
     mu_s: FloatArray
     mu_l: FloatArray
     cv2_s: FloatArray
     cv2_l: FloatArray
-    floor_s: FloatArray  # TTFT floor (prefill + first decode), seconds
-    floor_l: FloatArray
     n_s: IntArray
     n_l: IntArray
     wait_s: FloatArray  # Kimura W99, seconds
@@ -236,16 +267,6 @@ class Sweep:
     def slo_met(self) -> BoolArray:
         infeasible = Binding.INFEASIBLE
         result: BoolArray = (self.bind_s != infeasible) & (self.bind_l != infeasible)
-        return result
-
-    def rho_s(self) -> FloatArray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            result: FloatArray = np.where(self.n_s > 0, self.lam_s / (self.n_s * self.mu_s), 0.0)
-        return result
-
-    def rho_l(self) -> FloatArray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            result: FloatArray = np.where(self.n_l > 0, self.lam_l / (self.n_l * self.mu_l), 0.0)
         return result
 
     def index(self, b_short: int, gamma: float) -> tuple[int, int]:
@@ -270,23 +291,17 @@ def _order(cost: FloatArray, ok: BoolArray, cal: Calibration) -> tuple[int, int]
     return first // ng, first % ng
 
 
-def _long_moments(
-    cal: Calibration, w_band: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray]:
-    """The long pool's (E[S], E[S²], TTFT floor) per cell, and whether it has any requests:
-    the tail above ⌊γB⌋, mixed with the uncompressed band per `uncompressed_band`."""
-    tail, band = cal.l_present, cal.b_present
-    floor = np.where(tail, cal.l_floor, cal.b_floor)  # the tail's P99 dominates when present
-    if cal.options.uncompressed_band == "long":
-        wt = np.where(tail, 1.0 - cal.f_g, 0.0)
-        wb = np.where(band, w_band, 0.0)
-        tot = np.where(wt + wb > 0, wt + wb, 1.0)
-        m1 = np.where(wt + wb > 0, (wt * cal.l_m1 + wb * cal.b_m1) / tot, cal.l_m1)
-        m2 = np.where(wt + wb > 0, (wt * cal.l_m2 + wb * cal.b_m2) / tot, cal.l_m2)
-        return m1, m2, floor, tail | (band & (w_band > 0))
-    m1 = np.where(tail, cal.l_m1, cal.b_m1)
-    m2 = np.where(tail, cal.l_m2, cal.b_m2)
-    return m1, m2, floor, tail | (band & (w_band > 0))
+def load_occupancy(
+    lam: float, n: int, grid_k: float, grid_ks: float, slots: int, profile: HardwareProfile
+) -> float:
+    """ρ_load: the busy-slot fraction when iterations cost the batch actually running
+    (service.py's fixed point); 0 without traffic, 1 if the batch would have to be full."""
+    if lam <= 0 or n <= 0:
+        return 0.0
+    spare = n - lam * profile.h_s * grid_ks
+    if spare <= 0:
+        return 1.0
+    return min(1.0, lam * profile.w_s * grid_k / (slots * spare))
 
 
 def sweep(
@@ -311,40 +326,46 @@ def sweep(
     lam_s = alpha * rate
     lam_l = (1.0 - alpha) * rate
 
-    s_m1 = np.broadcast_to(cal.s_m1[:, None], shape)
-    s_m2 = np.broadcast_to(cal.s_m2[:, None], shape)
-    s_floor = np.broadcast_to(cal.s_floor[:, None], shape)
-    if opt.compressed_mass == "at_boundary":
-        with np.errstate(divide="ignore", invalid="ignore"):
-            w = np.where(alpha > 0, border * p_c / alpha, 0.0)
-        e_m1 = cal.e_m1[:, None]
-        s_m1 = (1.0 - w) * s_m1 + w * e_m1
-        s_m2 = (1.0 - w) * s_m2 + w * cal.e_m2[:, None]
-        e_floor = np.broadcast_to(cal.e_floor[:, None], shape)
-        if opt.prefill_stat == "mean":
-            s_floor = (1.0 - w) * s_floor + w * e_floor
-        else:  # the P99 of the mixture is at B once B holds more than 1 % of the pool
-            s_floor = np.where(w > 0.01, e_floor, s_floor)
-    s_slots = np.broadcast_to(cal.s_slots[:, None], shape)
-    l_m1, l_m2, l_floor, l_any = _long_moments(cal, border * (1.0 - p_c))
-    mu_s = s_slots / s_m1
-    mu_l = cal.l_slots / l_m1
-    cv2_s = np.maximum(0.01, s_m2 / (s_m1 * s_m1) - 1.0)
-    cv2_l = np.maximum(0.01, l_m2 / (l_m1 * l_m1) - 1.0)
-    lam_l_sized = np.where(l_any & (lam_l > opt.min_pool_rate), lam_l, 0.0)
+    short = cal.short_grid.broadcast(shape)
+    if opt.compressed_mass == "at_boundary":  # compressed requests join at L = B (Eq. 15)
+        edge = cal.edge_grid.broadcast(shape)
+        w = border * p_c
+        short = short.mix(edge, f_b, w)
+        if opt.prefill_stat == "p99":  # the mixture's P99 sits at B once B holds > 1 %
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(alpha > 0, w / alpha, 0.0)
+            short = replace(short, floor=np.where(share > 0.01, edge.floor, short.floor))
+        else:
+            short = replace(short, floor=_mix(short.floor, edge.floor, f_b, w))
+    band_w = border * (1.0 - p_c)
+    tail, band = cal.long_grid, cal.band_grid
+    band_on = band.present & (band_w > 0)
+    if opt.uncompressed_band == "long":
+        long = tail.mix(
+            band, np.where(tail.present, 1.0 - cal.f_g, 0.0), np.where(band_on, band_w, 0.0)
+        )
+    else:  # Algorithm 1 step 6: the tail alone, the band only when nothing lies above ⌊γB⌋
+        long = tail.where(tail.present, band)
+    long = replace(long, present=tail.present | band_on)
+
+    mu_s = short.slots / short.m1
+    mu_l = long.slots / long.m1
+    cv2_s = np.maximum(0.01, short.m2 / (short.m1 * short.m1) - 1.0)
+    cv2_l = np.maximum(0.01, long.m2 / (long.m1 * long.m1) - 1.0)
+    lam_l_sized = np.where(long.present & (lam_l > opt.min_pool_rate), lam_l, 0.0)
     lam_s_sized = np.where(lam_s > opt.min_pool_rate, lam_s, 0.0)
 
     homo = cal.homogeneous
     wait_budget = opt.slo_budget == "wait_only"
     budget = [
-        np.full(shape, slo_s) if wait_budget else slo_s - s_floor,
-        np.full(shape, slo_s) if wait_budget else slo_s - l_floor,
+        np.full(shape, slo_s) if wait_budget else slo_s - short.floor,
+        np.full(shape, slo_s) if wait_budget else slo_s - long.floor,
         np.array([slo_s if wait_budget else slo_s - homo.ttft_floor_s]),
     ]
     n, wait, bind = size_pools(
         np.concatenate([lam_s_sized.ravel(), lam_l_sized.ravel(), [rate]]),
         np.concatenate([mu_s.ravel(), mu_l.ravel(), [homo.mu_gpu]]),
-        np.concatenate([s_slots.ravel(), cal.l_slots.ravel(), [homo.n_slots]]),
+        np.concatenate([short.slots.ravel(), long.slots.ravel(), [homo.n_slots]]),
         np.concatenate([cv2_s.ravel(), cv2_l.ravel(), [homo.cv2]]),
         np.concatenate([x.ravel() for x in budget]),
         opt.rho_max,
@@ -366,12 +387,12 @@ def sweep(
         alpha=alpha,
         lam_s=lam_s,
         lam_l=lam_l,
+        short=short,
+        long=long,
         mu_s=mu_s,
         mu_l=mu_l,
         cv2_s=cv2_s,
         cv2_l=cv2_l,
-        floor_s=np.asarray(s_floor, dtype=np.float64),
-        floor_l=l_floor,
         n_s=n_s,
         n_l=n_l,
         wait_s=wait[:k].reshape(shape),
@@ -385,3 +406,9 @@ def sweep(
         homogeneous_binding=Binding(int(bind[-1])),
         best=_order(cost, ok, cal),
     )
+
+
+def _mix(a: FloatArray, b: FloatArray, wa: FloatArray, wb: FloatArray) -> FloatArray:
+    tot = wa + wb
+    out: FloatArray = np.where(tot > 0, (wa * a + wb * b) / np.where(tot > 0, tot, 1.0), a)
+    return out
