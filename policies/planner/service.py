@@ -60,8 +60,8 @@ class PoolMoments:
     p99_length: int  # the pool's P99 L_total (tokens)
     mean_length: float  # E[L_total] (tokens)
     # S = k·(W + H·σ·n_active) with k = ⌈L_in/C⌉ + L_out iterations and σ the H scale:
-    mean_k: float = 0.0  # E[k]
-    mean_k_sigma: float = 0.0  # E[k·σ]
+    mean_k: float  # E[k]
+    mean_k_sigma: float  # E[k·σ]
 
     @property
     def mu_gpu(self) -> float:
@@ -200,6 +200,8 @@ def exact_moments(
         _floor(dist, table, p, lo, hi, options),
         dist.quantile(0.99),
         mean_len,
+        float(p @ _bin_means(table, table.cum_k, lo, hi)),
+        float(p @ _bin_means(table, table.cum_ks, lo, hi)),
     )
 
 
