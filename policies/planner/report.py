@@ -16,9 +16,10 @@ from policies.planner.profile import HOURS_PER_YEAR
 LABELS = {
     "homogeneous": "Homogeneous",
     "pool_routing": "Pool routing (PR)",
-    "pr_cr": "PR + C&R",
+    "pr_cr": "PR + C&R (γ=1.5)",
     "fleetopt": "FleetOpt",
-    "current": "Current",
+    "current": "Current fleet",
+    "current_required": "Needed at current",
 }
 
 
@@ -32,7 +33,7 @@ def _ms(x: float) -> str:
 
 def row_label(row: FleetRow) -> str:
     label = LABELS.get(row.method, row.method)
-    if row.gamma is not None and row.method != "pool_routing":
+    if row.gamma is not None and row.method not in ("pool_routing", "pr_cr"):
         star = "*" if row.method == "fleetopt" else ""
         label += f" (γ{star}={row.gamma:.1f})"
     return label
