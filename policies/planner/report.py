@@ -44,7 +44,7 @@ def table(plan: Plan, extra: tuple[FleetRow, ...] = ()) -> str:
     lines = [
         f"{plan.workload}: λ = {plan.rate:g} req/s, P99 TTFT SLO {1e3 * plan.slo_s:g} ms, "
         f"p_c = {plan.p_c:g}, B_short = {plan.b_ref:,}",
-        f"{'method':<24} {'B_short':>7} {'n_s':>6} {'n_l':>6} {'total':>6} "
+        f"{'method':<26} {'B_short':>7} {'n_s':>6} {'n_l':>6} {'total':>6} "
         f"{'K$/yr':>9} {'saving':>7} {'ρ_s':>6} {'ρ_l':>6} {'TTFT99 s/l ms':>14} {'SLO':>4}",
     ]
     for row in (*plan.rows, *extra):
@@ -56,7 +56,7 @@ def table(plan: Plan, extra: tuple[FleetRow, ...] = ()) -> str:
         ttft = "/".join(_ms(p.p99_ttft_s) if p else "—" for p in (row.short, row.long))
         b = "—" if row.b_short is None else f"{row.b_short:,}"
         lines.append(
-            f"{row_label(row):<24} {b:>7} {ns:>6} {nl:>6} {row.total:>6,} "
+            f"{row_label(row):<26} {b:>7} {ns:>6} {nl:>6} {row.total:>6,} "
             f"{row.annual_cost / 1e3:>9,.0f} {saving:>7} {rho_s:>6} {rho_l:>6} {ttft:>14} "
             f"{'ok' if row.slo_met else 'MISS':>4}"
         )
