@@ -13,10 +13,12 @@ Modules, one idea each:
 - `service`  — the iteration model, per-pool moments (Monte Carlo or exact);
 - `erlang`   — Erlang-C (log space), Kimura, the GPU count of Eq. 11;
 - `options`  — every modelling choice the paper leaves open;
+- `grid`     — per-cell moment arrays and their mixing (C&R populations);
 - `sweep`    — Algorithm 1: calibrate once, sweep in microseconds;
 - `fleet`    — the optimum and the baselines as rows; pricing a given fleet;
 - `live`     — the gateway's observed histogram and the live plan;
-- `report`   — table, explanation and JSON rendering.
+- `report`   — table, explanation and JSON rendering;
+- `paper`    — the paper's published Tables 3, 5 and 6 as data.
 
 Pure: no I/O, no clock. The CLI (`fleetgate plan`) reads files and fetches histograms.
 """

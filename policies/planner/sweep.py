@@ -24,12 +24,12 @@ feasible cells and reports an infeasible optimum only if no cell is feasible.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from policies.planner.erlang import Binding, size_pools
+from policies.planner.grid import MomentGrid
 from policies.planner.options import GAMMAS, PAPER, PlannerOptions
 from policies.planner.profile import A100_LLAMA3_70B, HardwareProfile
 from policies.planner.service import (
@@ -67,77 +67,6 @@ def feasible_boundaries(cdf: LengthCdf, spec: FleetSpec) -> tuple[int, ...]:
         for t, f in cdf.points
         if t < spec.long_ctx and f > 0.0 and spec.short_profile.n_slots(t) >= 1
     )
-
-
-@dataclass(frozen=True)
-class MomentGrid:
-    """Per-cell pool moments as arrays (any shape): what the sweep's arithmetic reads."""
-
-    present: BoolArray  # the pool has requests in this cell
-    slots: IntArray  # n_max
-    m1: FloatArray  # E[S]
-    m2: FloatArray  # E[S²]
-    floor: FloatArray  # TTFT floor
-    k: FloatArray  # E[k]
-    ks: FloatArray  # E[kσ]
-
-    @staticmethod
-    def of(ms: list[PoolMoments | None], fill: PoolMoments, shape: tuple[int, ...]) -> MomentGrid:
-        full = [m or fill for m in ms]
-
-        def arr(values: list[float]) -> FloatArray:
-            return np.array(values, dtype=np.float64).reshape(shape)
-
-        return MomentGrid(
-            present=np.array([m is not None for m in ms]).reshape(shape),
-            slots=np.array([m.n_slots for m in full], dtype=np.int64).reshape(shape),
-            m1=arr([m.mean_s for m in full]),
-            m2=arr([m.mean_s2 for m in full]),
-            floor=arr([m.ttft_floor_s for m in full]),
-            k=arr([m.mean_k for m in full]),
-            ks=arr([m.mean_k_sigma for m in full]),
-        )
-
-    def mix(self, other: MomentGrid, w_self: FloatArray, w_other: FloatArray) -> MomentGrid:
-        """The mixture of two request populations (raw moments mix linearly); the floor
-        stays self's where self is present (its P99 dominates), else other's."""
-        tot = w_self + w_other
-        safe = np.where(tot > 0, tot, 1.0)
-
-        def m(a: FloatArray, b: FloatArray) -> FloatArray:
-            out: FloatArray = np.where(tot > 0, (w_self * a + w_other * b) / safe, a)
-            return out
-
-        return MomentGrid(
-            present=self.present | other.present,
-            slots=self.slots,
-            m1=m(self.m1, other.m1),
-            m2=m(self.m2, other.m2),
-            floor=np.where(self.present, self.floor, other.floor),
-            k=m(self.k, other.k),
-            ks=m(self.ks, other.ks),
-        )
-
-    def where(self, cond: BoolArray, other: MomentGrid) -> MomentGrid:
-        """Self where cond, else other."""
-        return MomentGrid(
-            present=np.where(cond, self.present, other.present),
-            slots=np.where(cond, self.slots, other.slots),
-            m1=np.where(cond, self.m1, other.m1),
-            m2=np.where(cond, self.m2, other.m2),
-            floor=np.where(cond, self.floor, other.floor),
-            k=np.where(cond, self.k, other.k),
-            ks=np.where(cond, self.ks, other.ks),
-        )
-
-    def broadcast(self, shape: tuple[int, ...]) -> MomentGrid:
-        def b(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return np.broadcast_to(a[:, None], shape) if a.ndim == 1 else a
-
-        return MomentGrid(
-            b(self.present), b(self.slots), b(self.m1), b(self.m2), b(self.floor), b(self.k),
-            b(self.ks),
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)
