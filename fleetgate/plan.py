@@ -1,0 +1,288 @@
+"""`fleetgate plan`: size the cheapest two-pool fleet for a workload (FleetOpt, §6).
+
+    fleetgate plan --workload azure|lmsys|agent|PATH --rate 1000 --slo-ms 500
+                   [--b-short N] [--pc X] [--phi X] [--explain] [--json]
+    fleetgate plan --table3 | --table6          # the paper's tables, ours beside theirs
+    fleetgate plan --from-gateway URL [--admin-key KEY]   # the gateway's observed traffic
+    fleetgate plan --histogram FILE             # the same, from a saved histogram
+
+Named workloads are the paper-input CDFs (`fleetgate.workload_cdf/v1` files) found in
+--data-dir, $FLEETGATE_DATA_DIR, or the `shared/data` directory next to the checkout;
+PATH is any file of that schema. Without --b-short every hardware-feasible breakpoint is
+swept (Algorithm 1); with it only γ is. --pc defaults to the file's paper p_c, else 1.
+
+--from-gateway fetches `GET URL/admin/plan/histogram` with `Authorization: Bearer KEY`
+(--admin-key or $FLEETGATE_ADMIN_KEY); the body is a `fleetgate.plan_histogram/v1`
+document (shape in policies/planner/live.py). The answer puts the recommended fleet and
+(B_short, γ) next to the deployed configuration and its predicted cost.
+
+Every modelling option of policies.planner.options is a flag (--moments, --h-scaling, ...);
+the defaults reproduce the paper. Exit status: 0 planned, 1 the plan misses the SLO,
+2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from policies.planner import (
+    BUILTIN_PROFILES,
+    PAPER,
+    FleetSpec,
+    HardwareProfile,
+    LengthCdf,
+    PlannerOptions,
+    live_plan,
+    parse_histogram,
+    plan,
+)
+from policies.planner import paper as ref
+from policies.planner.options import CHOICES
+from policies.planner.profile import profile_from_dict
+from policies.planner.report import explain, live_dict, plan_dict, table
+
+NAMED = {"azure": "azure_2023", "lmsys": "lmsys_chat_1m", "agent": "agent_heavy"}
+ROOT = Path(__file__).resolve().parents[1]
+PAPER_PROFILE = "a100_80gb_llama3_70b"
+
+
+def data_dir(explicit: str | None = None) -> Path:
+    """Where the paper-input CDFs live: flag, environment, or `shared/data` near the repo."""
+    for cand in (explicit, os.environ.get("FLEETGATE_DATA_DIR")):
+        if cand:
+            return Path(cand)
+    for parent in (ROOT, *ROOT.parents):
+        path = parent / "shared" / "data"
+        if (path / "azure_2023.json").is_file():
+            return path
+    raise FileNotFoundError("no workload data directory: pass --data-dir or FLEETGATE_DATA_DIR")
+
+
+def load_workload(name: str, directory: str | None = None) -> tuple[LengthCdf, dict[str, Any]]:
+    """A workload CDF and its whole JSON document, by short name, file stem or path."""
+    path = Path(name)
+    if not path.is_file():
+        stem = NAMED.get(name, name)
+        path = data_dir(directory) / f"{stem}.json"
+    doc = json.loads(path.read_text())
+    points = doc.get("points", doc) if isinstance(doc, dict) else doc
+    return LengthCdf.from_points(points, str(doc.get("name", path.stem))), doc
+
+
+def load_profile(name: str) -> HardwareProfile:
+    if name in BUILTIN_PROFILES:
+        return BUILTIN_PROFILES[name]
+    return profile_from_dict(json.loads(Path(name).read_text()))
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fleetgate plan", description="FleetOpt: the minimum-cost two-pool fleet."
+    )
+    src = p.add_argument_group("input")
+    src.add_argument("--workload", help="azure | lmsys | agent | a workload_cdf/v1 JSON path")
+    src.add_argument("--from-gateway", metavar="URL", help="plan on a gateway's observed traffic")
+    src.add_argument("--admin-key", help="admin key for --from-gateway ($FLEETGATE_ADMIN_KEY)")
+    src.add_argument("--histogram", metavar="FILE", help="a saved plan_histogram/v1 document")
+    src.add_argument("--data-dir", help="directory of the named workload files")
+    src.add_argument("--table3", action="store_true", help="reproduce the paper's Table 3")
+    src.add_argument("--table6", action="store_true", help="reproduce the paper's Table 6")
+    q = p.add_argument_group("question")
+    q.add_argument("--rate", type=float, default=1000.0, help="arrival rate λ, req/s")
+    q.add_argument("--slo-ms", type=float, default=500.0, help="P99 TTFT target, ms")
+    q.add_argument("--b-short", type=int, help="fix B_short (else sweep the feasible set)")
+    q.add_argument("--pc", type=float, help="compressibility p_c (default: the file's, else 1)")
+    q.add_argument("--phi", type=float, help="long/short GPU cost ratio φ (default: prices)")
+    q.add_argument("--profile", default=PAPER_PROFILE, help="short-pool GPU profile: name|JSON")
+    q.add_argument("--long-profile", help="long-pool GPU profile (default: --profile)")
+    q.add_argument("--long-ctx", type=int, default=65536, help="long pool context, tokens")
+    q.add_argument("--observed-split", action="store_true",
+                   help="live: use the window's observed input fraction")  # fmt: skip
+    m = p.add_argument_group("modelling options (defaults reproduce the paper)")
+    m.add_argument("--exact", action="store_true", help="shorthand for --moments exact")
+    for name, allowed in CHOICES.items():
+        m.add_argument(f"--{name.replace('_', '-')}", choices=allowed)
+    m.add_argument("--mc-draws", type=int)
+    m.add_argument("--mc-seed", type=int)
+    m.add_argument("--input-fraction", type=float)
+    m.add_argument("--fixed-output-tokens", type=int)
+    m.add_argument("--rho-max", type=float)
+    m.add_argument("--min-pool-rate", type=float)
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="JSON instead of a table")
+    out.add_argument("--explain", action="store_true", help="print the per-γ sweep")
+    return p
+
+
+def options_from(args: argparse.Namespace) -> PlannerOptions:
+    changes: dict[str, Any] = {}
+    for name in (*CHOICES, "mc_draws", "mc_seed", "input_fraction", "fixed_output_tokens",
+                 "rho_max", "min_pool_rate"):  # fmt: skip
+        value = getattr(args, name)
+        if value is not None:
+            changes[name] = value
+    if args.exact:
+        changes.setdefault("moments", "exact")
+    return replace(PAPER, **changes)
+
+
+def spec_from(args: argparse.Namespace) -> FleetSpec:
+    short = load_profile(args.profile)
+    long = load_profile(args.long_profile) if args.long_profile else short
+    return FleetSpec(short, long, args.long_ctx)
+
+
+def fetch_histogram(url: str, key: str | None) -> dict[str, Any]:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        resp = httpx.get(url.rstrip("/") + "/admin/plan/histogram", headers=headers, timeout=10.0)
+        resp.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise OSError(f"cannot fetch the histogram from {url}: {exc}") from exc
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+def _run_live(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> int:
+    if args.histogram:
+        doc = json.loads(Path(args.histogram).read_text())
+    else:
+        doc = fetch_histogram(
+            args.from_gateway, args.admin_key or os.environ.get("FLEETGATE_ADMIN_KEY")
+        )
+    traffic = parse_histogram(doc)
+    lp = live_plan(traffic, args.slo_ms / 1e3, args.pc if args.pc is not None else 1.0,
+                   spec=spec, options=opts, observed_split=args.observed_split,
+                   phi=args.phi)  # fmt: skip
+    if args.json:
+        print(json.dumps(live_dict(lp, args.explain), indent=2))
+    else:
+        extra = tuple(r for r in (lp.current, lp.current_required) if r is not None)
+        print(f"observed: {traffic.requests:,} requests in {traffic.window_s:g} s "
+              f"(λ = {traffic.arrival_rate:.2f} req/s), p_c used {lp.p_c:.2f}")  # fmt: skip
+        print(table(lp.plan, extra))
+        if args.explain:
+            print("\n" + explain(lp.plan))
+    return 0 if lp.plan.fleetopt.slo_met else 1
+
+
+def _table3(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> int:
+    results = []
+    for case in ref.TABLE3:
+        cdf, _ = load_workload(case.workload, args.data_dir)
+        p = plan(cdf, ref.RATE, ref.SLO_S, case.p_c, case.b_short, spec=spec, options=opts)
+        ours = (p.homogeneous.total, (p.pool_routing.n_s, p.pool_routing.n_l),
+                (p.pr_cr.n_s, p.pr_cr.n_l), (p.fleetopt.n_s, p.fleetopt.n_l), p.fleetopt.gamma)  # fmt: skip
+        theirs = (case.homogeneous, case.pool_routing, case.pr_cr, case.fleetopt, case.gamma_star)
+        results.append({"workload": case.workload, "b_short": case.b_short, "p_c": case.p_c,
+                        "ours": ours, "paper": theirs, "plan": plan_dict(p)})  # fmt: skip
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"Table 3 (λ = {ref.RATE:g} req/s, SLO {ref.SLO_S * 1e3:g} ms), ours vs paper, "
+          f"moments = {opts.moments}")  # fmt: skip
+    print(f"{'workload':<14} {'method':<18} {'ours n_s+n_l=total':>20} {'paper':>20}")
+    names = ("Homogeneous", "Pool routing", "PR + C&R (γ=1.5)", "FleetOpt")
+    for r in results:
+        o, t = r["ours"], r["paper"]
+        for k, label in enumerate(names):
+            if k == 3:
+                label = f"FleetOpt (γ*={o[4]:.1f}/{t[4]:.1f})"
+            print(f"{r['workload']:<14} {label:<18} {_fleet(o[k]):>20} {_fleet(t[k]):>20}")
+    return 0
+
+
+def _fleet(x: Any) -> str:
+    if isinstance(x, tuple):
+        return f"{x[0]}+{x[1]}={x[0] + x[1]:,}"
+    return f"{x:,}"
+
+
+def _table6(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> int:
+    cdf, _ = load_workload(ref.TABLE6_WORKLOAD, args.data_dir)
+    rows = []
+    for row in ref.TABLE6:
+        p = plan(cdf, row.rate, ref.SLO_S, ref.TABLE6_P_C, ref.TABLE6_B_SHORT, spec=spec,
+                 options=opts)  # fmt: skip
+        rows.append((row, p))
+    if args.json:
+        print(json.dumps([{"rate": r.rate, "ours": [p.homogeneous.total, p.pool_routing.total,
+                           p.fleetopt.total, p.fleetopt.gamma], "paper": [r.homogeneous,
+                           r.pool_routing, r.fleetopt, r.gamma_star]} for r, p in rows],
+                         indent=2))  # fmt: skip
+        return 0
+    print(f"Table 6 (agent-heavy, B_short 8,192, p_c 0.75), ours / paper, moments = {opts.moments}")
+    print(f"{'λ':>6} {'homogeneous':>13} {'PR':>13} {'FleetOpt (γ*)':>24} {'PR saving':>15} "
+          f"{'FleetOpt saving':>17}")  # fmt: skip
+    for r, p in rows:
+        fo = f"{p.fleetopt.total}({p.fleetopt.gamma:.1f}) / {r.fleetopt}({r.gamma_star:.1f})"
+        pr_save = 1 - r.pool_routing / r.homogeneous
+        fo_save = 1 - r.fleetopt / r.homogeneous
+        print(f"{r.rate:>6g} {p.homogeneous.total:>6} / {r.homogeneous:<5} "
+              f"{p.pool_routing.total:>6} / {r.pool_routing:<5} {fo:>24} "
+              f"{100 * p.savings(p.pool_routing):>6.1f}/{100 * pr_save:.1f}% "
+              f"{100 * p.savings(p.fleetopt):>8.1f}/{100 * fo_save:.1f}%")  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        opts = options_from(args)
+        spec = spec_from(args)
+        if args.table3 or args.table6:
+            code = 0
+            if args.table3:
+                code |= _table3(args, opts, spec)
+            if args.table6:
+                code |= _table6(args, opts, spec)
+            return code
+        if args.from_gateway or args.histogram:
+            return _run_live(args, opts, spec)
+        if not args.workload:
+            print("fleetgate plan: give --workload, --histogram, --from-gateway, --table3 or "
+                  "--table6", file=sys.stderr)  # fmt: skip
+            return 2
+        cdf, doc = load_workload(args.workload, args.data_dir)
+        pc = args.pc
+        if pc is None:
+            pc = float(doc.get("paper_reference", {}).get("p_c", 1.0))
+        p = plan(cdf, args.rate, args.slo_ms / 1e3, pc, args.b_short, spec=spec, options=opts,
+                 phi=args.phi)  # fmt: skip
+    except (ValueError, KeyError, FileNotFoundError, OSError) as exc:
+        print(f"fleetgate plan: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(plan_dict(p, args.explain), indent=2))
+    else:
+        print(table(p))
+        if args.explain:
+            print("\n" + explain(p))
+        if not p.fleetopt.slo_met:
+            print(_slo_note(p), file=sys.stderr)
+    return 0 if p.fleetopt.slo_met else 1
+
+
+def _slo_note(p: Any) -> str:
+    pools = [(n, x) for n, x in (("short", p.fleetopt.short), ("long", p.fleetopt.long)) if x]
+    worst = [
+        f"{n} pool TTFT floor {1e3 * x.ttft_floor_s:.0f} ms" for n, x in pools if not x.slo_met
+    ]
+    return (
+        "fleetgate plan: the SLO cannot be met by any GPU count: "
+        + ", ".join(worst)
+        + f" exceeds {1e3 * p.slo_s:g} ms (prefill of the P99 request, Eq. 8); "
+        "the fleet shown is sized by ρ_max"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,343 @@
+"""Algorithm 1 (FleetOpt §6): calibrate once, then sweep (B_short, γ) in well under 1 ms.
+
+    for B in 𝓑 (hardware-feasible boundaries), γ in {1.0, 1.1, …, 2.0}:
+        α' = F(B) + [F(⌊γB⌋) − F(B)]·p_c                                  (Eq. 1, 14)
+        λ_s = α'λ,  λ_l = (1 − α')λ                                        (Eq. 1–2)
+        μ_s, C²_s from F on [1, B];  μ_l, C²_l from F on (⌊γB⌋, ∞)         (steps 5–6)
+        n_s, n_l by Erlang-C inversion under ρ_max                        (Eq. 11)
+        cost = c_s n_s + c_l n_l,  c_l = φ c_s                             (Eq. 9)
+    return the argmin
+
+The work splits in two. `calibrate` depends only on the CDF, the hardware and the options:
+it computes the per-pool service moments for every B candidate (short pool) and every
+distinct ⌊γB⌋ (long pool, recalibrated on the post-compression distribution — §6's
+"critical" step), cached by ⌊γB⌋. `sweep` depends on λ, the SLO, p_c and φ: it is pure
+array arithmetic over the (B, γ) grid (numpy, one pass for all pools), so re-planning when
+traffic shifts costs microseconds.
+
+Ties in cost go to the SLO-feasible cell, then the smaller γ (less compression, less
+fidelity risk), then the smaller B (the reference's order). Failure posture: a cell whose
+TTFT floor exceeds the SLO is sized by ρ_max and flagged (slo_met False); the argmin prefers
+feasible cells and reports an infeasible optimum only if no cell is feasible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.planner.erlang import Binding, size_pools
+from policies.planner.grid import MomentGrid
+from policies.planner.options import GAMMAS, PAPER, PlannerOptions
+from policies.planner.profile import A100_LLAMA3_70B, HardwareProfile
+from policies.planner.service import (
+    LengthTable,
+    PoolMoments,
+    exact_moments,
+    moments,
+    point_moments,
+)
+from policies.planner.workload import LengthCdf, band_pool, long_pool, short_pool, whole
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    """The hardware: one GPU type per pool and the long pool's context window."""
+
+    short_profile: HardwareProfile = A100_LLAMA3_70B
+    long_profile: HardwareProfile = A100_LLAMA3_70B
+    long_ctx: int = 65536  # C_max^(l): the long (and homogeneous) pool is sized for 64K (§7.1)
+
+    def __post_init__(self) -> None:
+        if self.long_profile.n_slots(self.long_ctx) < 1:
+            raise ValueError(f"no slot of {self.long_ctx} tokens fits {self.long_profile.name}")
+
+
+def feasible_boundaries(cdf: LengthCdf, spec: FleetSpec) -> tuple[int, ...]:
+    """𝓑: CDF breakpoints below the long context where the short GPU holds ≥ 1 slot and
+    some traffic falls (§6, "Candidate set")."""
+    return tuple(
+        t
+        for t, f in cdf.points
+        if t < spec.long_ctx and f > 0.0 and spec.short_profile.n_slots(t) >= 1
+    )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything the sweep needs that does not depend on λ, the SLO, p_c or φ."""
+
+    cdf: LengthCdf
+    spec: FleetSpec
+    options: PlannerOptions
+    b: IntArray  # (nB,) candidate boundaries
+    gammas: FloatArray  # (nG,)
+    f_b: FloatArray  # (nB,) F(B)
+    f_g: FloatArray  # (nB, nG) F(⌊γB⌋)
+    short: list[PoolMoments | None]  # per B: F on [1, B]
+    edge: list[PoolMoments]  # per B: every request at L = B (compressed, Eq. 15)
+    long: list[list[PoolMoments | None]]  # per (B, γ): F on (⌊γB⌋, ∞)
+    band: list[list[PoolMoments | None]]  # per (B, γ): F on (B, ⌊γB⌋], exact moments
+    homogeneous: PoolMoments
+    short_grid: MomentGrid = field(repr=False)  # (nB,)
+    edge_grid: MomentGrid = field(repr=False)  # (nB,)
+    long_grid: MomentGrid = field(repr=False)  # (nB, nG)
+    band_grid: MomentGrid = field(repr=False)  # (nB, nG)
+
+
+def calibrate(
+    cdf: LengthCdf,
+    b_candidates: tuple[int, ...] | None = None,
+    gammas: tuple[float, ...] = GAMMAS,
+    spec: FleetSpec | None = None,
+    options: PlannerOptions = PAPER,
+) -> Calibration:
+    """Per-pool service moments for every (B, γ) cell (Algorithm 1 steps 5–6)."""
+    spec = spec or FleetSpec()
+    bs = b_candidates if b_candidates is not None else feasible_boundaries(cdf, spec)
+    if not bs:
+        raise ValueError(f"{cdf.name}: no feasible B_short candidate below {spec.long_ctx}")
+    for b in bs:
+        if not 0 < b < spec.long_ctx or spec.short_profile.n_slots(b) < 1:
+            raise ValueError(f"B_short={b} is not a feasible short-pool context")
+    interp = options.interpolation
+    long_slots = spec.long_profile.n_slots(spec.long_ctx)
+    long_table = LengthTable.build(spec.long_ctx, long_slots, spec.long_profile, options)
+    homogeneous = moments(whole(cdf, spec.long_ctx, interp), long_table, options)
+
+    short: list[PoolMoments | None] = []
+    edge: list[PoolMoments] = []
+    long: list[list[PoolMoments | None]] = []
+    band: list[list[PoolMoments | None]] = []
+    long_cache: dict[int, PoolMoments | None] = {}
+    f_g = np.zeros((len(bs), len(gammas)))
+    for i, b in enumerate(bs):
+        table = LengthTable.build(b, spec.short_profile.n_slots(b), spec.short_profile, options)
+        dist = short_pool(cdf, b, interp)
+        short.append(moments(dist, table, options) if dist is not None else None)
+        edge.append(point_moments(b, table))
+        row: list[PoolMoments | None] = []
+        band_row: list[PoolMoments | None] = []
+        for j, gamma in enumerate(gammas):
+            lower = int(gamma * b)  # ⌊γB⌋ in the reference's float arithmetic
+            f_g[i, j] = cdf.cdf(lower, interp)
+            if lower not in long_cache:
+                ldist = long_pool(cdf, lower, spec.long_ctx, interp, options.long_edge)
+                long_cache[lower] = (
+                    moments(ldist, long_table, options) if ldist is not None else None
+                )
+            row.append(long_cache[lower])
+            # the band's moments only matter when p_c < 1; exact is cheap and noise-free
+            bdist = band_pool(cdf, b, min(lower, spec.long_ctx), spec.long_ctx, interp)
+            band_row.append(exact_moments(bdist, long_table, options) if bdist else None)
+        long.append(row)
+        band.append(band_row)
+
+    shape = (len(bs), len(gammas))
+    return Calibration(
+        cdf=cdf,
+        spec=spec,
+        options=options,
+        b=np.array(bs, dtype=np.int64),
+        gammas=np.array(gammas, dtype=np.float64),
+        f_b=np.array([cdf.cdf(b, interp) for b in bs]),
+        f_g=f_g,
+        short=short,
+        edge=edge,
+        long=long,
+        band=band,
+        homogeneous=homogeneous,
+        short_grid=MomentGrid.of(list(short), edge[0], (len(bs),)),
+        edge_grid=MomentGrid.of(list(edge), edge[0], (len(bs),)),
+        long_grid=MomentGrid.of([m for r in long for m in r], homogeneous, shape),
+        band_grid=MomentGrid.of([m for r in band for m in r], homogeneous, shape),
+    )
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Algorithm 1's cost grid for one (λ, SLO, p_c, φ); arrays are (nB, nG)."""
+
+    cal: Calibration
+    rate: float
+    slo_s: float
+    p_c: float
+    price_s: float  # c_s, $/GPU-hr
+    price_l: float  # c_l = φ c_s
+    alpha: FloatArray  # α' (Eq. 1)
+    lam_s: FloatArray
+    lam_l: FloatArray
+    short: MomentGrid  # the short pool's requests per cell (after C&R mixing)
+    long: MomentGrid  # the long pool's requests per cell (tail, ± uncompressed band)
+    mu_s: FloatArray
+    mu_l: FloatArray
+    cv2_s: FloatArray
+    cv2_l: FloatArray
+    n_s: IntArray
+    n_l: IntArray
+    wait_s: FloatArray  # Kimura W99, seconds
+    wait_l: FloatArray
+    bind_s: IntArray  # Binding codes
+    bind_l: IntArray
+    cost_hr: FloatArray
+    homogeneous_n: int
+    homogeneous_rho: float
+    homogeneous_wait: float
+    homogeneous_binding: Binding
+    best: tuple[int, int]  # (i_B, i_γ) of the optimum
+
+    @property
+    def slo_met(self) -> BoolArray:
+        infeasible = Binding.INFEASIBLE
+        result: BoolArray = (self.bind_s != infeasible) & (self.bind_l != infeasible)
+        return result
+
+    def index(self, b_short: int, gamma: float) -> tuple[int, int]:
+        """The grid cell of (B, γ); KeyError if it was not calibrated."""
+        ib = np.flatnonzero(self.cal.b == b_short)
+        ig = np.flatnonzero(np.isclose(self.cal.gammas, gamma, rtol=0.0, atol=1e-9))
+        if not len(ib) or not len(ig):
+            raise KeyError(f"(B_short={b_short}, γ={gamma}) is not in the calibrated grid")
+        return int(ib[0]), int(ig[0])
+
+    def best_gamma_at(self, i_b: int) -> int:
+        """The γ index Algorithm 1 picks when B is fixed at row i_b."""
+        order = _order(self.cost_hr[i_b : i_b + 1], self.slo_met[i_b : i_b + 1], self.cal)
+        return int(order[1])
+
+
+def _order(cost: FloatArray, ok: BoolArray, cal: Calibration) -> tuple[int, int]:
+    nb, ng = cost.shape
+    g = np.broadcast_to(cal.gammas[None, :], (nb, ng)).ravel()
+    b = np.broadcast_to(cal.b[:nb, None], (nb, ng)).ravel()
+    first = int(np.lexsort((b, g, cost.ravel(), ~ok.ravel()))[0])
+    return first // ng, first % ng
+
+
+def load_occupancy(
+    lam: float, n: int, grid_k: float, grid_ks: float, slots: int, profile: HardwareProfile
+) -> float:
+    """ρ_load: the busy-slot fraction when iterations cost the batch actually running
+    (service.py's fixed point); 0 without traffic, 1 if the batch would have to be full."""
+    if lam <= 0 or n <= 0:
+        return 0.0
+    spare = n - lam * profile.h_s * grid_ks
+    if spare <= 0:
+        return 1.0
+    return min(1.0, lam * profile.w_s * grid_k / (slots * spare))
+
+
+def sweep(
+    cal: Calibration,
+    rate: float,
+    slo_s: float = 0.5,
+    p_c: float = 1.0,
+    phi: float | None = None,
+) -> Sweep:
+    """Size both pools in every (B, γ) cell and the homogeneous baseline; pick the optimum."""
+    if rate <= 0:
+        raise ValueError("the arrival rate must be > 0")
+    if not 0.0 <= p_c <= 1.0:
+        raise ValueError("p_c must be in [0, 1]")
+    opt = cal.options
+    price_s = cal.spec.short_profile.cost_per_hr
+    price_l = phi * price_s if phi is not None else cal.spec.long_profile.cost_per_hr
+    shape = cal.f_g.shape
+    f_b = np.broadcast_to(cal.f_b[:, None], shape)
+    border = np.maximum(0.0, cal.f_g - f_b)
+    alpha = np.minimum(1.0, f_b + border * p_c)
+    lam_s = alpha * rate
+    lam_l = (1.0 - alpha) * rate
+
+    short = cal.short_grid.broadcast(shape)
+    if opt.compressed_mass == "at_boundary":  # compressed requests join at L = B (Eq. 15)
+        edge = cal.edge_grid.broadcast(shape)
+        w = border * p_c
+        short = short.mix(edge, f_b, w)
+        if opt.prefill_stat == "p99":  # the mixture's P99 sits at B once B holds > 1 %
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.where(alpha > 0, w / alpha, 0.0)
+            short = replace(short, floor=np.where(share > 0.01, edge.floor, short.floor))
+        else:
+            short = replace(short, floor=_mix(short.floor, edge.floor, f_b, w))
+    band_w = border * (1.0 - p_c)
+    tail, band = cal.long_grid, cal.band_grid
+    band_on = band.present & (band_w > 0)
+    if opt.uncompressed_band == "long":
+        long = tail.mix(
+            band, np.where(tail.present, 1.0 - cal.f_g, 0.0), np.where(band_on, band_w, 0.0)
+        )
+    else:  # Algorithm 1 step 6: the tail alone, the band only when nothing lies above ⌊γB⌋
+        long = tail.where(tail.present, band)
+    long = replace(long, present=tail.present | band_on)
+
+    mu_s = short.slots / short.m1
+    mu_l = long.slots / long.m1
+    cv2_s = np.maximum(0.01, short.m2 / (short.m1 * short.m1) - 1.0)
+    cv2_l = np.maximum(0.01, long.m2 / (long.m1 * long.m1) - 1.0)
+    lam_l_sized = np.where(long.present & (lam_l > opt.min_pool_rate), lam_l, 0.0)
+    lam_s_sized = np.where(lam_s > opt.min_pool_rate, lam_s, 0.0)
+
+    homo = cal.homogeneous
+    wait_budget = opt.slo_budget == "wait_only"
+    budget = [
+        np.full(shape, slo_s) if wait_budget else slo_s - short.floor,
+        np.full(shape, slo_s) if wait_budget else slo_s - long.floor,
+        np.array([slo_s if wait_budget else slo_s - homo.ttft_floor_s]),
+    ]
+    n, wait, bind = size_pools(
+        np.concatenate([lam_s_sized.ravel(), lam_l_sized.ravel(), [rate]]),
+        np.concatenate([mu_s.ravel(), mu_l.ravel(), [homo.mu_gpu]]),
+        np.concatenate([short.slots.ravel(), long.slots.ravel(), [homo.n_slots]]),
+        np.concatenate([cv2_s.ravel(), cv2_l.ravel(), [homo.cv2]]),
+        np.concatenate([x.ravel() for x in budget]),
+        opt.rho_max,
+        opt.headroom_gpus,
+    )
+    k = shape[0] * shape[1]
+    n_s, n_l = n[:k].reshape(shape), n[k : 2 * k].reshape(shape)
+    cost = n_s * price_s + n_l * price_l
+    bind_s, bind_l = bind[:k].reshape(shape), bind[k : 2 * k].reshape(shape)
+    ok = (bind_s != Binding.INFEASIBLE) & (bind_l != Binding.INFEASIBLE)
+    n_h = int(n[-1])
+    return Sweep(
+        cal=cal,
+        rate=rate,
+        slo_s=slo_s,
+        p_c=p_c,
+        price_s=price_s,
+        price_l=price_l,
+        alpha=alpha,
+        lam_s=lam_s,
+        lam_l=lam_l,
+        short=short,
+        long=long,
+        mu_s=mu_s,
+        mu_l=mu_l,
+        cv2_s=cv2_s,
+        cv2_l=cv2_l,
+        n_s=n_s,
+        n_l=n_l,
+        wait_s=wait[:k].reshape(shape),
+        wait_l=wait[k : 2 * k].reshape(shape),
+        bind_s=bind_s,
+        bind_l=bind_l,
+        cost_hr=cost,
+        homogeneous_n=n_h,
+        homogeneous_rho=rate / (n_h * homo.mu_gpu) if n_h else 0.0,
+        homogeneous_wait=float(wait[-1]),
+        homogeneous_binding=Binding(int(bind[-1])),
+        best=_order(cost, ok, cal),
+    )
+
+
+def _mix(a: FloatArray, b: FloatArray, wa: FloatArray, wb: FloatArray) -> FloatArray:
+    tot = wa + wb
+    out: FloatArray = np.where(tot > 0, (wa * a + wb * b) / np.where(tot > 0, tot, 1.0), a)
+    return out
