@@ -53,15 +53,13 @@ PAPER_PROFILE = "a100_80gb_llama3_70b"
 
 
 def data_dir(explicit: str | None = None) -> Path:
-    """Where the paper-input CDFs live: flag, environment, or `shared/data` near the repo."""
-    for cand in (explicit, os.environ.get("FLEETGATE_DATA_DIR")):
-        if cand:
-            return Path(cand)
-    for parent in (ROOT, *ROOT.parents):
-        path = parent / "shared" / "data"
-        if (path / "azure_2023.json").is_file():
-            return path
-    raise FileNotFoundError("no workload data directory: pass --data-dir or FLEETGATE_DATA_DIR")
+    """Where the paper-input CDFs live: --data-dir, else $FLEETGATE_DATA_DIR, else the
+    copies the project ships (simulator/data/, provenance in its README.md)."""
+    if explicit:
+        return Path(explicit)
+    from simulator.lengths import data_dir as shipped
+
+    return shipped()
 
 
 def load_workload(name: str, directory: str | None = None) -> tuple[LengthCdf, dict[str, Any]]:

@@ -12,9 +12,8 @@ documented assumption, not data: by default the paper's 80/20 rule,
 paper's tables). The raw Azure trace is 90/10 (input 90.3 % of tokens), which a scenario
 can ask for with ``input_fraction: 0.9``.
 
-Where the files are: ``$FLEETGATE_DATA_DIR`` if set, else the first ``shared/data``
-directory found walking up from the repository (CI clones the repository with ``shared/``
-beside it, so that is ``../shared/data``). A name that is an existing path is read as is.
+Where the files are: ``$FLEETGATE_DATA_DIR`` if set, else the copies the project ships in
+``simulator/data/`` (with their provenance). A name that is an existing path is read as is.
 Failure posture: a missing or malformed file raises at scenario load, naming the file.
 """
 
@@ -28,21 +27,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
+_DATA = Path(__file__).resolve().parent / "data"
 
 
 def data_dir() -> Path:
-    """Where the shared workload files live (see the module docstring)."""
+    """Where the workload files live: ``$FLEETGATE_DATA_DIR``, else the copies shipped in
+    ``simulator/data/`` (provenance in its README.md)."""
     env = os.environ.get("FLEETGATE_DATA_DIR")
-    if env:
-        return Path(env)
-    for base in (_ROOT, *_ROOT.parents):
-        candidate = base / "shared" / "data"
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError(
-        "workload data not found: set FLEETGATE_DATA_DIR or put shared/data beside the repository"
-    )
+    return Path(env) if env else _DATA
 
 
 @dataclass(frozen=True, slots=True)
