@@ -48,7 +48,6 @@ from policies.planner.profile import profile_from_dict
 from policies.planner.report import explain, live_dict, plan_dict, table
 
 NAMED = {"azure": "azure_2023", "lmsys": "lmsys_chat_1m", "agent": "agent_heavy"}
-ROOT = Path(__file__).resolve().parents[1]
 PAPER_PROFILE = "a100_80gb_llama3_70b"
 
 
