@@ -66,7 +66,9 @@ class Proc:
         last: Exception | None = None
         while time.monotonic() < deadline:
             if self.popen is not None and self.popen.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.output()}")
+                raise RuntimeError(
+                    f"{self.name} exited with {self.popen.returncode}:\n{self.output()}"
+                )
             try:
                 r = httpx.get(self.url + path, timeout=1.0)
                 if r.status_code < 500:
@@ -113,7 +115,9 @@ class Procs:
         return proc.start()
 
     def emulator(self, name: str, *args: str, port: int | None = None) -> Proc:
-        return self.fleetgate(name, "emulate", "--host", "127.0.0.1", "--port", "{port}", *args, port=port)
+        return self.fleetgate(
+            name, "emulate", "--host", "127.0.0.1", "--port", "{port}", *args, port=port
+        )
 
     def redis(self) -> Proc:
         exe = shutil.which("redis-server")

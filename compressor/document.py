@@ -1,0 +1,367 @@
+"""A text as the scorer sees it: units, their exact-ish token counts, a sparse term matrix.
+
+One pass over the text's space-delimited chunks (the exact counter's chunks, see
+compressor/counting.py) gives every unit its token count and its terms at once: each
+distinct chunk is analysed once per process and memoised as one packed integer
+(token count, length, term id), so a warm 10K-token prompt costs one `dict` lookup per
+word plus a few vectorised numpy operations, never a per-word Python loop.
+
+- Token counts: Σ over a unit's chunks of count(" " + chunk). Summed over all units this
+  is the text's exact count (counting.py); a chunk that straddles a unit boundary (a
+  line break inside a chunk) is charged wholly to the unit it starts in, so a single
+  unit may be off by a token or two. The compressor therefore re-counts its output
+  exactly and never relies on these sums for the guarantee.
+- Terms: a chunk's term is its first word, lower-cased, stripped of punctuation; numbers,
+  words shorter than 3 characters and English stop words have none. The matrix holds
+  (unit, term, tf) triples with term ids local to the document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from compressor.counting import (
+    LEN_MASK,
+    LEN_SHIFT,
+    USER_SHIFT,
+    IntArray,
+    TokenCounter,
+    default_counter,
+)
+from compressor.sentences import (
+    DEFAULT_MAX_UNIT_CHARS,
+    NONEMPTY_FLAG,
+    Units,
+    piece_flags,
+    piece_offsets,
+    split_units,
+)
+from compressor.tokenizer import Tokenizer
+
+FloatArray = npt.NDArray[np.float64]
+__all__ = ["Analyzer", "Document", "FloatArray", "IntArray", "kept_tokens"]
+
+_STRIP = "\"'`“”‘’«»()[]{}<>.,;:!?*_#|/\\-–—=+~^%$&@…"
+
+STOP_WORDS = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "could",
+        "did",
+        "do",
+        "does",
+        "doing",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "just",
+        "may",
+        "me",
+        "might",
+        "more",
+        "most",
+        "must",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "now",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "shall",
+        "she",
+        "should",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "upon",
+        "us",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "one",
+        "two",
+        "use",
+        "used",
+        "using",
+        "see",
+        "also",
+        "however",
+        "thus",
+        "therefore",
+        "etc",
+    ]
+)
+
+_TERM_BITS = 18  # term id + 1 in the counter's free high bits, then the sentence flags
+_TERM_MASK = (1 << _TERM_BITS) - 1
+_FLAG_SHIFT = USER_SHIFT + _TERM_BITS
+
+
+class _ChunkMemo(dict[str, int]):
+    """piece → the counter's packed value | (term id + 1, sentence flags) << USER_SHIFT."""
+
+    __slots__ = ("_counter", "terms")
+
+    def __init__(self, counter: TokenCounter) -> None:
+        super().__init__()
+        self._counter = counter
+        self.terms: dict[str, int] = {}
+
+    def __missing__(self, piece: str) -> int:
+        term = _term_of(piece)
+        tid = 0
+        if term is not None:
+            tid = self.terms.get(term, -1) + 1
+            if tid == 0 and len(self.terms) < _TERM_MASK - 1:
+                tid = len(self.terms) + 1
+                self.terms[term] = tid - 1
+        value = (
+            self._counter.packed_value(piece)
+            | (tid << USER_SHIFT)
+            | (piece_flags(piece) << _FLAG_SHIFT)
+        )
+        self[piece] = value
+        return value
+
+
+def _term_of(chunk: str) -> str | None:
+    words = chunk.split(None, 1)
+    if not words:
+        return None
+    word = words[0].strip(_STRIP).lower()
+    if len(word) < 3 or word in STOP_WORDS or not any(c.isalpha() for c in word):
+        return None
+    return word
+
+
+class Analyzer:
+    """Turns texts into `Document`s; holds the process-wide chunk memo (bounded)."""
+
+    __slots__ = ("_max_entries", "_memo", "counter")
+
+    def __init__(self, counter: TokenCounter | None = None, max_entries: int = 1 << 18) -> None:
+        self.counter = counter or default_counter()
+        self._memo = _ChunkMemo(self.counter)
+        self._max_entries = max_entries
+
+    def analyse(
+        self,
+        texts: Sequence[str],
+        frozen: Sequence[bool] = (),
+        max_unit_chars: int = DEFAULT_MAX_UNIT_CHARS,
+    ) -> Document:
+        """Analyse consecutive texts as one document whose units never cross a seam
+        between texts (shared IDF, TextRank graph and novelty; per-text position). A
+        `frozen` text is one unit (a chat template's markers, a protected message)."""
+        if len(self._memo) > self._max_entries:
+            self._memo.clear()  # between documents only: term ids stay consistent within one
+            self._memo.terms.clear()
+        offsets = [0]
+        for t in texts:
+            offsets.append(offsets[-1] + len(t))
+        text = "".join(texts)
+        ranges = [
+            (offsets[k], offsets[k + 1])
+            for k, f in enumerate(frozen)
+            if f and offsets[k] < offsets[k + 1]
+        ]
+        self.counter.trim_memo()
+        pieces = text.split(" ")
+        packed = self.counter.packed(pieces, self._memo)
+        counts, glued = self.counter.piece_counts(pieces, packed)
+        lengths = (packed >> LEN_SHIFT) & LEN_MASK
+        terms = ((packed >> USER_SHIFT) & _TERM_MASK) - 1
+        flags = (packed >> _FLAG_SHIFT) | np.where(lengths > 0, NONEMPTY_FLAG, 0)
+        pos = piece_offsets(lengths)
+        units = split_units(text, max_unit_chars, offsets[:-1], ranges, (pos, flags))
+        starts = np.asarray(units.starts, dtype=np.int64)
+        unit_of = np.searchsorted(starts, pos, side="right") - 1
+        n = len(units)
+        tokens = np.bincount(unit_of, weights=counts, minlength=n).astype(np.int64)
+        words = np.bincount(unit_of, minlength=n).astype(np.int64)
+        has = terms >= 0
+        pu, pt, tf, n_terms = _sparse(unit_of[has], terms[has], n)
+        seams = np.asarray(offsets[:-1], dtype=np.int64)
+        group = np.searchsorted(seams, starts, side="right") - 1
+        chunk = np.ones(len(pieces), dtype=np.bool_)
+        chunk[glued] = False
+        return Document(
+            units, tuple(offsets), group, tokens, words, pu, pt, tf, n_terms,
+            chunk_pos=pos[chunk], chunk_tokens=counts[chunk],
+        )  # fmt: skip
+
+
+def _sparse(units: IntArray, terms: IntArray, n: int) -> tuple[IntArray, IntArray, IntArray, int]:
+    """(unit, local term, tf) triples sorted by unit then term."""
+    if len(terms) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, 0
+    uniq, local = np.unique(terms, return_inverse=True)
+    v = len(uniq)
+    keys, tf = np.unique(units * v + local, return_counts=True)
+    return keys // v, keys % v, tf.astype(np.int64), v
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """Texts ready for scoring: `tokens[i]`/`words[i]`/`group[i]` per unit, and the
+    unit × term matrix as parallel arrays (`pu`, `pt`, `tf`) over `n_terms` local term ids."""
+
+    units: Units
+    offsets: tuple[int, ...]  # text k is units.text[offsets[k]:offsets[k + 1]]
+    group: IntArray  # the text each unit belongs to
+    tokens: IntArray
+    words: IntArray
+    pu: IntArray
+    pt: IntArray
+    tf: IntArray
+    n_terms: int
+    chunk_pos: IntArray  # where each exact-count chunk starts (its safe cut)
+    chunk_tokens: IntArray  # and its tokens: Σ = the whole text's exact count
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+
+def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], tokenizer: Tokenizer) -> int:
+    """Exact token count of the text made of `spans` (ascending, disjoint [a, b) ranges of
+    doc.units.text) without re-counting it: every input safe cut strictly inside a span is
+    a safe cut of the output too (its left neighbour is unchanged), so chunks between two
+    such cuts keep their counts; only the few segments that contain a junction between
+    spans (from the last cut of one span to the first cut of a later one) are encoded."""
+    text = doc.units.text
+    cs = doc.chunk_pos
+    n = doc.chunk_tokens
+    if not spans:
+        return 0
+    a = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
+    b = np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans))
+    ends = np.append(cs[1:], len(text))
+    r = np.searchsorted(a, cs, side="right") - 1
+    rc = np.maximum(r, 0)
+    inside = (r >= 0) & (cs > a[rc]) & (cs < b[rc])  # safe cuts strictly inside a span
+    interior = inside & (ends < b[rc])
+    total = int(n[interior].sum())
+    cut_span = r[inside]
+    cut_pos = cs[inside]
+    # first and last used cut of each span (cut_span is sorted; a span without a cut is
+    # crossed whole by a junction segment)
+    ids = np.arange(len(spans))
+    lo = np.searchsorted(cut_span, ids, side="left")
+    hi = np.searchsorted(cut_span, ids, side="right")
+    has = (hi > lo).tolist()
+    first = cut_pos[np.minimum(lo, len(cut_pos) - 1)].tolist() if len(cut_pos) else []
+    last = cut_pos[np.maximum(hi - 1, 0)].tolist() if len(cut_pos) else []
+    parts: list[str] = []
+    for k, (s, e) in enumerate(spans):
+        if has[k]:
+            parts.append(text[s : first[k]])
+            total += len(tokenizer.encode("".join(parts)))
+            parts = [text[last[k] : e]]
+        else:
+            parts.append(text[s:e])
+    total += len(tokenizer.encode("".join(parts)))
+    return total

@@ -1,0 +1,343 @@
+"""Unicode-aware sentence splitting into *units*: the things the compressor keeps or drops.
+
+FleetOpt §5.2 step 1. A unit is a sentence, a line of a list or table, or a whole fenced
+code block. Units tile the text: unit i is `text[starts[i]:starts[i+1]]` and owns the
+whitespace *before* it, so joining any subset in order gives natural separators (a kept
+paragraph-opening sentence brings its blank line, a mid-paragraph one its space) and
+joining all of them gives the text back byte for byte.
+
+Boundaries (no per-line or per-word Python loop: a 50 KB prompt splits in ~0.5 ms):
+- sentence ends: a space-delimited word ending in `.` `!` `?` `…` (plus closing quotes or
+  brackets) followed, after spaces, by a word starting with an uppercase letter, digit,
+  opening quote/bracket or a caseless script. A `.` ending a known abbreviation ("Dr.",
+  "e.g.", "Fig."), an initial ("J."), list numbering ("1.") or a dotted acronym ("U.S.")
+  is not an end. Decimals (3.14), URLs and file names (example.com/a.b) have no space
+  after the dot and are never split. Each distinct word's flags are computed once
+  (`piece_flags`, memoised by compressor/document.py); the ends are then a vectorised
+  test over the words (`sentence_ends`).
+- CJK ends: `。！？` (and fullwidth `．`) end a sentence with or without a following space.
+- line breaks (one regular expression): a blank line (paragraph), a line ending in
+  terminal punctuation or `:`/`;`, or a next line that starts a bullet (`-`, `*`, `+`,
+  `•`, `1.`, `a)`), a heading (`#`), a quote (`>`) or a table row (`|`). A wrapped line
+  (none of these) continues its sentence.
+- fenced code blocks (``` or ~~~, unclosed → to the end) are one unit each, never split;
+  the caller keeps them whole.
+- a unit longer than `max_unit_chars` (tables, run-on lists) is split at its line breaks,
+  then at spaces, so selection never faces an all-or-nothing block of thousands of tokens.
+
+Failure posture: splitting never fails and never loses bytes; a wrong split only makes a
+unit coarser or finer (the tests pin the listed cases).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import numpy.typing as npt
+
+from compressor.fences import code_spans
+
+# Lower-cased words that end in "." without ending a sentence (the final dot stripped).
+ABBREVIATIONS = frozenset(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "ft",
+        "vs",
+        "cf",
+        "al",
+        "fig",
+        "figs",
+        "eq",
+        "eqs",
+        "no",
+        "nos",
+        "nr",
+        "vol",
+        "vols",
+        "pp",
+        "ed",
+        "eds",
+        "approx",
+        "dept",
+        "est",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "gen",
+        "col",
+        "lt",
+        "sgt",
+        "capt",
+        "rev",
+        "hon",
+        "gov",
+        "sen",
+        "rep",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "e.g",
+        "i.e",
+        "a.m",
+        "p.m",
+        "u.s",
+        "u.k",
+        "ph.d",
+        "b.sc",
+        "m.sc",
+        "viz",
+        "ca",
+        "resp",
+    ]
+)
+
+_CLOSERS = "\"'”’»)]}"
+_OPENERS = "\"'“‘«([{¿¡"
+_MARKS = ".!?…‼⁉"
+_CJK_MARKS = "。！？．"
+_CJK_END = re.compile(r"[。！？．]+[」』”’）】〉》]*")
+# Line breaks that are unit boundaries; group 1: blank line, group 2: the next line opens
+# a list item, heading, quote or table row; neither: the line ends a sentence or clause.
+_BREAK = re.compile(
+    r"""\n(?:[^\S\n]*\n\s*()
+        |(?=[^\S\n]*(?:[-*+•‣◦▪–]|\d{1,3}[.)]|[a-zA-Z][.)])[^\S\n]|[^\S\n]*(?:\#{1,6}\s|>|\|))()
+        |(?<=[.!?:;…。！？"'”’)\]]\n)|(?<=[.!?:;…。！？"'”’)\]][ \t]\n))""",
+    re.VERBOSE,
+)
+_ANY_BREAK = re.compile(r"\s*\n\s*")
+
+# Per-piece flags (a piece is a space-delimited chunk of text.split(" ")).
+END_FLAG = 1  # ends a sentence if the next word starts one
+START_FLAG = 2  # can start a sentence: upper case, digit, opening quote, caseless letter
+NONEMPTY_FLAG = 4  # set by the caller: the piece is not empty (runs of spaces leave empty ones)
+
+DEFAULT_MAX_UNIT_CHARS = 1200  # ≈300 tokens: coarser units make the greedy fill lumpy
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A text cut into units. `code[i]`: unit i is a fenced code block (keep whole).
+    `lead[i]`: unit i opens a paragraph, list item or block (the position score uses it).
+    `fixed[i]`: unit i is a frozen range (template, protected message: keep whole)."""
+
+    text: str
+    starts: list[int]
+    code: list[bool]
+    lead: list[bool]
+    fixed: list[bool]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def span(self, i: int) -> tuple[int, int]:
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.text)
+        return self.starts[i], end
+
+    def unit(self, i: int) -> str:
+        a, b = self.span(i)
+        return self.text[a:b]
+
+
+def piece_flags(piece: str) -> int:
+    """END_FLAG | START_FLAG bits of one space-delimited piece (memoised by the caller)."""
+    flags = 0
+    c = piece[:1]
+    if c and (c.isupper() or c.isdigit() or c in _OPENERS or (c.isalpha() and not c.islower())):
+        flags |= START_FLAG
+    s = piece.rstrip(_CLOSERS)
+    if s and s[-1] in _MARKS:
+        if s[-1] != ".":
+            return flags | END_FLAG
+        word = s[:-1].rsplit(None, 1)[-1] if s[:-1].strip() else ""
+        if s[:-1][-1:].isspace():
+            word = ""
+        word = word.lstrip(_OPENERS).lower()
+        if not word:
+            return flags
+        if len(word) == 1 and word.isalpha():
+            return flags  # an initial: "J. R. R. Tolkien"
+        if word.isdigit() and len(word) <= 2:
+            return flags  # list numbering "1." and dates "3. März"
+        if word in ABBREVIATIONS or ("." in word and all(len(x) <= 2 for x in word.split("."))):
+            return flags  # "Dr.", "e.g.", "U.S."
+        flags |= END_FLAG
+    return flags
+
+
+def sentence_ends(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> list[int]:
+    """Offsets of ". X" sentence ends from per-piece offsets (`pos[j]`: the space before
+    piece j) and flags: piece j-1 ends a sentence and the next non-empty piece starts one
+    (runs of spaces leave empty pieces)."""
+    if len(flags) < 2:
+        return []
+    cand = np.flatnonzero((flags[:-1] & END_FLAG) != 0) + 1
+    if len(cand) == 0:
+        return []
+    nonempty = np.flatnonzero((flags & NONEMPTY_FLAG) != 0)
+    k = np.searchsorted(nonempty, cand)
+    ok = k < len(nonempty)
+    cand, k = cand[ok], k[ok]
+    nxt = nonempty[k]
+    starts = (flags[nxt] & START_FLAG) != 0
+    ends: list[int] = pos[cand[starts]].tolist()
+    return ends
+
+
+def _pieces(text: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Offsets and flags of text.split(" ")'s pieces, without a memo (standalone use)."""
+    pieces = text.split(" ")
+    lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    flags = np.fromiter(
+        ((piece_flags(p) | NONEMPTY_FLAG) if p else 0 for p in pieces),
+        dtype=np.int64,
+        count=len(pieces),
+    )
+    return piece_offsets(lengths), flags
+
+
+def piece_offsets(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Offset of each piece of text.split(" ") (piece j ≥ 1: of the space before it)."""
+    pos: npt.NDArray[np.int64] = np.cumsum(lengths + 1) - lengths - 2
+    if len(pos):
+        pos[0] = 0
+    return pos
+
+
+def _sep_start(text: str, at: int) -> int:
+    """Start of the whitespace run that ends at `at` (the unit boundary owns it)."""
+    i = at
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return i
+
+
+def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
+    """Boundaries inside text[a:b] so no piece exceeds `limit` chars: lines, then spaces."""
+    if b - a <= limit:
+        return
+    cuts = [m.start() for m in _ANY_BREAK.finditer(text, a, b) if m.start() > a]
+    points = [a, *cuts, b]
+    for x, y in pairwise(points):
+        if x != a:
+            out.append(x)
+        pos = x
+        while y - pos > limit:
+            cut = text.rfind(" ", pos + limit // 2, pos + limit)
+            if cut <= pos:
+                cut = pos + limit
+            out.append(_sep_start(text, cut) if text[cut - 1].isspace() else cut)
+            if out[-1] <= pos:
+                out[-1] = cut
+            pos = out[-1]
+
+
+def _line_breaks(text: str, seams: list[int]) -> tuple[list[int], list[int]]:
+    """(lead, other) boundary offsets at line breaks, each the start of its separator run;
+    a separator run that began in an earlier text is cut at the seam."""
+    lead: list[int] = []
+    other: list[int] = []
+    for m in _BREAK.finditer(text):
+        s = m.start()
+        if text[s - 1 : s] in (" ", "\t"):
+            floor = seams[bisect_right(seams, s) - 1] if seams and seams[0] <= s else 0
+            s = max(_sep_start(text, s), floor)
+        (other if m.lastindex is None else lead).append(s)
+    return lead, other
+
+
+def _outside(bounds: list[int], ranges: list[tuple[int, int]]) -> list[int]:
+    """The bounds not strictly inside any of the (sorted, disjoint) ranges."""
+    if not ranges or not bounds:
+        return bounds
+    x = np.asarray(bounds, dtype=np.int64)
+    lo = np.asarray([a for a, _ in ranges], dtype=np.int64)
+    hi = np.asarray([b for _, b in ranges], dtype=np.int64)
+    k = np.searchsorted(lo, x, side="left") - 1
+    inside = (k >= 0) & (x < hi[np.maximum(k, 0)])
+    kept: list[int] = x[~inside].tolist()
+    return kept
+
+
+def split_units(
+    text: str,
+    max_unit_chars: int = DEFAULT_MAX_UNIT_CHARS,
+    seams: Sequence[int] = (),
+    frozen: Sequence[tuple[int, int]] = (),
+    pieces: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None,
+) -> Units:
+    """Cut `text` into units (see the module docstring). `seams` are offsets where a unit
+    must start (the compressor joins several texts into one document and cuts at their
+    seams); each `frozen` range [a, b) (bounded by seams) is a single unit, never split.
+    `pieces` = (offsets, flags) of text.split(" ") when the caller has them memoised."""
+    seam_list = sorted(set(seams))
+    pos, flags = _pieces(text) if pieces is None else pieces
+    found = sentence_ends(pos, flags)
+    if any(mark in text for mark in _CJK_MARKS):
+        found.extend(m.end() for m in _CJK_END.finditer(text))
+    lead_breaks, other_breaks = _line_breaks(text, seam_list)
+    found += lead_breaks
+    found += other_breaks
+    code_starts: set[int] = set()
+    fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
+    if fenced and seam_list:  # a fence left open in one text ends at the next seam
+        cut: list[tuple[int, int]] = []
+        for a, b in fenced:
+            inner = [s for s in seam_list if a < s < b]
+            cut.extend(zip([a, *inner], [*inner, b], strict=True))
+        fenced = cut
+    fence_units: list[tuple[int, int]] = []
+    for a, b in fenced:
+        floor = seam_list[bisect_right(seam_list, a) - 1] if seam_list and seam_list[0] <= a else 0
+        s = max(_sep_start(text, a), floor)
+        fence_units.append((s, b))
+        code_starts.add(s)
+    whole = sorted([*fence_units, *frozen])
+    bounds = set(_outside(found, whole))
+    bounds.update(seam_list)
+    for a, b in whole:
+        bounds.update((a, b))
+    starts = sorted(b for b in bounds if b < len(text))
+    seam_set = set(seam_list)
+    while len(starts) > 1 and starts[-1] not in seam_set and text[starts[-1] :].isspace():
+        starts.pop()  # no whitespace-only unit at the end
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    frozen_starts = {a for a, _ in frozen}
+    if max_unit_chars > 0:
+        extra: list[int] = []
+        for a, b in zip(starts, [*starts[1:], len(text)], strict=True):
+            if b - a > max_unit_chars and a not in code_starts and a not in frozen_starts:
+                _cut_long(text, a, b, max_unit_chars, extra)
+        if extra:
+            starts = sorted(set(starts).union(extra))
+    leads = {0, *seam_list, *lead_breaks, *code_starts, *(b for _, b in fence_units)}
+    return Units(
+        text=text,
+        starts=starts,
+        code=[s in code_starts for s in starts],
+        lead=[s in leads for s in starts],
+        fixed=[s in frozen_starts for s in starts],
+    )

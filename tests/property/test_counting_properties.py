@@ -1,0 +1,68 @@
+"""The memoised chunk counter agrees with tiktoken on every string (compressor/counting.py)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compressor.counting import TokenCounter
+from compressor.tokenizer import cl100k
+
+# Characters that stress the pre-tokenizer: every kind of whitespace it distinguishes,
+# letters, digits, punctuation, apostrophes (contractions) and a few non-Latin scripts.
+_ALPHABET = st.sampled_from(
+    list(" \t\n\r\x0b\x0c\xa0\u2028\u3000")
+    + list("aZ'sdmtlv019.,;:!?()-_*#`\"")
+    + list("éßЖж中文。！")
+)
+_WORDS = st.sampled_from(
+    [
+        "the",
+        " The",
+        "don't",
+        "we'll",
+        "I'M",
+        "12345",
+        "3.14",
+        "https://x.org/a.b",
+        "  ",
+        "\n\n",
+        "\n\t",
+        "\n    ",
+        " \n",
+        "\t ",
+    ]
+)
+
+_TEXT = st.lists(st.one_of(_ALPHABET, _WORDS), max_size=60).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_TEXT)
+def test_count_equals_tiktoken(text: str) -> None:
+    counter = TokenCounter(cl100k())
+    assert counter.count(text) == len(cl100k().encode(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TEXT, min_size=1, max_size=8))
+def test_count_is_stable_under_a_shared_memo(texts: list[str]) -> None:
+    counter = TokenCounter(cl100k(), max_entries=16)
+    for _ in range(2):
+        for text in texts:
+            assert counter.count(text) == len(cl100k().encode(text))
+
+
+def test_count_of_real_prose_and_code() -> None:
+    import inspect
+    import textwrap
+
+    counter = TokenCounter(cl100k())
+    for text in (
+        inspect.getsource(textwrap),
+        textwrap.__doc__ or "",
+        "a\n\t b",
+        "a\n    b",
+        "x\t ",
+    ):
+        assert counter.count(text) == len(cl100k().encode(text))
