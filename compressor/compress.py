@@ -235,6 +235,33 @@ def compress_chat(
 _DEFAULT = CompressorConfig()
 
 
+def fit_request(
+    target: int,
+    *,
+    prompt: str | None = None,
+    messages: Sequence[Message] | None = None,
+    may_compress: bool = True,
+    likely_fits: bool = False,
+    config: CompressorConfig | None = None,
+    analyzer: Analyzer | None = None,
+) -> Compression:
+    """What the gateway calls for a placement with `compress_to` (policies/pools.py):
+    make a completion `prompt` or chat `messages` fit `target` prompt tokens exactly.
+    `may_compress` false: only count (fits or not, never changed). `likely_fits` (the
+    estimate is below the target): count first and analyse only if it does not fit."""
+    analyzer = analyzer or default_analyzer()
+    if likely_fits or not may_compress:
+        rendered = render_chat(messages) if messages is not None else (prompt or "")
+        tokens = analyzer.counter.count(rendered)
+        if tokens <= target or not may_compress:
+            detail = "" if tokens <= target else "may not be compressed"
+            sent = list(messages) if messages is not None else None
+            return Compression(target, tokens, tokens, prompt, sent, detail=detail)
+    if messages is not None:
+        return compress_chat(messages, target, config, analyzer)
+    return compress_prompt(prompt or "", target, config, analyzer)
+
+
 def request_tokens(prompt: str | None = None, messages: Sequence[Message] | None = None) -> int:
     """Exact prompt tokens of a request as the engine counts it (template included)."""
     counter = default_analyzer().counter

@@ -308,13 +308,16 @@ def split_units(
             inner = [s for s in seam_list if a < s < b]
             cut.extend(zip([a, *inner], [*inner, b], strict=True))
         fenced = cut
+    frozen_list = sorted(frozen)
     fence_units: list[tuple[int, int]] = []
     for a, b in fenced:
+        if any(x <= a < y for x, y in frozen_list):
+            continue  # inside a frozen range: kept whole anyway
         floor = seam_list[bisect_right(seam_list, a) - 1] if seam_list and seam_list[0] <= a else 0
         s = max(_sep_start(text, a), floor)
         fence_units.append((s, b))
         code_starts.add(s)
-    whole = sorted([*fence_units, *frozen])
+    whole = sorted([*fence_units, *frozen_list])
     bounds = set(_outside(found, whole))
     bounds.update(seam_list)
     for a, b in whole:
