@@ -221,12 +221,22 @@ def prose_prompt(rng: random.Random, target: int) -> Sample:
     return Sample(Category.PROSE, 256, prompt=lead + body + tail, meta={"titles": titles})
 
 
+_HEADERS = (
+    "[{i}] {t}\n",
+    "Document {i} (source: {t}):\n",
+    "### Passage {i}: {t}\n",
+    '<document index="{i}" source="{t}">\n',
+    "Source: {t}\n",
+)
+_FOOTERS = ("", "", "", "\n</document>", "\n---")
+
+
 def _passages(rng: random.Random, target: int) -> tuple[list[str], str]:
     pool = list(doc_sources())
     chosen: list[str] = []
     title = ""
     used = 0
-    style = rng.randrange(3)
+    style = rng.randrange(len(_HEADERS))
     while used < target and pool:
         src = pool.pop(rng.randrange(len(pool)))
         paras = paragraphs(src.text)
@@ -238,14 +248,9 @@ def _passages(rng: random.Random, target: int) -> tuple[list[str], str]:
                 break
             continue
         i = len(chosen) + 1
-        header = (
-            f"[{i}] {src.title}\n",
-            f"Document {i} (source: {src.title}):\n",
-            f"### Passage {i}: {src.title}\n",
-        )[style]
-        chosen.append(header + text)
+        chosen.append(_HEADERS[style].format(i=i, t=src.title) + text + _FOOTERS[style])
         title = title or src.title
-        used += n + 12
+        used += n + 14
     return chosen, title
 
 
@@ -254,10 +259,14 @@ def rag_sample(rng: random.Random, target: int, as_chat: bool | None = None) -> 
     passages, title = _passages(rng, target - 80)
     question = _question(rng, title)
     if not chat:
-        prompt = (
-            "Answer the question using the retrieved context below. Cite passages by number.\n\n"
-            "Context:\n\n" + "\n\n".join(passages) + "\n\n" + question
+        lead = rng.choice(
+            (
+                "Answer the question using the retrieved context below. Cite passages by number.\n\nContext:\n\n",
+                "Search results:\n\n",
+                "You are given some documents. Use them to answer at the end.\n\n",
+            )
         )
+        prompt = lead + "\n\n".join(passages) + "\n\n" + question
         return Sample(Category.RAG, 512, prompt=prompt)
     messages: list[dict[str, Any]] = [
         {

@@ -3,20 +3,22 @@
 The category keys the bytes-per-token estimate (policies/budget.py; code packs fewer
 bytes into a token than prose) and gates compression (FleetOpt §5.2: extraction is safe
 for prose and retrieved passages, not for code). It runs on every request, so it only
-uses C-speed string operations (`str.count`, two literal-prefixed regular expressions)
-on at most `_SAMPLE` characters from the head and tail of the content: ~20–40 µs.
+uses C-speed string operations (`str.count`, literal-prefixed regular expressions) on
+at most `_SAMPLE` characters from each end of the content: ≤ ~60 µs per request.
 
 Rules, in order:
-1. **code** if the code score ≥ `CODE_THRESHOLD` (0.15), where per line
+1. **rag** if the request carries retrieved material: a `tool` message with content; or
+   source headers at line starts (`[1]`, `Document 2`, `Passage 3:`, `Source:`,
+   `<document …>`) or a context label (`Context:`, `Sources:`, `Search results:`,
+   `Retrieved …`) in a non-assistant message — for a plain prompt, only if its last 400
+   characters ask about that material: they name it ("the context", "the passages",
+   "sources", "cite", "according to"), or hold a question mark with a label or ≥ 2
+   headers. Retrieval comes first: retrieved passages may well contain code.
+2. **code** if the code score ≥ `CODE_THRESHOLD` (0.15), where per line
    score = (lines ending in `:` `;` `{` `}` `)` `,` + ` = ` + `()` + `return ` + `def `)
            − `>>> ` − ½·(`. ` + `, `),
    or if fenced code blocks hold more than half the characters. Documentation with
    examples has doctest prompts and sentences; source code has neither.
-2. **rag** if the request carries retrieved material: a `tool` message with content, or
-   ≥ 2 numbered source headers at line starts (`[1]`, `Document 2`, `Passage 3:`,
-   `<document …>`), or a context/sources label (`Context:`, `Sources:`, `Search
-   results:`, `Retrieved …`) — and, for a plain prompt, a question in its last 600
-   characters.
 3. **chat** if the messages hold a conversation: an assistant turn or ≥ 2 user turns.
 4. **prose** otherwise.
 
@@ -38,22 +40,22 @@ from compressor.template import content_text
 from policies.types import Category
 
 CODE_THRESHOLD = 0.15
-_SAMPLE = 4_000  # characters from each end of long content: enough for a stable ratio
+_SAMPLE = 1_500  # characters from each end of long content: enough for a stable ratio
 
 _CODE_TOKENS = (" = ", "()", "return ", "def ")  # assignments, calls, definitions
-_CODE_ENDINGS = re.compile(r"[:;{}),]\n")  # lines that end a statement or open a block
+_CODE_ENDINGS = re.compile(r"\n(?<=[:;{}),]\n)")  # a statement ends or a block opens
 _DOCTEST = ">>> "  # documentation shows code after a prompt; source code never does
 _SENTENCE = (". ", ", ")  # sentences and clauses: documentation and conversation
+# Both run on the lower-cased sample and start with a literal "\n" (fast to scan for).
 _SOURCE_HEADER = re.compile(
-    r"\n[^\S\n]*(?:\[\d{1,3}\]|<(?:document|doc|source|passage)\b|"
-    r"(?:\#+\s*)?(?:document|doc|passage|source|chunk|result|excerpt|snippet)\s*\#?\s*\d{1,3}\b)",
-    re.IGNORECASE,
+    r"\n[^\S\n]*(?:\[\d{1,3}\]|<(?:document|doc|source|passage)\b|source\s*:|"
+    r"(?:\#+\s*)?(?:document|doc|passage|source|chunk|result|excerpt|snippet)\s*\#?\s*\d{1,3}\b)"
 )
 _CONTEXT_LABEL = re.compile(
-    r"\n?[^\S\n]*(?:context|sources|search results|retrieved (?:documents|passages|context)|"
-    r"documents|references)\s*:",
-    re.IGNORECASE,
+    r"\n[^\S\n]*(?:context|sources|search results|retrieved (?:documents|passages|context)|"
+    r"documents|references)\s*:"
 )
+_SOURCE_WORDS = ("context", "passage", "document", "source", "retrieved", "cite", "according to")
 
 
 def _sample(text: str) -> str:
@@ -72,28 +74,36 @@ def code_score(text: str) -> float:
 
 
 def _fenced_share(text: str) -> float:
-    if "```" not in text and "~~~" not in text:
+    s = _sample(text)
+    if "```" not in s and "~~~" not in s:
         return 0.0
-    return sum(b - a for a, b in code_spans(text)) / max(len(text), 1)
+    return sum(b - a for a, b in code_spans(s)) / max(len(s), 1)
 
 
 def is_code(text: str) -> bool:
     return code_score(text) >= CODE_THRESHOLD or _fenced_share(text) > 0.5
 
 
-def _rag_markers(text: str) -> bool:
-    s = "\n" + _sample(text)
-    if len(_SOURCE_HEADER.findall(s)) >= 2:
+def _is_rag(text: str, need_ask: bool = True) -> bool:
+    """Retrieved material (numbered source headers or a context label) that the prompt
+    then asks about (see the module docstring)."""
+    s = ("\n" + _sample(text)).lower()
+    headers = len(_SOURCE_HEADER.findall(s))
+    if headers == 0 and _CONTEXT_LABEL.search(s) is None:
+        return False
+    if not need_ask:
         return True
-    return _CONTEXT_LABEL.search(s) is not None
+    tail = text[-400:].lower()
+    names_sources = any(w in tail for w in _SOURCE_WORDS)
+    return names_sources or (headers != 1 and "?" in tail)
 
 
 def classify_text(text: str) -> Category:
     """Category of a completion prompt (or of one message's text)."""
+    if _is_rag(text):
+        return Category.RAG
     if is_code(text):
         return Category.CODE
-    if _rag_markers(text) and "?" in text[-600:]:
-        return Category.RAG
     return Category.PROSE
 
 
@@ -101,17 +111,16 @@ def classify_chat(messages: Sequence[Mapping[str, Any]]) -> Category:
     """Category of a chat request (see the module docstring for the rules)."""
     texts = [content_text(m.get("content")) for m in messages]
     roles = [str(m.get("role", "")) for m in messages]
-    joined = "\n".join(texts)
-    if is_code(joined):
-        return Category.CODE
     if any(r == "tool" and t for r, t in zip(roles, texts, strict=True)):
         return Category.RAG
     if any(
-        _rag_markers(t)
+        _is_rag(t, need_ask=False)
         for r, t in zip(roles, texts, strict=True)
         if r != "assistant" and len(t) > 1000
     ):
         return Category.RAG
+    if is_code("\n".join(texts)):
+        return Category.CODE
     if "assistant" in roles or roles.count("user") >= 2:
         return Category.CHAT
     return Category.PROSE
