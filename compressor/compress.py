@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.content import is_code
+from compressor.content import CLEARLY_CODE, is_code
 from compressor.document import Analyzer, Document, kept_tokens
 from compressor.scoring import ScoreConfig, scores
 from compressor.select import BoolArray, greedy_select, mandatory_mask, trim
@@ -160,7 +160,7 @@ def _compress(
     if keep is not None:
         for _ in range(max(config.max_rounds, 1)):
             spans = _spans(doc, keep)
-            after = kept_tokens(doc, spans, analyzer.counter.tokenizer)
+            after = kept_tokens(doc, spans, analyzer.counter)
             if after <= target:
                 return _Outcome(_assemble(doc, spans), before, after, n, int(n - keep.sum()))
             if not trim(keep, doc.tokens, score, mandatory, after - target):
@@ -222,7 +222,7 @@ def compress_chat(
     def editable(i: int, role: str, text: str) -> bool:
         if i == last_user or role in PROTECTED_ROLES or not text.strip():
             return False
-        return not (config.skip_code and is_code(text))
+        return not (config.skip_code and is_code(text, CLEARLY_CODE))
 
     segs, slots = segments(original, editable)
     out = _compress(segs, [s is not None for s in slots], target, config, analyzer)

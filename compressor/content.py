@@ -39,7 +39,8 @@ from compressor.fences import code_spans
 from compressor.template import content_text
 from policies.types import Category
 
-CODE_THRESHOLD = 0.15
+CODE_THRESHOLD = 0.15  # request level: separates the labelled code from documentation
+CLEARLY_CODE = 0.30  # one text inside a request: above every documentation text measured
 _SAMPLE = 1_500  # characters from each end of long content: enough for a stable ratio
 
 _CODE_TOKENS = (" = ", "()", "return ", "def ")  # assignments, calls, definitions
@@ -80,8 +81,8 @@ def _fenced_share(text: str) -> float:
     return sum(b - a for a, b in code_spans(s)) / max(len(s), 1)
 
 
-def is_code(text: str) -> bool:
-    return code_score(text) >= CODE_THRESHOLD or _fenced_share(text) > 0.5
+def is_code(text: str, threshold: float = CODE_THRESHOLD) -> bool:
+    return code_score(text) >= threshold or _fenced_share(text) > 0.5
 
 
 def _is_rag(text: str, need_ask: bool = True) -> bool:

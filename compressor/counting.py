@@ -19,8 +19,13 @@ only lookahead, `\\s+(?!\\S)`, and the end anchor `\\s++$` apply to whitespace p
 (3) the chunk to the right begins at the cut in both cases and the pattern has no
 lookbehind. Each chunk therefore splits into the same pieces alone as in the text.
 (Cutting at spaces *after* whitespace is not safe: `\\s++$` makes "\\n\\t" one piece
-at the end of a chunk but two pieces before " x".) tests/property/test_counting_properties.py
-checks the claim against tiktoken itself.
+at the end of a chunk but two pieces before " x".) The same holds for a cut right after
+a newline that is followed by a non-whitespace character: every piece holding a newline
+ends at its last newline (`[\\r\\n]*+`, `\\s*[\\r\\n]`, `\\s++$`) and no piece starts
+with a newline and continues with text, so a miss of the memo is split at its line starts
+and only its first line is encoded; the other lines are memoised on their own (words
+like "end.\\n\\nThe" are new combinations of old lines). tests/property/
+test_counting_properties.py checks the claims against tiktoken itself.
 
 Computation: `str.split(" ")` cuts at every space; a piece that follows an empty piece or
 one ending in whitespace (indentation, double spaces) is glued back to its predecessor.
@@ -44,6 +49,9 @@ from compressor.tokenizer import Tokenizer, cl100k
 IntArray = npt.NDArray[np.int64]
 
 _SPACE_AFTER_WS = re.compile(r"\s ")  # present → some cuts of str.split(" ") must be glued
+_CUT = re.compile(r"(?<=\S) ")  # the safe cuts themselves (a lookbehind: slow on long texts)
+_SHORT = 2000  # below this many characters _CUT beats str.split + gluing in numpy
+_LINE_START = re.compile(r"\n(?=\S)")  # the other safe cut: a line that starts with a non-space
 
 DEFAULT_MAX_ENTRIES = 1 << 18  # ~25 MB of short strings: a long tail of vocabulary, bounded
 
@@ -57,17 +65,27 @@ USER_SHIFT = 43
 
 
 class _Counts(dict[str, int]):
-    """piece → count(prefix + piece); a miss encodes with tiktoken and remembers."""
+    """piece → count(prefix + piece); a miss is split at its line starts (see the module
+    docstring) and its first line encoded with tiktoken; later lines come from `lines`."""
 
-    __slots__ = ("_prefix", "_tokenizer")
+    __slots__ = ("_prefix", "_tokenizer", "lines")
 
-    def __init__(self, tokenizer: Tokenizer, prefix: str) -> None:
+    def __init__(self, tokenizer: Tokenizer, prefix: str, lines: _Counts | None = None) -> None:
         super().__init__()
         self._tokenizer = tokenizer
         self._prefix = prefix
+        self.lines = self if lines is None else lines
 
     def __missing__(self, piece: str) -> int:
-        n = len(self._tokenizer.encode(self._prefix + piece))
+        text = self._prefix + piece
+        cuts = [m.end() for m in _LINE_START.finditer(text)] if "\n" in piece else []
+        if not cuts:
+            n = len(self._tokenizer.encode(text))
+        else:
+            lines = self.lines
+            bounds = [*cuts, len(text)]
+            n = len(self._tokenizer.encode(text[: cuts[0]]))
+            n += sum(lines[text[a:b]] for a, b in zip(bounds, bounds[1:], strict=False))
         self[piece] = n
         return n
 
@@ -105,8 +123,8 @@ class TokenCounter:
     def __init__(self, tokenizer: Tokenizer, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.tokenizer = tokenizer
         self._max_entries = max_entries
-        self._spaced = _Counts(tokenizer, " ")
         self._head = _Counts(tokenizer, "")
+        self._spaced = _Counts(tokenizer, " ", lines=self._head)
         self._packed = _Packed(self._spaced)
 
     def trim_memo(self) -> None:
@@ -122,13 +140,16 @@ class TokenCounter:
         if not text:
             return 0
         self.trim_memo()
-        pieces = text.split(" ")
         if _SPACE_AFTER_WS.search(text) is None:
-            return self.head(pieces[0]) + sum(
-                map(self._spaced.__getitem__, islice(pieces, 1, None))
-            )
-        packed = np.array(list(map(self._packed.__getitem__, pieces)), dtype=np.int64)
-        return int(self.piece_counts(pieces, packed)[0].sum())
+            pieces = text.split(" ")
+        elif len(text) < _SHORT:
+            pieces = _CUT.split(text)  # the safe cuts directly (fast on short strings)
+        else:
+            pieces = text.split(" ")
+            packed = np.array(list(map(self._packed.__getitem__, pieces)), dtype=np.int64)
+            return int(self.piece_counts(pieces, packed)[0].sum())
+        rest = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)))
+        return self.head(pieces[0]) + rest
 
     def head(self, piece: str) -> int:
         """count(piece) for a piece that starts a text (no leading space)."""
@@ -137,7 +158,7 @@ class TokenCounter:
     def packed(self, pieces: list[str], memo: dict[str, int] | None = None) -> IntArray:
         """Packed memo values of `text.split(" ")`'s pieces (see `pack`)."""
         source = self._packed if memo is None else memo
-        return np.array(list(map(source.__getitem__, pieces)), dtype=np.int64)
+        return np.fromiter(map(source.__getitem__, pieces), dtype=np.int64, count=len(pieces))
 
     def packed_value(self, piece: str) -> int:
         return self._packed[piece]

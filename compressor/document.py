@@ -326,42 +326,60 @@ class Document:
         return len(self.units)
 
 
-def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], tokenizer: Tokenizer) -> int:
+def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenCounter) -> int:
     """Exact token count of the text made of `spans` (ascending, disjoint [a, b) ranges of
-    doc.units.text) without re-counting it: every input safe cut strictly inside a span is
-    a safe cut of the output too (its left neighbour is unchanged), so chunks between two
-    such cuts keep their counts; only the few segments that contain a junction between
-    spans (from the last cut of one span to the first cut of a later one) are encoded."""
+    doc.units.text), mostly without counting anything again. Every input cut strictly
+    inside a span is still a safe cut of the output (its left neighbour is unchanged),
+    and so is a junction where a span that starts with " x" follows one that ends in a
+    non-space (most sentence boundaries). Output segments between such cuts that are
+    input chunks keep their counts; the rest — segments around the other junctions — are
+    counted with the memoised counter (they are new strings, but made of known lines)."""
+    if not spans:
+        return 0
     text = doc.units.text
     cs = doc.chunk_pos
     n = doc.chunk_tokens
-    if not spans:
-        return 0
     a = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
     b = np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans))
     ends = np.append(cs[1:], len(text))
     r = np.searchsorted(a, cs, side="right") - 1
     rc = np.maximum(r, 0)
-    inside = (r >= 0) & (cs > a[rc]) & (cs < b[rc])  # safe cuts strictly inside a span
-    interior = inside & (ends < b[rc])
-    total = int(n[interior].sum())
+    inside = (r >= 0) & (cs > a[rc]) & (cs < b[rc])  # input cuts strictly inside a span
+    total = int(n[inside & (ends < b[rc])].sum())  # chunks between two such cuts
     cut_span = r[inside]
-    cut_pos = cs[inside]
-    # first and last used cut of each span (cut_span is sorted; a span without a cut is
-    # crossed whole by a junction segment)
+    cut_index = np.flatnonzero(inside)
     ids = np.arange(len(spans))
     lo = np.searchsorted(cut_span, ids, side="left")
     hi = np.searchsorted(cut_span, ids, side="right")
-    has = (hi > lo).tolist()
-    first = cut_pos[np.minimum(lo, len(cut_pos) - 1)].tolist() if len(cut_pos) else []
-    last = cut_pos[np.maximum(hi - 1, 0)].tolist() if len(cut_pos) else []
+    has = hi > lo
+    safe_lo = np.minimum(lo, max(len(cut_index) - 1, 0))
+    first = cs[cut_index[safe_lo]] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
+    last_k = cut_index[np.maximum(hi - 1, 0)] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
+    tail_n = np.where(has & (ends[last_k] == b), n[last_k], -1)  # the span's last chunk, if whole
+    ka = np.minimum(np.searchsorted(cs, a), len(cs) - 1)
+    starts_chunk = cs[ka] == a
+    head_end = np.where(has, first, b)
+    head_n = np.where(starts_chunk & (ends[ka] == head_end), n[ka], -1)
+
     parts: list[str] = []
+    known = -1  # the open segment's count when it is exactly one input chunk
+
+    def close() -> int:
+        if not parts:
+            return 0
+        return known if known >= 0 else counter.count("".join(parts))
+
     for k, (s, e) in enumerate(spans):
-        if has[k]:
-            parts.append(text[s : first[k]])
-            total += len(tokenizer.encode("".join(parts)))
-            parts = [text[last[k] : e]]
+        if k and text[s] == " " and not text[spans[k - 1][1] - 1].isspace():
+            total += close()  # a safe junction: the open segment ends here
+            parts, known = [], -1
+        head_end_k = int(head_end[k])
+        if not parts and head_n[k] >= 0:
+            parts, known = [text[s:head_end_k]], int(head_n[k])
         else:
-            parts.append(text[s:e])
-    total += len(tokenizer.encode("".join(parts)))
-    return total
+            parts.append(text[s:head_end_k])
+            known = -1
+        if has[k]:
+            total += close()
+            parts, known = [text[int(cs[last_k[k]]) : e]], int(tail_n[k])
+    return total + close()

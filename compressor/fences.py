@@ -3,7 +3,8 @@
 A fence opens at the start of a line (after optional indentation) with three or more
 backticks or tildes and closes at a line holding only the same character repeated at
 least as often. An unclosed fence runs to the end of the text: when in doubt, more is
-protected, never less. Inline code (```x``` inside a sentence) is not a block.
+protected, never less. Inline code (```x``` inside a sentence) is not a block, nor is a
+bare line of tildes right under a line of text (a reStructuredText heading underline).
 """
 
 from __future__ import annotations
@@ -20,6 +21,18 @@ def _fence_at(text: str, pos: int) -> str | None:
     return text[pos:end]
 
 
+def _underlines(text: str, at: int, length: int) -> bool:
+    """A bare fence line directly below a non-blank line: a heading underline."""
+    line_end = text.find("\n", at)
+    if text[at + length : len(text) if line_end < 0 else line_end].strip():
+        return False  # an info string: a real fence
+    line_start = text.rfind("\n", 0, at)
+    if line_start <= 0:
+        return False
+    previous = text[text.rfind("\n", 0, line_start) + 1 : line_start]
+    return bool(previous.strip())
+
+
 def code_spans(text: str) -> list[tuple[int, int]]:
     """Fenced blocks as [start of the fence line, end of the closing fence line)."""
     spans: list[tuple[int, int]] = []
@@ -30,7 +43,7 @@ def code_spans(text: str) -> list[tuple[int, int]]:
             return spans
         at = min(opens)
         fence = _fence_at(text, at)
-        if fence is None:
+        if fence is None or (fence[0] == "~" and _underlines(text, at, len(fence))):
             pos = at + 3
             continue
         search = text.find("\n", at)

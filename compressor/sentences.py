@@ -121,11 +121,13 @@ _CJK_MARKS = "。！？．"
 _CJK_END = re.compile(r"[。！？．]+[」』”’）】〉》]*")
 # Line breaks that are unit boundaries; group 1: blank line, group 2: the next line opens
 # a list item, heading, quote or table row; neither: the line ends a sentence or clause.
-_BREAK = re.compile(
-    r"""\n(?:[^\S\n]*\n\s*()
-        |(?=[^\S\n]*(?:[-*+•‣◦▪–]|\d{1,3}[.)]|[a-zA-Z][.)])[^\S\n]|[^\S\n]*(?:\#{1,6}\s|>|\|))()
-        |(?<=[.!?:;…。！？"'”’)\]]\n)|(?<=[.!?:;…。！？"'”’)\]][ \t]\n))""",
+_LEAD_BREAK = re.compile(  # a blank line, or the next line opens an item, heading, quote, row
+    r"""\n(?:[^\S\n]*\n\s*
+        |(?=[ \t]*(?:[-*+•‣◦▪–][ \t]|\#{1,6}[ \t]|[>|]|\d{1,3}[.)][ \t]|[a-zA-Z][.)][ \t])))""",
     re.VERBOSE,
+)
+_END_BREAK = re.compile(  # the line ends a sentence or clause
+    r"""\n(?:(?<=[.!?:;…。！？"'”’)\]]\n)|(?<=[.!?:;…。！？"'”’)\]][ \t]\n))"""
 )
 _ANY_BREAK = re.compile(r"\s*\n\s*")
 
@@ -254,18 +256,17 @@ def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
             pos = out[-1]
 
 
-def _line_breaks(text: str, seams: list[int]) -> tuple[list[int], list[int]]:
-    """(lead, other) boundary offsets at line breaks, each the start of its separator run;
-    a separator run that began in an earlier text is cut at the seam."""
-    lead: list[int] = []
-    other: list[int] = []
-    for m in _BREAK.finditer(text):
-        s = m.start()
+def _line_breaks(text: str, pattern: re.Pattern[str], seams: list[int]) -> list[int]:
+    """Boundary offsets at a line-break pattern's matches, each the start of its separator
+    run; a separator run that began in an earlier text is cut at the seam."""
+    out = [m.start() for m in pattern.finditer(text)]
+    if " \n" not in text and "\t\n" not in text:
+        return out  # no line ends in blanks: every run starts at its newline
+    for i, s in enumerate(out):
         if text[s - 1 : s] in (" ", "\t"):
             floor = seams[bisect_right(seams, s) - 1] if seams and seams[0] <= s else 0
-            s = max(_sep_start(text, s), floor)
-        (other if m.lastindex is None else lead).append(s)
-    return lead, other
+            out[i] = max(_sep_start(text, s), floor)
+    return out
 
 
 def _outside(bounds: list[int], ranges: list[tuple[int, int]]) -> list[int]:
@@ -297,9 +298,9 @@ def split_units(
     found = sentence_ends(pos, flags)
     if any(mark in text for mark in _CJK_MARKS):
         found.extend(m.end() for m in _CJK_END.finditer(text))
-    lead_breaks, other_breaks = _line_breaks(text, seam_list)
+    lead_breaks = _line_breaks(text, _LEAD_BREAK, seam_list)
     found += lead_breaks
-    found += other_breaks
+    found += _line_breaks(text, _END_BREAK, seam_list)
     code_starts: set[int] = set()
     fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
     if fenced and seam_list:  # a fence left open in one text ends at the next seam
