@@ -43,7 +43,7 @@ import numpy as np
 from compressor.content import CLEARLY_CODE, is_code
 from compressor.document import Analyzer, Document, kept_tokens
 from compressor.scoring import ScoreConfig, scores
-from compressor.select import BoolArray, greedy_select, mandatory_mask, trim
+from compressor.select import BoolArray, greedy_select, mandatory_mask, refill, trim
 from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
 from compressor.template import Message, Slot, render_chat, segments
 
@@ -57,6 +57,7 @@ class CompressorConfig:
     keep_last: int = 2  # FleetOpt §5.2: recency invariant (the question, the latest turn)
     max_unit_chars: int = DEFAULT_MAX_UNIT_CHARS  # finer units for tables and run-on lists
     max_rounds: int = 6  # exact counts before giving up; one suffices almost always
+    refill_slack: int = 16  # tokens left under T_c worth one more exact count to fill
     skip_code: bool = True  # FleetOpt §5.2's safety gate: code is never compressed
 
 
@@ -162,6 +163,13 @@ def _compress(
             spans = _spans(doc, keep)
             after = kept_tokens(doc, spans, analyzer.counter)
             if after <= target:
+                if target - after >= config.refill_slack:  # one exact try to use the slack
+                    more = refill(keep, doc.tokens, score, target - after - config.refill_slack // 2)
+                    if more is not None:
+                        more_spans = _spans(doc, more)
+                        more_after = kept_tokens(doc, more_spans, analyzer.counter)
+                        if more_after <= target:
+                            keep, spans, after = more, more_spans, more_after
                 return _Outcome(_assemble(doc, spans), before, after, n, int(n - keep.sum()))
             if not trim(keep, doc.tokens, score, mandatory, after - target):
                 break

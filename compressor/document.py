@@ -280,18 +280,32 @@ class Analyzer:
         starts = np.asarray(units.starts, dtype=np.int64)
         unit_of = np.searchsorted(starts, pos, side="right") - 1
         n = len(units)
-        tokens = np.bincount(unit_of, weights=counts, minlength=n).astype(np.int64)
+        chunk = np.ones(len(pieces), dtype=np.bool_)
+        chunk[glued] = False
+        tokens = _unit_tokens(starts, pos[chunk], counts[chunk], len(text))
         words = np.bincount(unit_of, minlength=n).astype(np.int64)
         has = terms >= 0
         pu, pt, tf, n_terms = _sparse(unit_of[has], terms[has], n)
         seams = np.asarray(offsets[:-1], dtype=np.int64)
         group = np.searchsorted(seams, starts, side="right") - 1
-        chunk = np.ones(len(pieces), dtype=np.bool_)
-        chunk[glued] = False
         return Document(
             units, tuple(offsets), group, tokens, words, pu, pt, tf, n_terms,
             chunk_pos=pos[chunk], chunk_tokens=counts[chunk],
         )  # fmt: skip
+
+
+def _unit_tokens(starts: IntArray, cpos: IntArray, cn: IntArray, length: int) -> IntArray:
+    """Tokens per unit: F(end) − F(start) where F is the cumulative token count along the
+    text, exact at chunk starts and linear inside a chunk. A chunk that straddles a unit
+    boundary (a line break inside a run of words) is thus split by characters, so the
+    sums are exact in total and unbiased per unit; F is rounded before differencing so
+    the integers still add up to the text's exact count."""
+    keep = np.append(np.diff(cpos) > 0, True)  # an empty first chunk duplicates offset 0
+    xp = np.append(cpos[keep], length)
+    fp = np.append(0, np.cumsum(cn)[keep])
+    edges = np.rint(np.interp(np.append(starts, length), xp, fp))
+    out: IntArray = np.diff(edges).astype(np.int64)
+    return out
 
 
 def _sparse(units: IntArray, terms: IntArray, n: int) -> tuple[IntArray, IntArray, IntArray, int]:

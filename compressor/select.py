@@ -69,17 +69,42 @@ def trim(
     scores: npt.NDArray[np.float64],
     mandatory: BoolArray,
     excess: int,
+    look: int = 8,
 ) -> bool:
-    """Drop the lowest-scored kept optional units until ≥ `excess` tokens are gone (in
-    place). Returns False when nothing optional is left to drop."""
+    """Drop optional kept units until ≥ `excess` estimated tokens are gone (in place):
+    the lowest-scored unit that alone covers the excess among the `look` lowest-scored,
+    else the lowest-scored ones in turn. Returns False when nothing optional is left."""
     candidates = np.flatnonzero(keep & ~mandatory)
     if len(candidates) == 0:
         return False
-    order = candidates[np.lexsort((-candidates, scores[candidates]))]
+    order = candidates[np.lexsort((-candidates, scores[candidates]))].tolist()
+    need = max(excess, 1)
+    for i in order[:look]:
+        if tokens[i] >= need:
+            keep[i] = False
+            return True
     removed = 0
-    for i in order.tolist():
+    for i in order:
         keep[i] = False
         removed += int(tokens[i])
-        if removed >= max(excess, 1):
+        if removed >= need:
             break
     return True
+
+
+def refill(
+    keep: BoolArray, tokens: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], room: int
+) -> BoolArray | None:
+    """A copy of `keep` with dropped units added back, best score first, while their
+    estimated tokens fit `room`; None if none fits."""
+    dropped = np.flatnonzero(~keep)
+    fitting = dropped[tokens[dropped] <= room]
+    if len(fitting) == 0:
+        return None
+    out = keep.copy()
+    for i in fitting[np.lexsort((fitting, -scores[fitting]))].tolist():
+        t = int(tokens[i])
+        if t <= room:
+            out[i] = True
+            room -= t
+    return out
