@@ -30,11 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus  # noqa: E402
-from compressor.compress import fit_request  # noqa: E402
-from compressor.content import classify  # noqa: E402
-from compressor.template import content_text  # noqa: E402
-from policies.types import Category  # noqa: E402
+from bench import corpus
+from compressor.compress import fit_request
+from compressor.content import classify
+from compressor.template import content_text
+from policies.types import Category
 
 B_SHORT = 8192
 _WORD = re.compile(r"\w+")
@@ -71,7 +71,9 @@ def cosine(x: Counter[str], y: Counter[str], idf: dict[str, float]) -> float:
     return dot / (nx * ny) if nx and ny else 0.0
 
 
-def text_of(sample: corpus.Sample, messages: list[dict[str, object]] | None, prompt: str | None) -> str:
+def text_of(
+    sample: corpus.Sample, messages: list[dict[str, object]] | None, prompt: str | None
+) -> str:
     if messages is not None:
         return "\n".join(content_text(m.get("content")) for m in messages)
     return prompt or ""
@@ -111,17 +113,25 @@ def fidelity(n: int, seed: int) -> None:
                 rows.setdefault(key, {}).setdefault(name, []).append(value)
     total = len(samples)
     before = [s.meta["l_total"] - s.max_tokens for s in samples]
-    print(f"# Compression fidelity: {total} borderline prompts ({min(before)}–{max(before)} prompt tokens),")
-    print(f"# B_short={B_SHORT}, γ=1.5, T_c = B_short − L_out; texts from the Python and NumPy documentation")
+    print(
+        f"# Compression fidelity: {total} borderline prompts ({min(before)}–{max(before)} prompt tokens),"
+    )
+    print(
+        f"# B_short={B_SHORT}, γ=1.5, T_c = B_short − L_out; texts from the Python and NumPy documentation"
+    )
     print()
     print("| metric            | mean  | p10   | p50   | p90   | paper mean / p10 / p50 / p90 |")
     print("|-------------------|-------|-------|-------|-------|------------------------------|")
-    print(f"| p_c (fit in T_c)  | {fits['all'] / total:.3f} |   —   |   —   |   —   | 1.00                         |")
+    print(
+        f"| p_c (fit in T_c)  | {fits['all'] / total:.3f} |   —   |   —   |   —   | 1.00                         |"
+    )
     for name, values in rows["all"].items():
         m, p10, p50, p90 = quantiles(values)
         paper = " / ".join(f"{x:.3f}" for x in PAPER[name])
         print(f"| {name:<17} | {m:.3f} | {p10:.3f} | {p50:.3f} | {p90:.3f} | {paper:<28} |")
-    print("| BERTScore F1      | n/a (needs a RoBERTa-large model; not downloaded) | 0.884 / 0.831 / 0.891 / 0.934 |")
+    print(
+        "| BERTScore F1      | n/a (needs a RoBERTa-large model; not downloaded) | 0.884 / 0.831 / 0.891 / 0.934 |"
+    )
     print()
     print("| kind      |   n | p_c   | ROUGE-L R (mean) | TF-IDF cos (mean) | reduction (mean) |")
     print("|-----------|-----|-------|------------------|-------------------|------------------|")
@@ -145,7 +155,9 @@ def category_accuracy(per_class: int, seed: int) -> None:
     print(f"# Content category on the labelled set: {len(samples)} requests (300–6000 tokens),")
     print(f"# accuracy {right / len(samples):.3f} (rows: built as, columns: classified as)")
     print()
-    print("| built as \\ classified | " + " | ".join(f"{c.value:>5}" for c in labels) + " | recall |")
+    print(
+        "| built as \\ classified | " + " | ".join(f"{c.value:>5}" for c in labels) + " | recall |"
+    )
     print("|" + "---|" * (len(labels) + 2))
     for a in labels:
         n = sum(confusion[(a, b)] for b in labels)

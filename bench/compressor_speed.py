@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus  # noqa: E402
-from compressor.compress import fit_request  # noqa: E402
-from compressor.content import classify  # noqa: E402
-from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt  # noqa: E402
-from policies.pools import CompressAndRoute, ShortLongPlacement  # noqa: E402
-from policies.types import PoolSpec, RequestInfo  # noqa: E402
+from bench import corpus
+from compressor.compress import fit_request
+from compressor.content import classify
+from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt
+from policies.pools import CompressAndRoute, ShortLongPlacement
+from policies.types import PoolSpec, RequestInfo
 
 B_SHORT = 8192
 POOLS = [PoolSpec("short", B_SHORT), PoolSpec("long", 65536)]
@@ -69,13 +69,17 @@ def hot_path(samples: list[corpus.Sample], repeat: int) -> list[tuple[str, float
     cr = CompressAndRoute(b_short=B_SHORT)
 
     def base(s: corpus.Sample) -> object:
-        size = measure_chat(s.messages) if s.messages is not None else measure_prompt(s.prompt or "")
+        size = (
+            measure_chat(s.messages) if s.messages is not None else measure_prompt(s.prompt or "")
+        )
         prompt = estimate_chat(size.content_bytes, size.n_messages, cfg)
         info = RequestInfo("r", "m", 0.0, prompt, s.max_tokens)
         return baseline.place(info, POOLS)
 
     def with_cr(s: corpus.Sample) -> object:
-        size = measure_chat(s.messages) if s.messages is not None else measure_prompt(s.prompt or "")
+        size = (
+            measure_chat(s.messages) if s.messages is not None else measure_prompt(s.prompt or "")
+        )
         category = classify(s.prompt, s.messages)
         est = budget.estimate(size, category, s.max_tokens)
         info = RequestInfo("r", "m", 0.0, est.prompt_tokens, est.max_tokens, category=category)
@@ -91,7 +95,10 @@ def hot_path(samples: list[corpus.Sample], repeat: int) -> list[tuple[str, float
         return min(best), statistics.median(best)
 
     out = []
-    for name, fn in (("baseline: size+estimate+place", base), ("C&R: +category, EMA, band", with_cr)):
+    for name, fn in (
+        ("baseline: size+estimate+place", base),
+        ("C&R: +category, EMA, band", with_cr),
+    ):
         lo, med = timed(fn)
         out.append((name, lo, med))
     return out
@@ -126,9 +133,15 @@ def main(argv: list[str] | None = None) -> int:
             warm_c.append(c)
             by_kind.setdefault(s.label.value, []).append(c)
 
-    print(f"# Compressor latency: {len(samples)} borderline prompts, {min(sizes)}–{max(sizes)} prompt tokens")
-    print(f"# (B_short={B_SHORT}, γ=1.5, T_c = B_short − L_out); fit within T_c: {fits}/{len(samples)};")
-    print(f"# mean tokens removed {statistics.fmean(removed):.0f}; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"# Compressor latency: {len(samples)} borderline prompts, {min(sizes)}–{max(sizes)} prompt tokens"
+    )
+    print(
+        f"# (B_short={B_SHORT}, γ=1.5, T_c = B_short − L_out); fit within T_c: {fits}/{len(samples)};"
+    )
+    print(
+        f"# mean tokens removed {statistics.fmean(removed):.0f}; load average {os.getloadavg()[0]:.2f}"
+    )
     print()
     print("| pass                       |  p50 ms |  p95 ms |  p99 ms | mean ms |     n |")
     print("|----------------------------|---------|---------|---------|---------|-------|")
@@ -145,15 +158,21 @@ def main(argv: list[str] | None = None) -> int:
     medium = [corpus.prose_prompt(corpus.random.Random(i), 4000) for i in range(40)]
     print("# Pre-dispatch cost per request that is not compressed (µs; min and median of passes)")
     print()
-    print("| requests                          | path                            | min µs | median µs |")
-    print("|-----------------------------------|---------------------------------|--------|-----------|")
+    print(
+        "| requests                          | path                            | min µs | median µs |"
+    )
+    print(
+        "|-----------------------------------|---------------------------------|--------|-----------|"
+    )
     for label, group in (("100 chats, ~600 tokens", small), ("40 prompts, ~4000 tokens", medium)):
         for name, lo, med in hot_path(group, max(args.repeat, 3)):
             print(f"| {label:<33} | {name:<31} | {lo:6.1f} | {med:9.1f} |")
     print()
     beta = 0.112
-    print(f"# Mean overhead per request at β = {beta} (Agent-heavy): β × p50 warm wall = {beta * pct(warm_w, 0.5):.2f} ms "
-          f"(paper: 0.39 ms)")
+    print(
+        f"# Mean overhead per request at β = {beta} (Agent-heavy): β × p50 warm wall = {beta * pct(warm_w, 0.5):.2f} ms "
+        f"(paper: 0.39 ms)"
+    )
     return 0
 
 

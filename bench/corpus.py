@@ -152,9 +152,7 @@ def code_sources() -> tuple[Source, ...]:
         with open(path, encoding="utf-8") as f:
             src = f.read()
         blocks = re.split(r"\n(?=(?:def|class|async def) )", src)
-        for block in blocks:
-            if len(block) > 400:
-                out.append(Source(rel, block.strip("\n")))
+        out.extend(Source(rel, block.strip("\n")) for block in blocks if len(block) > 400)
     return tuple(out)
 
 

@@ -57,7 +57,8 @@ class CompressorConfig:
     keep_last: int = 2  # FleetOpt §5.2: recency invariant (the question, the latest turn)
     max_unit_chars: int = DEFAULT_MAX_UNIT_CHARS  # finer units for tables and run-on lists
     max_rounds: int = 6  # exact counts before giving up; one suffices almost always
-    refill_slack: int = 16  # tokens left under T_c worth one more exact count to fill
+    select_margin: int = 0  # select for T_c − this (a margin trades tokens for fewer trims)
+    refill_slack: int = 48  # tokens left under T_c worth one more exact count to fill
     skip_code: bool = True  # FleetOpt §5.2's safety gate: code is never compressed
 
 
@@ -156,7 +157,9 @@ def _compress(
     if bool(mandatory.all()):
         return _Outcome(segs, before, before, n, detail="nothing to shorten")
     score = scores(doc, config.scoring)
-    keep = greedy_select(doc.tokens, score, mandatory, target)
+    keep = greedy_select(doc.tokens, score, mandatory, target - config.select_margin)
+    if keep is None:
+        keep = greedy_select(doc.tokens, score, mandatory, target)
     detail = "the units kept whole exceed the target"
     if keep is not None:
         for _ in range(max(config.max_rounds, 1)):
@@ -164,7 +167,9 @@ def _compress(
             after = kept_tokens(doc, spans, analyzer.counter)
             if after <= target:
                 if target - after >= config.refill_slack:  # one exact try to use the slack
-                    more = refill(keep, doc.tokens, score, target - after - config.refill_slack // 2)
+                    more = refill(
+                        keep, doc.tokens, score, target - after - config.refill_slack // 2
+                    )
                     if more is not None:
                         more_spans = _spans(doc, more)
                         more_after = kept_tokens(doc, more_spans, analyzer.counter)

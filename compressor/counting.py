@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from itertools import islice
+from itertools import islice, pairwise
 
 import numpy as np
 import numpy.typing as npt
@@ -84,8 +84,9 @@ class _Counts(dict[str, int]):
         else:
             lines = self.lines
             bounds = [*cuts, len(text)]
-            n = len(self._tokenizer.encode(text[: cuts[0]]))
-            n += sum(lines[text[a:b]] for a, b in zip(bounds, bounds[1:], strict=False))
+            first = piece[: cuts[0] - len(self._prefix)]
+            n = self[first] if first else len(self._tokenizer.encode(self._prefix))
+            n += sum(lines[text[a:b]] for a, b in pairwise(bounds))
         self[piece] = n
         return n
 

@@ -40,7 +40,6 @@ from compressor.sentences import (
     piece_offsets,
     split_units,
 )
-from compressor.tokenizer import Tokenizer
 
 FloatArray = npt.NDArray[np.float64]
 __all__ = ["Analyzer", "Document", "FloatArray", "IntArray", "kept_tokens"]
@@ -368,7 +367,9 @@ def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenC
     has = hi > lo
     safe_lo = np.minimum(lo, max(len(cut_index) - 1, 0))
     first = cs[cut_index[safe_lo]] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
-    last_k = cut_index[np.maximum(hi - 1, 0)] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
+    last_k = (
+        cut_index[np.maximum(hi - 1, 0)] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
+    )
     tail_n = np.where(has & (ends[last_k] == b), n[last_k], -1)  # the span's last chunk, if whole
     ka = np.minimum(np.searchsorted(cs, a), len(cs) - 1)
     starts_chunk = cs[ka] == a

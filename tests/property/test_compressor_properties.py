@@ -21,11 +21,45 @@ from compressor.sentences import split_units
 from compressor.template import render_chat
 from compressor.tokenizer import cl100k
 
-WORDS = (
-    "the data model token request engine pool short long budget gateway prompt sentence "
-    "answer question system memory cache worker latency queue policy tenant compress route "
-    "vector matrix python numpy array value function return result error retry stream"
-).split()
+WORDS = [
+    "the",
+    "data",
+    "model",
+    "token",
+    "request",
+    "engine",
+    "pool",
+    "short",
+    "long",
+    "budget",
+    "gateway",
+    "prompt",
+    "sentence",
+    "answer",
+    "question",
+    "system",
+    "memory",
+    "cache",
+    "worker",
+    "latency",
+    "queue",
+    "policy",
+    "tenant",
+    "compress",
+    "route",
+    "vector",
+    "matrix",
+    "python",
+    "numpy",
+    "array",
+    "value",
+    "function",
+    "return",
+    "result",
+    "error",
+    "retry",
+    "stream",
+]
 
 word = st.sampled_from(WORDS)
 sentence = st.builds(

@@ -66,3 +66,45 @@ def test_count_of_real_prose_and_code() -> None:
         "x\t ",
     ):
         assert counter.count(text) == len(cl100k().encode(text))
+
+
+_DOC = st.lists(
+    st.one_of(
+        st.sampled_from(
+            [
+                "The cat sat.",
+                "A dog ran!",
+                "Why?",
+                "e.g. this",
+                "x = 1",
+                "  indented line",
+                "- item",
+                "1. first",
+            ]
+        ),
+        _TEXT,
+    ),
+    min_size=1,
+    max_size=30,
+).map(
+    lambda parts: "".join(
+        p + sep for p, sep in zip(parts, [" ", "\n", "\n\n", " ", "\n  "] * 8, strict=False)
+    )
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_DOC, st.lists(st.booleans(), min_size=1, max_size=80))
+def test_kept_tokens_is_the_exact_count_of_any_selection(text: str, mask: list[bool]) -> None:
+    import numpy as np
+
+    from compressor.compress import _assemble, _spans
+    from compressor.document import Analyzer, kept_tokens
+
+    analyzer = Analyzer(TokenCounter(cl100k()))
+    doc = analyzer.analyse([text])
+    assert int(doc.tokens.sum()) == len(cl100k().encode(text))
+    keep = np.resize(np.asarray(mask, dtype=bool), len(doc))
+    spans = _spans(doc, keep)
+    out = "".join(_assemble(doc, spans))
+    assert kept_tokens(doc, spans, analyzer.counter) == len(cl100k().encode(out))

@@ -41,9 +41,7 @@ def test_fenced_code_dominating_a_message_is_code() -> None:
 
 
 def test_rag_needs_sources_and_a_question() -> None:
-    passages = "\n\n".join(
-        f"[{i}] Title {i}\nSome text about topic {i}. " * 3 for i in range(1, 5)
-    )
+    passages = "\n\n".join(f"[{i}] Title {i}\nSome text about topic {i}. " * 3 for i in range(1, 5))
     assert classify_text(passages + "\n\nWhat does the context say about topic 2?") is Category.RAG
     assert classify_text(passages + "\n\nSummarise.") is Category.PROSE
 
