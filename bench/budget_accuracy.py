@@ -7,8 +7,8 @@ A stream of mixed requests (bench/corpus.py: prose, RAG, chat, code; completions
 chats; 300–14000 tokens, so the stream straddles B_short = 8192 and its borderline band)
 arrives in random order. For each, the gateway's view: content category
 (compressor/content.py), byte size, estimate L_in with the current ĉ_k
-(policies/budget.py); then the engine's count — cl100k over the project's chat template
-(compressor/template.py, the one the emulator renders; a completion prompt as is) — is
+(policies/budget.py); then the engine's count — cl100k text plus one token per Llama-3
+special token, the emulator's template (compressor/template.py; a completion: BOS + text) — is
 fed back with `observe`, as the gateway does after each response.
 
 Reported: |estimate − engine| / engine per request, over the first requests of each
@@ -31,7 +31,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import corpus
 from compressor.content import classify
-from compressor.counting import default_counter
 from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt
 from policies.types import Category
 
@@ -73,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     config = BudgetConfig()
     budget = TokenBudget(config)
-    counter = default_counter()
     seen: Counter[Category] = Counter()
     errors: dict[tuple[str, str, str], list[float]] = {}
     same_region = Counter[str]()
@@ -84,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             measure_chat(s.messages) if s.messages is not None else measure_prompt(s.prompt or "")
         )
         category = classify(s.prompt, s.messages)
-        engine = counter.count(s.rendered())
+        engine = s.tokens()
         est = budget.estimate(size, category, s.max_tokens).prompt_tokens
         base = estimate_chat(size.content_bytes, size.n_messages, config)
         phase = "cold" if seen[category] < WARM_AFTER else "warm"
@@ -101,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         seen[category] += 1
 
     print(
-        f"# Token-budget accuracy: {len(samples)} mixed requests, engine count = cl100k over the chat template"
+        f"# Token-budget accuracy: {len(samples)} mixed requests, engine count = cl100k over the emulator's Llama-3 template"
     )
     print(
         f"# cold = a category's first {WARM_AFTER} requests, warm = the rest; |est − engine| / engine"

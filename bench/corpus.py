@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from compressor.counting import default_counter
-from compressor.template import render_chat
+from compressor.compress import request_tokens
 from policies.types import Category
 
 
@@ -44,8 +44,9 @@ class Sample:
     messages: list[dict[str, Any]] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def rendered(self) -> str:
-        return self.prompt if self.prompt is not None else render_chat(self.messages or [])
+    def tokens(self) -> int:
+        """Prompt tokens as the engine counts them (template and BOS included)."""
+        return request_tokens(self.prompt, self.messages)
 
 
 def count(text: str) -> int:
@@ -384,7 +385,7 @@ def borderline_set(
             s = rag_sample(rng, total - 512)
         else:
             s = chat_sample(rng, total - 256)
-        l_total = count(s.rendered()) + s.max_tokens
+        l_total = s.tokens() + s.max_tokens
         if lo <= l_total <= hi:
             s.meta["l_total"] = l_total
             out.append(s)

@@ -45,7 +45,15 @@ from compressor.document import Analyzer, Document, kept_tokens
 from compressor.scoring import ScoreConfig, scores
 from compressor.select import BoolArray, greedy_select, mandatory_mask, refill, trim
 from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
-from compressor.template import Message, Slot, render_chat, segments
+from compressor.template import (
+    BOS,
+    CONTENT_PREFIX,
+    Message,
+    Slot,
+    chat_segments,
+    chat_tokens,
+    completion_tokens,
+)
 
 PROTECTED_ROLES = frozenset({"system", "developer"})
 
@@ -138,49 +146,54 @@ def _mandatory(doc: Document, editable: list[bool], config: CompressorConfig) ->
     for k in np.flatnonzero(editable).tolist():
         a, b = bounds[k], bounds[k + 1]
         if b > a:
-            keep[a:b] |= mandatory_mask(
-                b - a, doc.units.code[a:b], config.keep_first, config.keep_last
-            )
+            first = max(config.keep_first, 1)  # a text's first unit holds the template's "\n\n"
+            keep[a:b] |= mandatory_mask(b - a, doc.units.code[a:b], first, config.keep_last)
     return keep
 
 
 def _compress(
-    segs: list[str], editable: list[bool], target: int, config: CompressorConfig, analyzer: Analyzer
+    fixed: int,
+    texts: list[str],
+    editable: list[bool],
+    target: int,
+    config: CompressorConfig,
+    analyzer: Analyzer,
 ) -> _Outcome:
-    """Drop units of the editable segments until the joined segments fit `target`."""
-    doc = analyzer.analyse(segs, [not e for e in editable], config.max_unit_chars)
+    """Drop units of the editable texts until fixed + Σ tokens(text) ≤ `target` (each text
+    is encoded on its own, compressor/template.py)."""
+    doc = analyzer.analyse(texts, [not e for e in editable], config.max_unit_chars)
     n = len(doc)
-    before = int(doc.tokens.sum())  # exact: Σ over the whole prompt's chunks
+    before = fixed + int(doc.tokens.sum())  # exact: Σ over every text's chunks
     if before <= target:
-        return _Outcome(segs, before, before, n)
+        return _Outcome(texts, before, before, n)
     mandatory = _mandatory(doc, editable, config)
     if bool(mandatory.all()):
-        return _Outcome(segs, before, before, n, detail="nothing to shorten")
+        return _Outcome(texts, before, before, n, detail="nothing to shorten")
     score = scores(doc, config.scoring)
-    keep = greedy_select(doc.tokens, score, mandatory, target - config.select_margin)
+    room = target - fixed
+    keep = greedy_select(doc.tokens, score, mandatory, room - config.select_margin)
     if keep is None:
-        keep = greedy_select(doc.tokens, score, mandatory, target)
+        keep = greedy_select(doc.tokens, score, mandatory, room)
     detail = "the units kept whole exceed the target"
     if keep is not None:
         for _ in range(max(config.max_rounds, 1)):
             spans = _spans(doc, keep)
             after = kept_tokens(doc, spans, analyzer.counter)
-            if after <= target:
-                if target - after >= config.refill_slack:  # one exact try to use the slack
-                    more = refill(
-                        keep, doc.tokens, score, target - after - config.refill_slack // 2
-                    )
+            if after <= room:
+                if room - after >= config.refill_slack:  # one exact try to use the slack
+                    more = refill(keep, doc.tokens, score, room - after - config.refill_slack // 2)
                     if more is not None:
                         more_spans = _spans(doc, more)
                         more_after = kept_tokens(doc, more_spans, analyzer.counter)
-                        if more_after <= target:
+                        if more_after <= room:
                             keep, spans, after = more, more_spans, more_after
-                return _Outcome(_assemble(doc, spans), before, after, n, int(n - keep.sum()))
-            if not trim(keep, doc.tokens, score, mandatory, after - target):
+                out = _assemble(doc, spans)
+                return _Outcome(out, before, fixed + after, n, int(n - keep.sum()))
+            if not trim(keep, doc.tokens, score, mandatory, after - room):
                 break
         else:
             detail = f"still above the target after {config.max_rounds} exact counts"
-    return _Outcome(segs, before, before, n, detail=detail)
+    return _Outcome(texts, before, before, n, detail=detail)
 
 
 def compress_prompt(
@@ -193,7 +206,7 @@ def compress_prompt(
     config = config or _DEFAULT
     analyzer = analyzer or default_analyzer()
     editable = not (config.skip_code and is_code(prompt))
-    out = _compress([prompt], [editable], target, config, analyzer)
+    out = _compress(BOS, [prompt], [editable], target, config, analyzer)
     detail = out.detail if editable else ("code is not compressed" if out.before > target else "")
     return Compression(
         target, out.before, out.after, out.texts[0], None, out.units, out.dropped, detail
@@ -237,9 +250,13 @@ def compress_chat(
             return False
         return not (config.skip_code and is_code(text, CLEARLY_CODE))
 
-    segs, slots = segments(original, editable)
-    out = _compress(segs, [s is not None for s in slots], target, config, analyzer)
-    sent = _replace(original, slots, out.texts) if out.dropped else original
+    fixed, texts, slots = chat_segments(original, editable)
+    out = _compress(fixed, texts, [s is not None for s in slots], target, config, analyzer)
+    if not out.dropped:
+        sent = original
+    else:
+        new = [t[len(CONTENT_PREFIX) :] for t in out.texts]
+        sent = _replace(original, slots, new)
     return Compression(
         target, out.before, out.after, None, sent, out.units, out.dropped, out.detail
     )
@@ -264,8 +281,7 @@ def fit_request(
     estimate is below the target): count first and analyse only if it does not fit."""
     analyzer = analyzer or default_analyzer()
     if likely_fits or not may_compress:
-        rendered = render_chat(messages) if messages is not None else (prompt or "")
-        tokens = analyzer.counter.count(rendered)
+        tokens = request_tokens(prompt, messages)
         if tokens <= target or not may_compress:
             detail = "" if tokens <= target else "may not be compressed"
             sent = list(messages) if messages is not None else None
@@ -277,7 +293,6 @@ def fit_request(
 
 def request_tokens(prompt: str | None = None, messages: Sequence[Message] | None = None) -> int:
     """Exact prompt tokens of a request as the engine counts it (template included)."""
-    counter = default_analyzer().counter
     if messages is not None:
-        return counter.count(render_chat(messages))
-    return counter.count(prompt or "")
+        return chat_tokens(messages)
+    return completion_tokens(prompt or "")

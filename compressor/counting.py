@@ -164,30 +164,40 @@ class TokenCounter:
     def packed_value(self, piece: str) -> int:
         return self._packed[piece]
 
-    def piece_counts(self, pieces: list[str], packed: IntArray) -> tuple[IntArray, IntArray]:
+    def piece_counts(
+        self, pieces: list[str], packed: IntArray, heads: IntArray | None = None
+    ) -> tuple[IntArray, IntArray]:
         """Tokens per piece of `text.split(" ")`, summing exactly to count(text), and the
         indices of the pieces glued to their predecessor. Chunks (see the module
-        docstring) start at the other pieces; a chunk is charged to its first piece."""
+        docstring) start at the other pieces; a chunk is charged to its first piece.
+        `heads` (sorted piece indices, 0 included) start texts encoded on their own: the
+        pieces of several texts split one after the other, never glued across."""
         counts: IntArray = packed & COUNT_MASK
-        counts[0] = self.head(pieces[0])
+        first = [0] if heads is None else heads.tolist()
+        for h in first:
+            counts[h] = self.head(pieces[h])
         none = np.zeros(0, dtype=np.int64)
         if len(pieces) < 2:
             return counts, none
         unsafe = (packed[:-1] & WS_BIT) != 0  # unsafe[j - 1]: the cut before piece j
-        if pieces[0] == "":
-            unsafe[0] = False  # a space at offset 0 has no left neighbour: a clean cut
+        for h in first:
+            if h > 0:
+                unsafe[h - 1] = False  # a new text: nothing to glue to
+            if h + 1 < len(pieces) and pieces[h] == "":
+                unsafe[h] = False  # a space at a text's start has no left neighbour
         if not unsafe.any():
             return counts, none
         glued = np.flatnonzero(unsafe) + 1  # piece j joins piece j - 1's chunk
-        first = np.flatnonzero(np.diff(glued, prepend=-2) != 1)  # each run's first glued j
-        starts = (glued[first] - 1).tolist()
-        stops = glued[np.append(first[1:], len(glued)) - 1].tolist()
+        run_first = np.flatnonzero(np.diff(glued, prepend=-2) != 1)  # each run's first glued j
+        starts = (glued[run_first] - 1).tolist()
+        stops = glued[np.append(run_first[1:], len(glued)) - 1].tolist()
         join = " ".join
         chunks = [join(pieces[a : b + 1]) for a, b in zip(starts, stops, strict=True)]
         spaced = self._spaced
-        values = [spaced[c] for c in chunks]
-        if starts[0] == 0:
-            values[0] = self.head(chunks[0])
+        is_head = set(first)
+        values = [
+            self.head(c) if a in is_head else spaced[c] for a, c in zip(starts, chunks, strict=True)
+        ]
         counts[glued] = 0
         counts[starts] = values
         return counts, glued

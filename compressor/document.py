@@ -18,6 +18,7 @@ word plus a few vectorised numpy operations, never a per-word Python loop.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -268,13 +269,18 @@ class Analyzer:
             if f and offsets[k] < offsets[k + 1]
         ]
         self.counter.trim_memo()
-        pieces = text.split(" ")
+        pieces: list[str] = []
+        heads: list[int] = []
+        for t in texts:  # each text is encoded on its own: split it on its own
+            heads.append(len(pieces))
+            pieces.extend(t.split(" "))
+        head_idx = np.asarray(heads, dtype=np.int64)
         packed = self.counter.packed(pieces, self._memo)
-        counts, glued = self.counter.piece_counts(pieces, packed)
+        counts, glued = self.counter.piece_counts(pieces, packed, head_idx)
         lengths = (packed >> LEN_SHIFT) & LEN_MASK
         terms = ((packed >> USER_SHIFT) & _TERM_MASK) - 1
         flags = (packed >> _FLAG_SHIFT) | np.where(lengths > 0, NONEMPTY_FLAG, 0)
-        pos = piece_offsets(lengths)
+        pos = piece_offsets(lengths, head_idx)
         units = split_units(text, max_unit_chars, offsets[:-1], ranges, (pos, flags))
         starts = np.asarray(units.starts, dtype=np.int64)
         unit_of = np.searchsorted(starts, pos, side="right") - 1
@@ -339,6 +345,24 @@ class Document:
         return len(self.units)
 
 
+def _split_at_seams(
+    spans: Sequence[tuple[int, int]], offsets: Sequence[int]
+) -> tuple[list[tuple[int, int]], list[bool]]:
+    """Spans cut at the seams between texts (each text is encoded on its own), and
+    whether each starts a text."""
+    seams = list(offsets[1:-1])
+    starts = set(offsets[:-1])
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        k = bisect_right(seams, a)
+        while k < len(seams) and seams[k] < b:
+            out.append((a, seams[k]))
+            a = seams[k]
+            k += 1
+        out.append((a, b))
+    return out, [a in starts for a, _ in out]
+
+
 def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenCounter) -> int:
     """Exact token count of the text made of `spans` (ascending, disjoint [a, b) ranges of
     doc.units.text), mostly without counting anything again. Every input cut strictly
@@ -352,6 +376,7 @@ def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenC
     text = doc.units.text
     cs = doc.chunk_pos
     n = doc.chunk_tokens
+    spans, hard = _split_at_seams(spans, doc.offsets)
     a = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
     b = np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans))
     ends = np.append(cs[1:], len(text))
@@ -385,8 +410,8 @@ def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenC
         return known if known >= 0 else counter.count("".join(parts))
 
     for k, (s, e) in enumerate(spans):
-        if k and text[s] == " " and not text[spans[k - 1][1] - 1].isspace():
-            total += close()  # a safe junction: the open segment ends here
+        if k and (hard[k] or (text[s] == " " and not text[spans[k - 1][1] - 1].isspace())):
+            total += close()  # a new text, or a safe junction: the open segment ends here
             parts, known = [], -1
         head_end_k = int(head_end[k])
         if not parts and head_n[k] >= 0:

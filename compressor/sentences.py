@@ -220,11 +220,18 @@ def _pieces(text: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     return piece_offsets(lengths), flags
 
 
-def piece_offsets(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Offset of each piece of text.split(" ") (piece j ≥ 1: of the space before it)."""
-    pos: npt.NDArray[np.int64] = np.cumsum(lengths + 1) - lengths - 2
-    if len(pos):
-        pos[0] = 0
+def piece_offsets(
+    lengths: npt.NDArray[np.int64], heads: npt.NDArray[np.int64] | None = None
+) -> npt.NDArray[np.int64]:
+    """Offset of each piece of text.split(" ") (piece j ≥ 1: of the space before it).
+    With `heads`, the pieces are those of several texts split one after the other (each
+    text's first piece starts at its own offset, with no space before it)."""
+    sep = np.ones(len(lengths), dtype=np.int64)
+    first = np.zeros(len(lengths), dtype=np.bool_)
+    first[0 if heads is None else heads] = True
+    sep[np.flatnonzero(first)[1:] - 1] = 0  # no space between a text and the next one
+    start = np.cumsum(lengths + sep) - (lengths + sep)
+    pos: npt.NDArray[np.int64] = start - np.where(first, 0, 1)
     return pos
 
 

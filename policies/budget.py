@@ -36,8 +36,11 @@ from policies.types import Category
 @dataclass(frozen=True, slots=True)
 class BudgetConfig:
     bytes_per_token: float = 4.0  # prior ĉ: cl100k on English prose averages ~4 bytes per token
-    message_overhead: int = 7  # tokens compressor/template.py's markers add per message
-    reply_overhead: int = 6  # the reply header it appends (and the first message's extra)
+    message_overhead: int = (
+        5  # Llama-3 template: 3 specials, the role, "\n\n" (compressor/template.py)
+    )
+    reply_overhead: int = 5  # BOS and the reply header (2 specials, "assistant", "\n\n")
+    prompt_overhead: int = 1  # a completion prompt: BOS
     default_max_tokens: int = 256  # L_out assumed when the client sets no max_tokens
     ema_alpha: float = 0.05  # one observation's weight in ĉ_k once warm: ~20 requests of memory
     category_priors: Mapping[Category, float] = field(
@@ -92,9 +95,9 @@ def measure_prompt(prompt: str) -> ChatSize:
 
 
 def template_tokens(n_messages: int, config: BudgetConfig) -> int:
-    """Tokens the chat template adds around `n_messages` messages (0: a completion)."""
+    """Tokens the template adds around `n_messages` messages (0: a completion prompt)."""
     if n_messages <= 0:
-        return 0
+        return config.prompt_overhead
     return n_messages * config.message_overhead + config.reply_overhead
 
 
@@ -106,7 +109,8 @@ def estimate_tokens(n_bytes: int, config: BudgetConfig, ratio: float | None = No
 def estimate_chat(
     content_bytes: int, n_messages: int, config: BudgetConfig, ratio: float | None = None
 ) -> int:
-    """Prompt tokens of a chat request: content plus the template around each message."""
+    """Prompt tokens of a request: content plus the template around each message (or
+    BOS for a completion prompt, `n_messages` = 0)."""
     return estimate_tokens(content_bytes, config, ratio) + template_tokens(n_messages, config)
 
 

@@ -18,8 +18,7 @@ from compressor.compress import compress_chat, compress_prompt
 from compressor.document import Analyzer
 from compressor.fences import code_spans
 from compressor.sentences import split_units
-from compressor.template import render_chat
-from compressor.tokenizer import cl100k
+from tests.tokens import engine_tokens
 
 WORDS = [
     "the",
@@ -91,8 +90,8 @@ SETTINGS = settings(
 )
 
 
-def count(text: str) -> int:
-    return len(cl100k().encode(text))
+def count(prompt: str) -> int:
+    return engine_tokens(prompt=prompt)
 
 
 def is_unit_subsequence(
@@ -159,13 +158,12 @@ chat = st.builds(
 @SETTINGS
 @given(chat, fraction)
 def test_chat_properties(messages: list[dict[str, Any]], frac: float) -> None:
-    rendered = render_chat(messages)
-    before = count(rendered)
+    before = engine_tokens(messages=messages)
     target = max(1, int(before * frac))
     r = compress_chat(messages, target)
     assert r.messages is not None
     assert r.tokens_before == before
-    assert r.tokens_after == count(render_chat(r.messages))
+    assert r.tokens_after == engine_tokens(messages=r.messages)
     if r.fits:
         assert r.tokens_after <= target
     assert len(r.messages) == len(messages)

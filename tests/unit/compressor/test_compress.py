@@ -14,12 +14,11 @@ from compressor.compress import (
     fit_request,
     request_tokens,
 )
-from compressor.template import render_chat
-from compressor.tokenizer import cl100k
+from tests.tokens import engine_tokens
 
 
-def engine_count(text: str) -> int:
-    return len(cl100k().encode(text))
+def engine_count(prompt: str) -> int:
+    return engine_tokens(prompt=prompt)
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +61,10 @@ def test_code_is_not_compressed() -> None:
 def test_chat_keeps_system_and_last_user_message_as_the_same_objects() -> None:
     sample = chat_sample(random.Random(5), 4000)
     assert sample.messages is not None
-    before = engine_count(render_chat(sample.messages))
+    before = engine_tokens(messages=sample.messages)
     r = compress_chat(sample.messages, int(before * 0.75))
     assert r.fits and r.changed and r.messages is not None
-    assert r.tokens_after == engine_count(render_chat(r.messages))
+    assert r.tokens_after == engine_tokens(messages=r.messages)
     assert r.messages[0] is sample.messages[0]  # system
     assert r.messages[-1] is sample.messages[-1]  # last user message
     assert len(r.messages) == len(sample.messages)
@@ -75,7 +74,7 @@ def test_chat_keeps_system_and_last_user_message_as_the_same_objects() -> None:
 def test_rag_tool_results_are_what_gets_shortened() -> None:
     sample = rag_sample(random.Random(8), 4000, as_chat=True)
     assert sample.messages is not None
-    before = engine_count(render_chat(sample.messages))
+    before = engine_tokens(messages=sample.messages)
     r = compress_chat(sample.messages, int(before * 0.85))
     assert r.fits and r.messages is not None
     changed = [
@@ -106,7 +105,7 @@ def test_list_content_parts_are_shortened_in_place() -> None:
         {"role": "assistant", "content": "Sure."},
         {"role": "user", "content": "And?"},
     ]
-    before = engine_count(render_chat(messages))
+    before = engine_tokens(messages=messages)
     r = compress_chat(messages, before - 200)
     assert r.fits and r.messages is not None
     parts = r.messages[0]["content"]
@@ -121,7 +120,7 @@ def test_fit_request_modes(prose: str) -> None:
     squeezed = fit_request(n - 100, prompt=prose, likely_fits=True)
     assert squeezed.fits and squeezed.changed
     messages = [{"role": "user", "content": prose}]
-    assert request_tokens(messages=messages) == engine_count(render_chat(messages))
+    assert request_tokens(messages=messages) == engine_tokens(messages=messages)
     assert request_tokens(prompt=prose) == n
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from compressor.template import render_chat
 from compressor.tokenizer import count
 from policies.budget import (
     Budget,
@@ -20,6 +19,7 @@ from policies.budget import (
     text_bytes,
 )
 from policies.types import Category
+from tests.tokens import engine_tokens
 
 
 def test_baseline_functions_keep_their_meaning() -> None:
@@ -33,15 +33,18 @@ def test_baseline_functions_keep_their_meaning() -> None:
     assert Budget(100, 20).total == 120
 
 
-def test_template_overhead_matches_the_template() -> None:
+def test_template_overhead_matches_the_engine() -> None:
     config = BudgetConfig()
     for n in (1, 2, 5, 20):
         messages = [
             {"role": "user" if i % 2 == 0 else "assistant", "content": "Hello there."}
             for i in range(n)
         ]
-        real = count(render_chat(messages)) - n * count("Hello there.")
+        real = engine_tokens(messages=messages) - n * count("Hello there.")
         assert abs(template_tokens(n, config) - real) <= 1 + n // 10
+    assert template_tokens(0, config) == engine_tokens(prompt="Hello there.") - count(
+        "Hello there."
+    )
 
 
 def test_bytes_are_utf8_bytes() -> None:
@@ -62,7 +65,7 @@ def test_ema_learns_a_category_and_leaves_others_at_the_prior() -> None:
     state = BytesPerToken(BudgetConfig(bytes_per_token=4.0, ema_alpha=0.1))
     assert state.ratio(Category.CODE) == 4.0
     for _ in range(50):
-        assert state.observe(Category.CODE, content_bytes=2500, n_messages=0, prompt_tokens=1000)
+        assert state.observe(Category.CODE, content_bytes=2500, n_messages=0, prompt_tokens=1001)
     assert state.ratio(Category.CODE) == pytest.approx(2.5)
     assert state.ratio(Category.PROSE) == 4.0
     assert state.observations(Category.CODE) == 50
@@ -70,9 +73,9 @@ def test_ema_learns_a_category_and_leaves_others_at_the_prior() -> None:
 
 def test_warm_up_leaves_the_prior_at_the_first_observation() -> None:
     state = BytesPerToken(BudgetConfig(ema_alpha=0.01))
-    state.observe(Category.PROSE, 5000, 0, 1000)
+    state.observe(Category.PROSE, 5000, 0, 1001)
     assert state.ratio(Category.PROSE) == pytest.approx(5.0)
-    state.observe(Category.PROSE, 3000, 0, 1000)
+    state.observe(Category.PROSE, 3000, 0, 1001)
     assert state.ratio(Category.PROSE) == pytest.approx(4.0)  # the running mean while n < 1/α
 
 
@@ -100,7 +103,7 @@ def test_token_budget_estimates_and_learns() -> None:
     size = measure_chat(messages)
     first = budget.estimate(size, Category.PROSE, None)
     assert first.max_tokens == 300
-    engine = count(render_chat(messages))
+    engine = engine_tokens(messages=messages)
     budget.observe(size, Category.PROSE, engine)
     second = budget.estimate(size, Category.PROSE, 10)
     assert second.max_tokens == 10
