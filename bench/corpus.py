@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from compressor.counting import default_counter
 from compressor.compress import request_tokens
+from compressor.counting import default_counter
 from policies.types import Category
 
 
