@@ -2,11 +2,12 @@
 
 Entry points (pure; the gateway times them, the compressor reads no clock):
 
-    compress_prompt(prompt, target)   → Compression   # a completion request
-    compress_chat(messages, target)   → Compression   # an OpenAI messages list
+    fit_request(target, prompt=… | messages=…, may_compress=…, likely_fits=…)
+    compress_prompt(prompt, target) / compress_chat(messages, target) → Compression
+    request_tokens(prompt=… | messages=…) → the engine's exact count
 
 `target` is T_c = B_short − L_out in the engine's tokens: the whole prompt as the engine
-counts it, chat template included (compressor/template.py). Eq. 15's guarantee,
+counts it, template and BOS included (compressor/template.py). Eq. 15's guarantee,
 T_c + L_out = B_short, holds because the result's cl100k count is computed *exactly*
 (compressor/document.py's `kept_tokens`, checked against tiktoken by the property tests)
 and units are dropped until it fits: `tokens_after ≤ target` whenever `fits`. Otherwise
@@ -14,16 +15,18 @@ the request comes back unchanged with `fits` false and a `detail`, and the calle
 it uncompressed (the long pool) or refuses it.
 
 What may be shortened: in a chat, every message text except the system/developer
-prompts, the last user message and texts that are code (compressor/content.py) — those
-come back as the same objects; in a completion, the whole prompt unless it is code. The
-rendered prompt is analysed as one document whose fixed parts (template markers,
-protected messages) are single mandatory units, so IDF, the similarity graph and novelty
-see the whole conversation and the bulkiest shortenable content — retrieved documents in
-a tool message, long earlier turns — loses the most units, while every shortenable text
-keeps its first `keep_first` and last `keep_last` units and its fenced code blocks
-byte-identical. Pipeline: split (sentences.py) → count and index terms (document.py) →
-score (scoring.py) → greedy select (select.py) → exact count → trim and repeat if over
-(≤ `max_rounds`) → assemble in the original order.
+prompts, the last user message, texts that are clearly code (compressor/content.py) and
+messages whose content has several text parts — those come back as the same objects; in
+a completion, the whole prompt unless it is code. All message texts are analysed as one
+document (each text one segment, encoded on its own like the template does), the fixed
+ones as single mandatory units, so IDF, the similarity graph and novelty see the whole
+conversation, and the bulkiest shortenable content — retrieved documents in a tool
+message, long earlier turns — loses the most units, while every shortenable text keeps
+its first `keep_first` (at least 1: it holds the template's "\n\n") and last
+`keep_last` units and its fenced code blocks byte-identical. Pipeline: split
+(sentences.py) → count and index terms (document.py) → score (scoring.py) → greedy
+select (select.py) → exact count → trim and repeat if over, or one refill if well under
+→ assemble in the original order.
 
 Failure posture: never raises for content reasons and never returns more than `target`
 tokens with `fits` true; when the mandatory units alone exceed the target, or nothing is

@@ -41,7 +41,7 @@ from policies.types import Category
 
 CODE_THRESHOLD = 0.15  # request level: separates the labelled code from documentation
 CLEARLY_CODE = 0.30  # one text inside a request: above every documentation text measured
-_SAMPLE = 1_500  # characters from each end of long content: enough for a stable ratio
+_SAMPLE = 1_000  # characters from each end of long content: enough for a stable ratio
 
 _CODE_TOKENS = (" = ", "()", "return ", "def ")  # assignments, calls, definitions
 _CODE_ENDINGS = re.compile(r"\n(?<=[:;{}),]\n)")  # a statement ends or a block opens

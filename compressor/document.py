@@ -1,17 +1,20 @@
-"""A text as the scorer sees it: units, their exact-ish token counts, a sparse term matrix.
+"""Texts as the scorer sees them: units, their token counts, a sparse term matrix, and
+the exact count of any selection of units (`kept_tokens`).
 
-One pass over the text's space-delimited chunks (the exact counter's chunks, see
-compressor/counting.py) gives every unit its token count and its terms at once: each
-distinct chunk is analysed once per process and memoised as one packed integer
-(token count, length, term id), so a warm 10K-token prompt costs one `dict` lookup per
-word plus a few vectorised numpy operations, never a per-word Python loop.
+A document is one or more texts, each encoded on its own (the template's message texts,
+compressor/template.py), analysed together. One pass over every text's space-delimited
+pieces gives each unit its tokens and terms at once: each distinct piece is analysed
+once per process and memoised as one packed integer (token count, length, term id,
+sentence flags), so a warm 10K-token prompt costs one `dict` lookup per word plus a few
+vectorised numpy operations, never a per-word Python loop.
 
-- Token counts: Σ over a unit's chunks of count(" " + chunk). Summed over all units this
-  is the text's exact count (counting.py); a chunk that straddles a unit boundary (a
-  line break inside a chunk) is charged wholly to the unit it starts in, so a single
-  unit may be off by a token or two. The compressor therefore re-counts its output
-  exactly and never relies on these sums for the guarantee.
-- Terms: a chunk's term is its first word, lower-cased, stripped of punctuation; numbers,
+- Token counts: the pieces form the exact counter's chunks (compressor/counting.py), so
+  their counts add up to each text's exact count. A unit gets F(end) − F(start) of the
+  cumulative count F (see `_unit_tokens`): exact where a unit boundary falls between
+  chunks, split by characters inside a chunk that straddles a boundary (a line break
+  inside a run of words). Selection works on these sums; the guarantee comes from
+  `kept_tokens`, which counts a selection exactly.
+- Terms: a piece's term is its first word, lower-cased, stripped of punctuation; numbers,
   words shorter than 3 characters and English stop words have none. The matrix holds
   (unit, term, tf) triples with term ids local to the document.
 """

@@ -3,9 +3,16 @@
 The gateway must know how many tokens a request takes before any engine has seen it,
 without paying for a tokenizer on every request. It divides the UTF-8 byte count of
 the prompt's content by ĉ_k, a bytes-per-token estimate for the request's content
-category k (compressor/content.py: code packs fewer bytes into a token than prose), adds
-the chat template's per-message overhead, and adds L_out = max_tokens, or
-`default_max_tokens` when the client sets none.
+category k (compressor/content.py; categories differ: bench/budget_accuracy.py learns
+~4.3 bytes/token for indented Python source and ~3.6–4.0 for documentation prose, RAG
+and chat), adds the template's overhead (per message, reply header and BOS: the
+emulated engine's Llama-3 layout, compressor/template.py), and adds L_out =
+max_tokens, or `default_max_tokens` when the client sets none.
+
+Gateway use: `size = measure_chat(messages)` (or `measure_prompt(prompt)`);
+`TokenBudget.estimate(size, category, max_tokens)` → `Budget` (L_in, L_out, `.total`);
+after the response, `TokenBudget.observe(size_sent, category, usage.prompt_tokens)` with
+the size of what was actually sent (the compressed request, if it was compressed).
 
 ĉ_k learns from the engines: after each request the gateway calls `observe` with the
 prompt_tokens the engine reported. The state keeps exponential moving averages of bytes
