@@ -326,29 +326,32 @@ def split_units(
         fence_units.append((s, b))
         code_starts.add(s)
     whole = sorted([*fence_units, *frozen_list])
-    bounds = set(_outside(found, whole))
-    bounds.update(seam_list)
-    for a, b in whole:
-        bounds.update((a, b))
-    starts = sorted(b for b in bounds if b < len(text))
+    edges = [x for ab in whole for x in ab]
+    arr = np.unique(np.asarray([*_outside(found, whole), *seam_list, *edges, 0], dtype=np.int64))
+    arr = arr[arr < max(len(text), 1)]
     seam_set = set(seam_list)
-    while len(starts) > 1 and starts[-1] not in seam_set and text[starts[-1] :].isspace():
-        starts.pop()  # no whitespace-only unit at the end
-    if not starts or starts[0] != 0:
-        starts.insert(0, 0)
-    frozen_starts = {a for a, _ in frozen}
+    while len(arr) > 1 and int(arr[-1]) not in seam_set and text[int(arr[-1]) :].isspace():
+        arr = arr[:-1]  # no whitespace-only unit at the end
+    frozen_starts = np.asarray([a for a, _ in frozen], dtype=np.int64)
+    code_arr = np.asarray(sorted(code_starts), dtype=np.int64)
     if max_unit_chars > 0:
-        extra: list[int] = []
-        for a, b in zip(starts, [*starts[1:], len(text)], strict=True):
-            if b - a > max_unit_chars and a not in code_starts and a not in frozen_starts:
-                _cut_long(text, a, b, max_unit_chars, extra)
-        if extra:
-            starts = sorted(set(starts).union(extra))
-    leads = {0, *seam_list, *lead_breaks, *code_starts, *(b for _, b in fence_units)}
+        sizes = np.diff(np.append(arr, len(text)))
+        long = np.flatnonzero(sizes > max_unit_chars)
+        if len(long):
+            ok = ~np.isin(arr[long], code_arr) & ~np.isin(arr[long], frozen_starts)
+            extra: list[int] = []
+            for i in long[ok].tolist():
+                _cut_long(text, int(arr[i]), int(arr[i] + sizes[i]), max_unit_chars, extra)
+            if extra:
+                arr = np.unique(np.append(arr, np.asarray(extra, dtype=np.int64)))
+    leads = np.asarray(
+        [0, *seam_list, *lead_breaks, *code_starts, *(b for _, b in fence_units)], dtype=np.int64
+    )
+    starts = arr.tolist()
     return Units(
         text=text,
         starts=starts,
-        code=[s in code_starts for s in starts],
-        lead=[s in leads for s in starts],
-        fixed=[s in frozen_starts for s in starts],
+        code=np.isin(arr, code_arr).tolist(),
+        lead=np.isin(arr, leads).tolist(),
+        fixed=np.isin(arr, frozen_starts).tolist(),
     )
