@@ -59,15 +59,16 @@ _CONTEXT_LABEL = re.compile(
 _SOURCE_WORDS = ("context", "passage", "document", "source", "retrieved", "cite", "according to")
 
 
-def _sample(text: str) -> str:
-    if len(text) <= 2 * _SAMPLE:
+def _sample(text: str, size: int = _SAMPLE) -> str:
+    if len(text) <= 2 * size:
         return text
-    return text[:_SAMPLE] + "\n" + text[-_SAMPLE:]
+    return text[:size] + "\n" + text[-size:]
 
 
-def code_score(text: str) -> float:
-    """Per-line code evidence minus documentation evidence (see the module docstring)."""
-    s = _sample(text)
+def code_score(text: str, sample: int = _SAMPLE) -> float:
+    """Per-line code evidence minus documentation evidence (see the module docstring),
+    on up to `sample` characters from each end."""
+    s = _sample(text, sample)
     lines = s.count("\n") + 1
     code = len(_CODE_ENDINGS.findall(s)) + sum(s.count(k) for k in _CODE_TOKENS)
     prose = sum(s.count(k) for k in _SENTENCE)
@@ -81,8 +82,15 @@ def _fenced_share(text: str) -> float:
     return sum(b - a for a, b in code_spans(s)) / max(len(s), 1)
 
 
-def is_code(text: str, threshold: float = CODE_THRESHOLD) -> bool:
-    return code_score(text) >= threshold or _fenced_share(text) > 0.5
+def is_code(text: str, threshold: float = CODE_THRESHOLD, sample: int = _SAMPLE) -> bool:
+    return code_score(text, sample) >= threshold or _fenced_share(text) > 0.5
+
+
+def is_clearly_code(text: str) -> bool:
+    """The compressor's per-text gate: a larger sample and a higher bar than the request
+    classifier's, since fenced code is protected anyway and documentation with examples
+    is safe to shorten."""
+    return is_code(text, CLEARLY_CODE, 4 * _SAMPLE)
 
 
 def _is_rag(text: str, need_ask: bool = True) -> bool:
