@@ -412,17 +412,28 @@ def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenC
             return 0
         return known if known >= 0 else counter.count("".join(parts))
 
-    for k, (s, e) in enumerate(spans):
-        if k and (hard[k] or (text[s] == " " and not text[spans[k - 1][1] - 1].isspace())):
+    rows = zip(
+        spans,
+        hard,
+        has.tolist(),
+        head_end.tolist(),
+        head_n.tolist(),
+        cs[last_k].tolist(),
+        tail_n.tolist(),
+        strict=True,
+    )
+    prev_end = -1
+    for (s, e), new_text, inner, h_end, h_n, tail_start, t_n in rows:
+        if prev_end >= 0 and (new_text or (text[s] == " " and not text[prev_end - 1].isspace())):
             total += close()  # a new text, or a safe junction: the open segment ends here
             parts, known = [], -1
-        head_end_k = int(head_end[k])
-        if not parts and head_n[k] >= 0:
-            parts, known = [text[s:head_end_k]], int(head_n[k])
+        if not parts and h_n >= 0:
+            parts, known = [text[s:h_end]], h_n
         else:
-            parts.append(text[s:head_end_k])
+            parts.append(text[s:h_end])
             known = -1
-        if has[k]:
+        if inner:
             total += close()
-            parts, known = [text[int(cs[last_k[k]]) : e]], int(tail_n[k])
+            parts, known = [text[tail_start:e]], t_n
+        prev_end = e
     return total + close()
