@@ -34,12 +34,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from policies.types import Category, PoolSpec, RequestInfo
 
 
-class Verdict(str, Enum):  # noqa: UP042 (str() of a member is relied on as is)
+class Verdict(StrEnum):
     PLACED = "placed"
     NO_MODEL = "no_model"
     TOO_LONG = "too_long"
