@@ -15,7 +15,7 @@ the request comes back unchanged with `fits` false and a `detail`, and the calle
 it uncompressed (the long pool) or refuses it.
 
 What may be shortened: in a chat, every message text except the system/developer
-prompts, the last user message, texts that are clearly code (compressor/content.py) and
+prompts, the last user message, texts that are code (compressor/content.py) and
 messages whose content has several text parts — those come back as the same objects; in
 a completion, the whole prompt unless it is code. All message texts are analysed as one
 document (each text one segment, encoded on its own like the template does), the fixed
@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.content import is_clearly_code
+from compressor.content import protect_as_code
 from compressor.document import Analyzer, Document, kept_tokens
 from compressor.scoring import ScoreConfig, scores
 from compressor.select import BoolArray, greedy_select, mandatory_mask, refill, trim
@@ -208,7 +208,7 @@ def compress_prompt(
     """Fit a completion prompt into `target` tokens (see the module docstring)."""
     config = config or _DEFAULT
     analyzer = analyzer or default_analyzer()
-    editable = not (config.skip_code and is_clearly_code(prompt))
+    editable = not (config.skip_code and protect_as_code(prompt))
     out = _compress(BOS, [prompt], [editable], target, config, analyzer)
     detail = out.detail if editable else ("code is not compressed" if out.before > target else "")
     return Compression(
@@ -251,7 +251,7 @@ def compress_chat(
     def editable(i: int, role: str, text: str) -> bool:
         if i == last_user or role in PROTECTED_ROLES or not text.strip():
             return False
-        return not (config.skip_code and is_clearly_code(text))
+        return not (config.skip_code and protect_as_code(text))
 
     fixed, texts, slots = chat_segments(original, editable)
     out = _compress(fixed, texts, [s is not None for s in slots], target, config, analyzer)

@@ -39,8 +39,9 @@ from compressor.fences import code_spans
 from compressor.template import content_text
 from policies.types import Category
 
-CODE_THRESHOLD = 0.15  # request level: separates the labelled code from documentation
-CLEARLY_CODE = 0.30  # one text inside a request: above every documentation text measured
+CODE_THRESHOLD = (
+    0.15  # separates the labelled code from documentation (bench/compressor_fidelity.py)
+)
 _SAMPLE = 1_000  # characters from each end of long content: enough for a stable ratio
 
 _CODE_TOKENS = (" = ", "()", "return ", "def ")  # assignments, calls, definitions
@@ -86,11 +87,11 @@ def is_code(text: str, threshold: float = CODE_THRESHOLD, sample: int = _SAMPLE)
     return code_score(text, sample) >= threshold or _fenced_share(text) > 0.5
 
 
-def is_clearly_code(text: str) -> bool:
-    """The compressor's per-text gate: a larger sample and a higher bar than the request
-    classifier's, since fenced code is protected anyway and documentation with examples
-    is safe to shorten."""
-    return is_code(text, CLEARLY_CODE, 4 * _SAMPLE)
+def protect_as_code(text: str) -> bool:
+    """The compressor's per-text gate (a text inside a request it may shorten): the same
+    score on a 4× larger sample, which separates documentation with examples from source
+    code better than the hot-path classifier's sample; fenced code is protected anyway."""
+    return is_code(text, CODE_THRESHOLD, 4 * _SAMPLE)
 
 
 def _is_rag(text: str, need_ask: bool = True) -> bool:
