@@ -44,7 +44,8 @@ from typing import Any
 import numpy as np
 
 from compressor.content import protect_as_code
-from compressor.document import Analyzer, Document, kept_tokens
+from compressor.document import Analyzer, Document
+from compressor.exact import kept_tokens
 from compressor.scoring import ScoreConfig, scores
 from compressor.select import BoolArray, greedy_select, mandatory_mask, refill, trim
 from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
@@ -164,6 +165,8 @@ def _compress(
 ) -> _Outcome:
     """Drop units of the editable texts until fixed + Σ tokens(text) ≤ `target` (each text
     is encoded on its own, compressor/template.py)."""
+    if not texts:
+        return _Outcome(texts, fixed, fixed, 0)
     doc = analyzer.analyse(texts, [not e for e in editable], config.max_unit_chars)
     n = len(doc)
     before = fixed + int(doc.tokens.sum())  # exact: Σ over every text's chunks

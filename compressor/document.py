@@ -1,5 +1,4 @@
-"""Texts as the scorer sees them: units, their token counts, a sparse term matrix, and
-the exact count of any selection of units (`kept_tokens`).
+"""Texts as the scorer sees them: units, their token counts and a sparse term matrix.
 
 A document is one or more texts, each encoded on its own (the template's message texts,
 compressor/template.py), analysed together. One pass over every text's space-delimited
@@ -13,7 +12,7 @@ vectorised numpy operations, never a per-word Python loop.
   cumulative count F (see `_unit_tokens`): exact where a unit boundary falls between
   chunks, split by characters inside a chunk that straddles a boundary (a line break
   inside a run of words). Selection works on these sums; the guarantee comes from
-  `kept_tokens`, which counts a selection exactly.
+  compressor/exact.py, which counts a selection exactly.
 - Terms: a piece's term is its first word, lower-cased, stripped of punctuation; numbers,
   words shorter than 3 characters and English stop words have none. The matrix holds
   (unit, term, tf) triples with term ids local to the document.
@@ -21,7 +20,6 @@ vectorised numpy operations, never a per-word Python loop.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,7 +44,7 @@ from compressor.sentences import (
 )
 
 FloatArray = npt.NDArray[np.float64]
-__all__ = ["Analyzer", "Document", "FloatArray", "IntArray", "kept_tokens"]
+__all__ = ["Analyzer", "Document", "FloatArray", "IntArray"]
 
 _STRIP = "\"'`“”‘’«»()[]{}<>.,;:!?*_#|/\\-–—=+~^%$&@…"
 
@@ -346,94 +344,3 @@ class Document:
 
     def __len__(self) -> int:
         return len(self.units)
-
-
-def _split_at_seams(
-    spans: Sequence[tuple[int, int]], offsets: Sequence[int]
-) -> tuple[list[tuple[int, int]], list[bool]]:
-    """Spans cut at the seams between texts (each text is encoded on its own), and
-    whether each starts a text."""
-    seams = list(offsets[1:-1])
-    starts = set(offsets[:-1])
-    out: list[tuple[int, int]] = []
-    for a, b in spans:
-        k = bisect_right(seams, a)
-        while k < len(seams) and seams[k] < b:
-            out.append((a, seams[k]))
-            a = seams[k]
-            k += 1
-        out.append((a, b))
-    return out, [a in starts for a, _ in out]
-
-
-def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenCounter) -> int:
-    """Exact token count of the text made of `spans` (ascending, disjoint [a, b) ranges of
-    doc.units.text), mostly without counting anything again. Every input cut strictly
-    inside a span is still a safe cut of the output (its left neighbour is unchanged),
-    and so is a junction where a span that starts with " x" follows one that ends in a
-    non-space (most sentence boundaries). Output segments between such cuts that are
-    input chunks keep their counts; the rest — segments around the other junctions — are
-    counted with the memoised counter (they are new strings, but made of known lines)."""
-    if not spans:
-        return 0
-    text = doc.units.text
-    cs = doc.chunk_pos
-    n = doc.chunk_tokens
-    spans, hard = _split_at_seams(spans, doc.offsets)
-    a = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
-    b = np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans))
-    ends = np.append(cs[1:], len(text))
-    r = np.searchsorted(a, cs, side="right") - 1
-    rc = np.maximum(r, 0)
-    inside = (r >= 0) & (cs > a[rc]) & (cs < b[rc])  # input cuts strictly inside a span
-    total = int(n[inside & (ends < b[rc])].sum())  # chunks between two such cuts
-    cut_span = r[inside]
-    cut_index = np.flatnonzero(inside)
-    ids = np.arange(len(spans))
-    lo = np.searchsorted(cut_span, ids, side="left")
-    hi = np.searchsorted(cut_span, ids, side="right")
-    has = hi > lo
-    safe_lo = np.minimum(lo, max(len(cut_index) - 1, 0))
-    first = cs[cut_index[safe_lo]] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
-    last_k = (
-        cut_index[np.maximum(hi - 1, 0)] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
-    )
-    tail_n = np.where(has & (ends[last_k] == b), n[last_k], -1)  # the span's last chunk, if whole
-    ka = np.minimum(np.searchsorted(cs, a), len(cs) - 1)
-    starts_chunk = cs[ka] == a
-    head_end = np.where(has, first, b)
-    head_n = np.where(starts_chunk & (ends[ka] == head_end), n[ka], -1)
-
-    parts: list[str] = []
-    known = -1  # the open segment's count when it is exactly one input chunk
-
-    def close() -> int:
-        if not parts:
-            return 0
-        return known if known >= 0 else counter.count("".join(parts))
-
-    rows = zip(
-        spans,
-        hard,
-        has.tolist(),
-        head_end.tolist(),
-        head_n.tolist(),
-        cs[last_k].tolist(),
-        tail_n.tolist(),
-        strict=True,
-    )
-    prev_end = -1
-    for (s, e), new_text, inner, h_end, h_n, tail_start, t_n in rows:
-        if prev_end >= 0 and (new_text or (text[s] == " " and not text[prev_end - 1].isspace())):
-            total += close()  # a new text, or a safe junction: the open segment ends here
-            parts, known = [], -1
-        if not parts and h_n >= 0:
-            parts, known = [text[s:h_end]], h_n
-        else:
-            parts.append(text[s:h_end])
-            known = -1
-        if inner:
-            total += close()
-            parts, known = [text[tail_start:e]], t_n
-        prev_end = e
-    return total + close()
