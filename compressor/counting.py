@@ -53,7 +53,7 @@ _CUT = re.compile(r"(?<=\S) ")  # the safe cuts themselves (a lookbehind: slow o
 _SHORT = 2000  # below this many characters _CUT beats str.split + gluing in numpy
 _LINE_START = re.compile(r"\n(?=\S)")  # the other safe cut: a line that starts with a non-space
 
-DEFAULT_MAX_ENTRIES = 1 << 18  # ~25 MB of short strings: a long tail of vocabulary, bounded
+DEFAULT_MAX_ENTRIES = 1 << 17  # per memo: ~50 B an entry, a long tail of vocabulary, bounded
 
 # Packed memo value: bits 0-19 count(" " + piece), 20-41 len(piece), 42 piece is empty or
 # ends in whitespace; bits 43-62 are free for callers (document.py puts the term id there).

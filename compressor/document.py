@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compressor.counting import (
+    DEFAULT_MAX_ENTRIES,
     LEN_MASK,
     LEN_SHIFT,
     USER_SHIFT,
@@ -243,7 +244,9 @@ class Analyzer:
 
     __slots__ = ("_max_entries", "_memo", "counter")
 
-    def __init__(self, counter: TokenCounter | None = None, max_entries: int = 1 << 18) -> None:
+    def __init__(
+        self, counter: TokenCounter | None = None, max_entries: int = DEFAULT_MAX_ENTRIES
+    ) -> None:
         self.counter = counter or default_counter()
         self._memo = _ChunkMemo(self.counter)
         self._max_entries = max_entries
