@@ -1,0 +1,304 @@
+"""Compress-and-Route's compressor: fit a request into T_c tokens, exactly (FleetOpt §5).
+
+Entry points (pure; the gateway times them, the compressor reads no clock):
+
+    fit_request(target, prompt=… | messages=…, may_compress=…, likely_fits=…)
+    compress_prompt(prompt, target) / compress_chat(messages, target) → Compression
+    request_tokens(prompt=… | messages=…) → the engine's exact count
+
+`target` is T_c = B_short − L_out in the engine's tokens: the whole prompt as the engine
+counts it, template and BOS included (compressor/template.py). Eq. 15's guarantee,
+T_c + L_out = B_short, holds because the result's cl100k count is computed *exactly*
+(compressor/document.py's `kept_tokens`, checked against tiktoken by the property tests)
+and units are dropped until it fits: `tokens_after ≤ target` whenever `fits`. Otherwise
+the request comes back unchanged with `fits` false and a `detail`, and the caller routes
+it uncompressed (the long pool) or refuses it.
+
+What may be shortened: in a chat, every message text except the system/developer
+prompts, the last user message, texts that are code (compressor/content.py) and
+messages whose content has several text parts — those come back as the same objects; in
+a completion, the whole prompt unless it is code. All message texts are analysed as one
+document (each text one segment, encoded on its own like the template does), the fixed
+ones as single mandatory units, so IDF, the similarity graph and novelty see the whole
+conversation, and the bulkiest shortenable content — retrieved documents in a tool
+message, long earlier turns — loses the most units, while every shortenable text keeps
+its first `keep_first` (at least 1: it holds the template's "\n\n") and last
+`keep_last` units and its fenced code blocks byte-identical. Pipeline: split
+(sentences.py) → count and index terms (document.py) → score (scoring.py) → greedy
+select (select.py) → exact count → trim and repeat if over, or one refill if well under
+→ assemble in the original order.
+
+Failure posture: never raises for content reasons and never returns more than `target`
+tokens with `fits` true; when the mandatory units alone exceed the target, or nothing is
+shortenable, the answer is "does not fit" and the caller falls back.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from compressor.content import protect_as_code
+from compressor.document import Analyzer, Document
+from compressor.exact import kept_tokens
+from compressor.scoring import ScoreConfig, scores
+from compressor.select import BoolArray, greedy_select, mandatory_mask, refill, trim
+from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
+from compressor.template import (
+    BOS,
+    CONTENT_PREFIX,
+    Message,
+    Slot,
+    chat_segments,
+    chat_tokens,
+    completion_tokens,
+)
+
+PROTECTED_ROLES = frozenset({"system", "developer"})
+
+
+@dataclass(frozen=True, slots=True)
+class CompressorConfig:
+    scoring: ScoreConfig = field(default_factory=ScoreConfig)
+    keep_first: int = 3  # FleetOpt §5.2: primacy invariant (instructions, topic)
+    keep_last: int = 2  # FleetOpt §5.2: recency invariant (the question, the latest turn)
+    max_unit_chars: int = DEFAULT_MAX_UNIT_CHARS  # finer units for tables and run-on lists
+    max_rounds: int = 6  # exact counts before giving up; one suffices almost always
+    select_margin: int = 0  # select for T_c − this (a margin trades tokens for fewer trims)
+    refill_slack: int = 48  # tokens left under T_c worth one more exact count to fill
+    skip_code: bool = True  # FleetOpt §5.2's safety gate: code is never compressed
+
+
+@dataclass(frozen=True, slots=True)
+class Compression:
+    """The outcome. `prompt` xor `messages` is the request to send: compressed when
+    `changed`, the original otherwise. Token counts are exact (engine's count)."""
+
+    target: int
+    tokens_before: int
+    tokens_after: int
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    units: int = 0
+    units_dropped: int = 0
+    detail: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.tokens_after <= self.target
+
+    @property
+    def changed(self) -> bool:
+        return self.units_dropped > 0
+
+    @property
+    def tokens_removed(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+
+@lru_cache(maxsize=1)
+def default_analyzer() -> Analyzer:
+    """The process-wide analyzer (its memo is shared by every request)."""
+    return Analyzer()
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    texts: list[str]  # the segments to send (the input ones unless units were dropped)
+    before: int
+    after: int
+    units: int
+    dropped: int = 0
+    detail: str = ""
+
+
+def _spans(doc: Document, keep: BoolArray) -> list[tuple[int, int]]:
+    """[a, b) character ranges of the runs of consecutive kept units."""
+    starts = np.asarray(doc.units.starts, dtype=np.int64)
+    ends = np.append(starts[1:], len(doc.units.text))
+    edge = np.diff(keep.astype(np.int8), prepend=0, append=0)
+    first = np.flatnonzero(edge == 1)
+    last = np.flatnonzero(edge == -1)
+    return list(zip(starts[first].tolist(), ends[last - 1].tolist(), strict=True))
+
+
+def _assemble(doc: Document, spans: list[tuple[int, int]]) -> list[str]:
+    """Each segment's text made of the kept spans (a span may cross seams)."""
+    text = doc.units.text
+    seams = list(doc.offsets)
+    out: list[list[str]] = [[] for _ in range(len(seams) - 1)]
+    for a, b in spans:
+        k = bisect_right(seams, a) - 1
+        while k + 2 < len(seams) and seams[k + 1] == a:
+            k += 1  # an empty segment ends where this one starts
+        while b > seams[k + 1]:  # a run that crosses a seam belongs to two segments
+            out[k].append(text[a : seams[k + 1]])
+            a = seams[k + 1]
+            k += 1
+        out[k].append(text[a:b])
+    return ["".join(p) for p in out]
+
+
+def _mandatory(doc: Document, editable: list[bool], config: CompressorConfig) -> BoolArray:
+    keep = np.asarray(doc.units.fixed, dtype=np.bool_) | np.asarray(doc.units.code, dtype=np.bool_)
+    bounds = np.searchsorted(doc.group, np.arange(len(editable) + 1), side="left").tolist()
+    for k in np.flatnonzero(editable).tolist():
+        a, b = bounds[k], bounds[k + 1]
+        if b > a:
+            first = max(config.keep_first, 1)  # a text's first unit holds the template's "\n\n"
+            keep[a:b] |= mandatory_mask(b - a, doc.units.code[a:b], first, config.keep_last)
+    return keep
+
+
+def _compress(
+    fixed: int,
+    texts: list[str],
+    editable: list[bool],
+    target: int,
+    config: CompressorConfig,
+    analyzer: Analyzer,
+) -> _Outcome:
+    """Drop units of the editable texts until fixed + Σ tokens(text) ≤ `target` (each text
+    is encoded on its own, compressor/template.py)."""
+    if not texts:
+        return _Outcome(texts, fixed, fixed, 0)
+    doc = analyzer.analyse(texts, [not e for e in editable], config.max_unit_chars)
+    n = len(doc)
+    before = fixed + int(doc.tokens.sum())  # exact: Σ over every text's chunks
+    if before <= target:
+        return _Outcome(texts, before, before, n)
+    mandatory = _mandatory(doc, editable, config)
+    if bool(mandatory.all()):
+        return _Outcome(texts, before, before, n, detail="nothing to shorten")
+    score = scores(doc, config.scoring)
+    room = target - fixed
+    keep = greedy_select(doc.tokens, score, mandatory, room - config.select_margin)
+    if keep is None:
+        keep = greedy_select(doc.tokens, score, mandatory, room)
+    detail = "the units kept whole exceed the target"
+    if keep is not None:
+        for _ in range(max(config.max_rounds, 1)):
+            spans = _spans(doc, keep)
+            after = kept_tokens(doc, spans, analyzer.counter)
+            if after <= room:
+                if room - after >= config.refill_slack:  # one exact try to use the slack
+                    more = refill(keep, doc.tokens, score, room - after - config.refill_slack // 2)
+                    if more is not None:
+                        more_spans = _spans(doc, more)
+                        more_after = kept_tokens(doc, more_spans, analyzer.counter)
+                        if more_after <= room:
+                            keep, spans, after = more, more_spans, more_after
+                out = _assemble(doc, spans)
+                return _Outcome(out, before, fixed + after, n, int(n - keep.sum()))
+            if not trim(keep, doc.tokens, score, mandatory, after - room):
+                break
+        else:
+            detail = f"still above the target after {config.max_rounds} exact counts"
+    return _Outcome(texts, before, before, n, detail=detail)
+
+
+def compress_prompt(
+    prompt: str,
+    target: int,
+    config: CompressorConfig | None = None,
+    analyzer: Analyzer | None = None,
+) -> Compression:
+    """Fit a completion prompt into `target` tokens (see the module docstring)."""
+    config = config or _DEFAULT
+    analyzer = analyzer or default_analyzer()
+    editable = not (config.skip_code and protect_as_code(prompt))
+    out = _compress(BOS, [prompt], [editable], target, config, analyzer)
+    detail = out.detail if editable else ("code is not compressed" if out.before > target else "")
+    return Compression(
+        target, out.before, out.after, out.texts[0], None, out.units, out.dropped, detail
+    )
+
+
+def _replace(messages: list[Message], slots: list[Slot | None], texts: list[str]) -> list[Message]:
+    """A copy of `messages` with the slotted texts replaced; untouched messages are the
+    same objects, edited ones shallow copies."""
+    out = list(messages)
+    for slot, text in zip(slots, texts, strict=True):
+        if slot is None:
+            continue
+        i, k = slot
+        m = out[i]
+        if k is None:
+            if m.get("content") != text:
+                out[i] = {**m, "content": text}
+        else:
+            parts: list[Any] = list(m.get("content") or [])
+            if parts[k].get("text") != text:
+                parts[k] = {**parts[k], "text": text}
+                out[i] = {**m, "content": parts}
+    return out
+
+
+def compress_chat(
+    messages: Sequence[Message],
+    target: int,
+    config: CompressorConfig | None = None,
+    analyzer: Analyzer | None = None,
+) -> Compression:
+    """Fit a chat request into `target` tokens (see the module docstring)."""
+    config = config or _DEFAULT
+    analyzer = analyzer or default_analyzer()
+    original = list(messages)
+    last_user = max((i for i, m in enumerate(original) if m.get("role") == "user"), default=-1)
+
+    def editable(i: int, role: str, text: str) -> bool:
+        if i == last_user or role in PROTECTED_ROLES or not text.strip():
+            return False
+        return not (config.skip_code and protect_as_code(text))
+
+    fixed, texts, slots = chat_segments(original, editable)
+    out = _compress(fixed, texts, [s is not None for s in slots], target, config, analyzer)
+    if not out.dropped:
+        sent = original
+    else:
+        new = [t[len(CONTENT_PREFIX) :] for t in out.texts]
+        sent = _replace(original, slots, new)
+    return Compression(
+        target, out.before, out.after, None, sent, out.units, out.dropped, out.detail
+    )
+
+
+_DEFAULT = CompressorConfig()
+
+
+def fit_request(
+    target: int,
+    *,
+    prompt: str | None = None,
+    messages: Sequence[Message] | None = None,
+    may_compress: bool = True,
+    likely_fits: bool = False,
+    config: CompressorConfig | None = None,
+    analyzer: Analyzer | None = None,
+) -> Compression:
+    """What the gateway calls for a placement with `compress_to` (policies/pools.py):
+    make a completion `prompt` or chat `messages` fit `target` prompt tokens exactly.
+    `may_compress` false: only count (fits or not, never changed). `likely_fits` (the
+    estimate is below the target): count first and analyse only if it does not fit."""
+    analyzer = analyzer or default_analyzer()
+    if likely_fits or not may_compress:
+        tokens = request_tokens(prompt, messages)
+        if tokens <= target or not may_compress:
+            detail = "" if tokens <= target else "may not be compressed"
+            sent = list(messages) if messages is not None else None
+            return Compression(target, tokens, tokens, prompt, sent, detail=detail)
+    if messages is not None:
+        return compress_chat(messages, target, config, analyzer)
+    return compress_prompt(prompt or "", target, config, analyzer)
+
+
+def request_tokens(prompt: str | None = None, messages: Sequence[Message] | None = None) -> int:
+    """Exact prompt tokens of a request as the engine counts it (template included)."""
+    if messages is not None:
+        return chat_tokens(messages)
+    return completion_tokens(prompt or "")

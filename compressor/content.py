@@ -1,0 +1,144 @@
+"""Content category of a request: code, prose, RAG or chat — fast, no model.
+
+The category keys the bytes-per-token estimate (policies/budget.py: categories pack
+different numbers of bytes into a token) and gates compression (FleetOpt §5.2:
+extraction is safe for prose and retrieved passages, not for code). It runs on every
+request, so it only uses C-speed string operations (`str.count`, literal-prefixed
+regular expressions) on at most `_SAMPLE` characters from each end of each text:
+~30–60 µs per request here (bench/compressor_speed.py's hot-path table).
+
+Rules, in order:
+1. **rag** if the request carries retrieved material: a `tool` message with content; or
+   source headers at line starts (`[1]`, `Document 2`, `Passage 3:`, `Source:`,
+   `<document …>`) or a context label (`Context:`, `Sources:`, `Search results:`,
+   `Retrieved …`) in a non-assistant message — for a plain prompt, only if its last 400
+   characters ask about that material: they name it ("the context", "the passages",
+   "sources", "cite", "according to"), or hold a question mark with a label or ≥ 2
+   headers. Retrieval comes first: retrieved passages may well contain code.
+2. **code** if the code score ≥ `CODE_THRESHOLD` (0.15), where per line
+   score = (lines ending in `:` `;` `{` `}` `)` `,` + ` = ` + `()` + `return ` + `def `)
+           − `>>> ` − ½·(`. ` + `, `),
+   or if fenced code blocks hold more than half the characters. Documentation with
+   examples has doctest prompts and sentences; source code has neither.
+3. **chat** if the messages hold a conversation: an assistant turn or ≥ 2 user turns.
+4. **prose** otherwise.
+
+Accuracy is measured on the labelled set built by bench/corpus.py (see
+bench/compressor_fidelity.py's category table and tests/unit/compressor/test_content.py).
+Failure posture: a wrong category only changes the bytes/token prior (the EMA then
+learns it per category) or forgoes/permits compression; compression itself still
+never cuts a fenced code block and never exceeds its budget.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from compressor.fences import code_spans
+from compressor.template import content_text
+from policies.types import Category
+
+CODE_THRESHOLD = 0.15  # separates labelled code from documentation (bench/compressor_fidelity.py)
+_SAMPLE = 1_000  # characters from each end of a text: 98.5% accuracy, half the cost of 3000
+
+_CODE_TOKENS = (" = ", "()", "return ", "def ")  # assignments, calls, definitions
+_CODE_ENDINGS = re.compile(r"\n(?<=[:;{}),]\n)")  # a statement ends or a block opens
+_DOCTEST = ">>> "  # documentation shows code after a prompt; source code never does
+_SENTENCE = (". ", ", ")  # sentences and clauses: documentation and conversation
+# Both run on the lower-cased sample and start with a literal "\n" (fast to scan for).
+_SOURCE_HEADER = re.compile(
+    r"\n[^\S\n]*(?:\[\d{1,3}\]|<(?:document|doc|source|passage)\b|source\s*:|"
+    r"(?:\#+\s*)?(?:document|doc|passage|source|chunk|result|excerpt|snippet)\s*\#?\s*\d{1,3}\b)"
+)
+_CONTEXT_LABEL = re.compile(
+    r"\n[^\S\n]*(?:context|sources|search results|retrieved (?:documents|passages|context)|"
+    r"documents|references)\s*:"
+)
+_SOURCE_WORDS = ("context", "passage", "document", "source", "retrieved", "cite", "according to")
+
+
+def _sample(text: str, size: int = _SAMPLE) -> str:
+    if len(text) <= 2 * size:
+        return text
+    return text[:size] + "\n" + text[-size:]
+
+
+def code_score(text: str, sample: int = _SAMPLE) -> float:
+    """Per-line code evidence minus documentation evidence (see the module docstring),
+    on up to `sample` characters from each end."""
+    s = _sample(text, sample)
+    lines = s.count("\n") + 1
+    code = len(_CODE_ENDINGS.findall(s)) + sum(s.count(k) for k in _CODE_TOKENS)
+    prose = sum(s.count(k) for k in _SENTENCE)
+    return (code - s.count(_DOCTEST) - 0.5 * prose) / lines
+
+
+def _fenced_share(text: str) -> float:
+    s = _sample(text)
+    if "```" not in s and "~~~" not in s:
+        return 0.0
+    return sum(b - a for a, b in code_spans(s)) / max(len(s), 1)
+
+
+def is_code(text: str, threshold: float = CODE_THRESHOLD, sample: int = _SAMPLE) -> bool:
+    return code_score(text, sample) >= threshold or _fenced_share(text) > 0.5
+
+
+def protect_as_code(text: str) -> bool:
+    """The compressor's per-text gate (a text inside a request it may shorten): the same
+    score on a 4× larger sample, which separates documentation with examples from source
+    code better than the hot-path classifier's sample; fenced code is protected anyway."""
+    return is_code(text, CODE_THRESHOLD, 4 * _SAMPLE)
+
+
+def _is_rag(text: str, need_ask: bool = True) -> bool:
+    """Retrieved material (numbered source headers or a context label) that the prompt
+    then asks about (see the module docstring)."""
+    s = ("\n" + _sample(text)).lower()
+    headers = len(_SOURCE_HEADER.findall(s))
+    if headers == 0 and _CONTEXT_LABEL.search(s) is None:
+        return False
+    if not need_ask:
+        return True
+    tail = text[-400:].lower()
+    names_sources = any(w in tail for w in _SOURCE_WORDS)
+    return names_sources or (headers != 1 and "?" in tail)
+
+
+def classify_text(text: str) -> Category:
+    """Category of a completion prompt (or of one message's text)."""
+    if _is_rag(text):
+        return Category.RAG
+    if is_code(text):
+        return Category.CODE
+    return Category.PROSE
+
+
+def classify_chat(messages: Sequence[Mapping[str, Any]]) -> Category:
+    """Category of a chat request (see the module docstring for the rules)."""
+    texts = [content_text(m.get("content")) for m in messages]
+    roles = [str(m.get("role", "")) for m in messages]
+    if any(r == "tool" and t for r, t in zip(roles, texts, strict=True)):
+        return Category.RAG
+    if any(
+        _is_rag(t, need_ask=False)
+        for r, t in zip(roles, texts, strict=True)
+        if r != "assistant" and len(t) > 1000
+    ):
+        return Category.RAG
+    if is_code("\n".join(texts)):
+        return Category.CODE
+    if "assistant" in roles or roles.count("user") >= 2:
+        return Category.CHAT
+    return Category.PROSE
+
+
+def classify(
+    prompt: str | None = None, messages: Sequence[Mapping[str, Any]] | None = None
+) -> Category:
+    """Category of a request given as a completion `prompt` or chat `messages`."""
+    if messages is not None:
+        return classify_chat(messages)
+    return classify_text(prompt or "")

@@ -1,0 +1,357 @@
+"""Unicode-aware sentence splitting into *units*: the things the compressor keeps or drops.
+
+FleetOpt §5.2 step 1. A unit is a sentence, a line of a list or table, or a whole fenced
+code block. Units tile the text: unit i is `text[starts[i]:starts[i+1]]` and owns the
+whitespace *before* it, so joining any subset in order gives natural separators (a kept
+paragraph-opening sentence brings its blank line, a mid-paragraph one its space) and
+joining all of them gives the text back byte for byte.
+
+Boundaries (no per-line or per-word Python loop: a 50 KB prompt splits in ~0.5 ms):
+- sentence ends: a space-delimited word ending in `.` `!` `?` `…` (plus closing quotes or
+  brackets) followed, after spaces, by a word starting with an uppercase letter, digit,
+  opening quote/bracket or a caseless script. A `.` ending a known abbreviation ("Dr.",
+  "e.g.", "Fig."), an initial ("J."), list numbering ("1.") or a dotted acronym ("U.S.")
+  is not an end. Decimals (3.14), URLs and file names (example.com/a.b) have no space
+  after the dot and are never split. Each distinct word's flags are computed once
+  (`piece_flags`, memoised by compressor/document.py); the ends are then a vectorised
+  test over the words (`sentence_ends`).
+- CJK ends: `。！？` (and fullwidth `．`) end a sentence with or without a following space.
+- line breaks (one regular expression): a blank line (paragraph), a line ending in
+  terminal punctuation or `:`/`;`, or a next line that starts a bullet (`-`, `*`, `+`,
+  `•`, `1.`, `a)`), a heading (`#`), a quote (`>`) or a table row (`|`). A wrapped line
+  (none of these) continues its sentence.
+- fenced code blocks (``` or ~~~, unclosed → to the end) are one unit each, never split;
+  the caller keeps them whole.
+- a unit longer than `max_unit_chars` (tables, run-on lists) is split at its line breaks,
+  then at spaces, so selection never faces an all-or-nothing block of thousands of tokens.
+
+Failure posture: splitting never fails and never loses bytes; a wrong split only makes a
+unit coarser or finer (the tests pin the listed cases).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+import numpy as np
+import numpy.typing as npt
+
+from compressor.fences import code_spans
+
+# Lower-cased words that end in "." without ending a sentence (the final dot stripped).
+ABBREVIATIONS = frozenset(
+    [
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "ft",
+        "vs",
+        "cf",
+        "al",
+        "fig",
+        "figs",
+        "eq",
+        "eqs",
+        "no",
+        "nos",
+        "nr",
+        "vol",
+        "vols",
+        "pp",
+        "ed",
+        "eds",
+        "approx",
+        "dept",
+        "est",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "gen",
+        "col",
+        "lt",
+        "sgt",
+        "capt",
+        "rev",
+        "hon",
+        "gov",
+        "sen",
+        "rep",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+        "e.g",
+        "i.e",
+        "a.m",
+        "p.m",
+        "u.s",
+        "u.k",
+        "ph.d",
+        "b.sc",
+        "m.sc",
+        "viz",
+        "ca",
+        "resp",
+    ]
+)
+
+_CLOSERS = "\"'”’»)]}"
+_OPENERS = "\"'“‘«([{¿¡"
+_MARKS = ".!?…‼⁉"
+_CJK_MARKS = "。！？．"
+_CJK_END = re.compile(r"[。！？．]+[」』”’）】〉》]*")
+# Line breaks that are unit boundaries; group 1: blank line, group 2: the next line opens
+# a list item, heading, quote or table row; neither: the line ends a sentence or clause.
+_LEAD_BREAK = re.compile(  # a blank line, or the next line opens an item, heading, quote, row
+    r"""\n(?:[^\S\n]*\n\s*
+        |(?=[ \t]*(?:[-*+•‣◦▪–][ \t]|\#{1,6}[ \t]|[>|]|\d{1,3}[.)][ \t]|[a-zA-Z][.)][ \t])))""",
+    re.VERBOSE,
+)
+_END_BREAK = re.compile(  # the line ends a sentence or clause
+    r"""\n(?:(?<=[.!?:;…。！？"'”’)\]]\n)|(?<=[.!?:;…。！？"'”’)\]][ \t]\n))"""
+)
+_ANY_BREAK = re.compile(r"\s*\n\s*")
+
+# Per-piece flags (a piece is a space-delimited chunk of text.split(" ")).
+END_FLAG = 1  # ends a sentence if the next word starts one
+START_FLAG = 2  # can start a sentence: upper case, digit, opening quote, caseless letter
+NONEMPTY_FLAG = 4  # set by the caller: the piece is not empty (runs of spaces leave empty ones)
+
+DEFAULT_MAX_UNIT_CHARS = 1200  # ≈300 tokens: coarser units make the greedy fill lumpy
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """A text cut into units. `code[i]`: unit i is a fenced code block (keep whole).
+    `lead[i]`: unit i opens a paragraph, list item or block (the position score uses it).
+    `fixed[i]`: unit i is a frozen range (template, protected message: keep whole)."""
+
+    text: str
+    starts: list[int]
+    code: list[bool]
+    lead: list[bool]
+    fixed: list[bool]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def span(self, i: int) -> tuple[int, int]:
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.text)
+        return self.starts[i], end
+
+    def unit(self, i: int) -> str:
+        a, b = self.span(i)
+        return self.text[a:b]
+
+
+def piece_flags(piece: str) -> int:
+    """END_FLAG | START_FLAG bits of one space-delimited piece (memoised by the caller)."""
+    flags = 0
+    c = piece[:1]
+    if c and (c.isupper() or c.isdigit() or c in _OPENERS or (c.isalpha() and not c.islower())):
+        flags |= START_FLAG
+    s = piece.rstrip(_CLOSERS)
+    if s and s[-1] in _MARKS:
+        if s[-1] != ".":
+            return flags | END_FLAG
+        word = s[:-1].rsplit(None, 1)[-1] if s[:-1].strip() else ""
+        if s[:-1][-1:].isspace():
+            word = ""
+        word = word.lstrip(_OPENERS).lower()
+        if not word:
+            return flags
+        if len(word) == 1 and word.isalpha():
+            return flags  # an initial: "J. R. R. Tolkien"
+        if word.isdigit() and len(word) <= 2:
+            return flags  # list numbering "1." and dates "3. März"
+        if word in ABBREVIATIONS or ("." in word and all(len(x) <= 2 for x in word.split("."))):
+            return flags  # "Dr.", "e.g.", "U.S."
+        flags |= END_FLAG
+    return flags
+
+
+def sentence_ends(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> list[int]:
+    """Offsets of ". X" sentence ends from per-piece offsets (`pos[j]`: the space before
+    piece j) and flags: piece j-1 ends a sentence and the next non-empty piece starts one
+    (runs of spaces leave empty pieces)."""
+    if len(flags) < 2:
+        return []
+    cand = np.flatnonzero((flags[:-1] & END_FLAG) != 0) + 1
+    if len(cand) == 0:
+        return []
+    nonempty = np.flatnonzero((flags & NONEMPTY_FLAG) != 0)
+    k = np.searchsorted(nonempty, cand)
+    ok = k < len(nonempty)
+    cand, k = cand[ok], k[ok]
+    nxt = nonempty[k]
+    starts = (flags[nxt] & START_FLAG) != 0
+    ends: list[int] = pos[cand[starts]].tolist()
+    return ends
+
+
+def _pieces(text: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Offsets and flags of text.split(" ")'s pieces, without a memo (standalone use)."""
+    pieces = text.split(" ")
+    lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    flags = np.fromiter(
+        ((piece_flags(p) | NONEMPTY_FLAG) if p else 0 for p in pieces),
+        dtype=np.int64,
+        count=len(pieces),
+    )
+    return piece_offsets(lengths), flags
+
+
+def piece_offsets(
+    lengths: npt.NDArray[np.int64], heads: npt.NDArray[np.int64] | None = None
+) -> npt.NDArray[np.int64]:
+    """Offset of each piece of text.split(" ") (piece j ≥ 1: of the space before it).
+    With `heads`, the pieces are those of several texts split one after the other (each
+    text's first piece starts at its own offset, with no space before it)."""
+    sep = np.ones(len(lengths), dtype=np.int64)
+    first = np.zeros(len(lengths), dtype=np.bool_)
+    first[0 if heads is None else heads] = True
+    sep[np.flatnonzero(first)[1:] - 1] = 0  # no space between a text and the next one
+    start = np.cumsum(lengths + sep) - (lengths + sep)
+    pos: npt.NDArray[np.int64] = start - np.where(first, 0, 1)
+    return pos
+
+
+def _sep_start(text: str, at: int) -> int:
+    """Start of the whitespace run that ends at `at` (the unit boundary owns it)."""
+    i = at
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+    return i
+
+
+def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
+    """Boundaries inside text[a:b] so no piece exceeds `limit` chars: lines, then spaces."""
+    if b - a <= limit:
+        return
+    cuts = [m.start() for m in _ANY_BREAK.finditer(text, a, b) if m.start() > a]
+    points = [a, *cuts, b]
+    for x, y in pairwise(points):
+        if x != a:
+            out.append(x)
+        pos = x
+        while y - pos > limit:
+            cut = text.rfind(" ", pos + limit // 2, pos + limit)
+            if cut <= pos:
+                cut = pos + limit
+            out.append(_sep_start(text, cut) if text[cut - 1].isspace() else cut)
+            if out[-1] <= pos:
+                out[-1] = cut
+            pos = out[-1]
+
+
+def _line_breaks(text: str, pattern: re.Pattern[str], seams: list[int]) -> list[int]:
+    """Boundary offsets at a line-break pattern's matches, each the start of its separator
+    run; a separator run that began in an earlier text is cut at the seam."""
+    out = [m.start() for m in pattern.finditer(text)]
+    if " \n" not in text and "\t\n" not in text:
+        return out  # no line ends in blanks: every run starts at its newline
+    for i, s in enumerate(out):
+        if text[s - 1 : s] in (" ", "\t"):
+            floor = seams[bisect_right(seams, s) - 1] if seams and seams[0] <= s else 0
+            out[i] = max(_sep_start(text, s), floor)
+    return out
+
+
+def _outside(bounds: list[int], ranges: list[tuple[int, int]]) -> list[int]:
+    """The bounds not strictly inside any of the (sorted, disjoint) ranges."""
+    if not ranges or not bounds:
+        return bounds
+    x = np.asarray(bounds, dtype=np.int64)
+    lo = np.asarray([a for a, _ in ranges], dtype=np.int64)
+    hi = np.asarray([b for _, b in ranges], dtype=np.int64)
+    k = np.searchsorted(lo, x, side="left") - 1
+    inside = (k >= 0) & (x < hi[np.maximum(k, 0)])
+    kept: list[int] = x[~inside].tolist()
+    return kept
+
+
+def split_units(
+    text: str,
+    max_unit_chars: int = DEFAULT_MAX_UNIT_CHARS,
+    seams: Sequence[int] = (),
+    frozen: Sequence[tuple[int, int]] = (),
+    pieces: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None = None,
+) -> Units:
+    """Cut `text` into units (see the module docstring). `seams` are offsets where a unit
+    must start (the compressor joins several texts into one document and cuts at their
+    seams); each `frozen` range [a, b) (bounded by seams) is a single unit, never split.
+    `pieces` = (offsets, flags) of text.split(" ") when the caller has them memoised."""
+    seam_list = sorted(set(seams))
+    pos, flags = _pieces(text) if pieces is None else pieces
+    found = sentence_ends(pos, flags)
+    if any(mark in text for mark in _CJK_MARKS):
+        found.extend(m.end() for m in _CJK_END.finditer(text))
+    lead_breaks = _line_breaks(text, _LEAD_BREAK, seam_list)
+    found += lead_breaks
+    found += _line_breaks(text, _END_BREAK, seam_list)
+    code_starts: set[int] = set()
+    fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
+    if fenced and seam_list:  # a fence left open in one text ends at the next seam
+        cut: list[tuple[int, int]] = []
+        for a, b in fenced:
+            inner = [s for s in seam_list if a < s < b]
+            cut.extend(zip([a, *inner], [*inner, b], strict=True))
+        fenced = cut
+    frozen_list = sorted(frozen)
+    fence_units: list[tuple[int, int]] = []
+    for a, b in fenced:
+        if any(x <= a < y for x, y in frozen_list):
+            continue  # inside a frozen range: kept whole anyway
+        floor = seam_list[bisect_right(seam_list, a) - 1] if seam_list and seam_list[0] <= a else 0
+        s = max(_sep_start(text, a), floor)
+        fence_units.append((s, b))
+        code_starts.add(s)
+    whole = sorted([*fence_units, *frozen_list])
+    edges = [x for ab in whole for x in ab]
+    arr = np.unique(np.asarray([*_outside(found, whole), *seam_list, *edges, 0], dtype=np.int64))
+    arr = arr[arr < max(len(text), 1)]
+    seam_set = set(seam_list)
+    while len(arr) > 1 and int(arr[-1]) not in seam_set and text[int(arr[-1]) :].isspace():
+        arr = arr[:-1]  # no whitespace-only unit at the end
+    frozen_starts = np.asarray([a for a, _ in frozen], dtype=np.int64)
+    code_arr = np.asarray(sorted(code_starts), dtype=np.int64)
+    if max_unit_chars > 0:
+        sizes = np.diff(np.append(arr, len(text)))
+        long = np.flatnonzero(sizes > max_unit_chars)
+        if len(long):
+            ok = ~np.isin(arr[long], code_arr) & ~np.isin(arr[long], frozen_starts)
+            extra: list[int] = []
+            for i in long[ok].tolist():
+                _cut_long(text, int(arr[i]), int(arr[i] + sizes[i]), max_unit_chars, extra)
+            if extra:
+                arr = np.unique(np.append(arr, np.asarray(extra, dtype=np.int64)))
+    leads = np.asarray(
+        [0, *seam_list, *lead_breaks, *code_starts, *(b for _, b in fence_units)], dtype=np.int64
+    )
+    starts = arr.tolist()
+    return Units(
+        text=text,
+        starts=starts,
+        code=np.isin(arr, code_arr).tolist(),
+        lead=np.isin(arr, leads).tolist(),
+        fixed=np.isin(arr, frozen_starts).tolist(),
+    )

@@ -1,0 +1,119 @@
+"""Pool placement (policies/pools.py): plain short/long routing and Compress-and-Route."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.pools import CompressAndRoute, Placement, ShortLongPlacement, Verdict
+from policies.types import Category, PoolSpec, RequestInfo
+
+SHORT = PoolSpec("short", 8192)
+LONG = PoolSpec("long", 65536)
+POOLS = [SHORT, LONG]
+
+
+def req(
+    prompt: int, max_tokens: int = 256, category: Category = Category.PROSE, model: str = "m"
+) -> RequestInfo:
+    return RequestInfo(
+        id="r",
+        model=model,
+        arrival=0.0,
+        prompt_tokens=prompt,
+        max_tokens=max_tokens,
+        category=category,
+    )
+
+
+def test_short_long_baseline_unchanged() -> None:
+    p = ShortLongPlacement()
+    assert p.place(req(1000), POOLS).pools == ("short", "long")
+    assert p.place(req(9000), POOLS).pools == ("long",)
+    too = p.place(req(70000), POOLS)
+    assert too.verdict is Verdict.TOO_LONG and too.limit == 65536 and "65536" in too.reason
+    assert (
+        p.place(req(10, model="x"), [PoolSpec("short", 8192, frozenset({"m"}))]).verdict
+        is Verdict.NO_MODEL
+    )
+
+
+def test_short_requests_go_short_with_spill() -> None:
+    p = CompressAndRoute(verify_margin=0.0).place(req(1000), POOLS)
+    assert p == Placement(
+        Verdict.PLACED, ("short", "long"), 65536, category=Category.PROSE, reason="short"
+    )
+    assert p.compress_to is None and not p.borderline
+
+
+def test_borderline_compressible_is_compressed_to_t_c_with_long_fallback() -> None:
+    r = req(9000, max_tokens=500)
+    p = CompressAndRoute().place(r, POOLS)
+    assert p.verdict is Verdict.PLACED and p.pools == ("short",)
+    assert p.compress_to == 8192 - 500  # T_c = B_short − L_out (Eq. 15)
+    assert p.may_compress and p.borderline
+    assert p.fallback == ("long",)
+
+
+@pytest.mark.parametrize("category", [Category.PROSE, Category.RAG, Category.CHAT])
+def test_every_compressible_category_uses_the_band(category: Category) -> None:
+    assert CompressAndRoute().place(req(10000, category=category), POOLS).borderline
+
+
+def test_code_and_over_band_requests_go_long() -> None:
+    cr = CompressAndRoute()
+    code = cr.place(req(9000, category=Category.CODE), POOLS)
+    assert code.pools == ("long",) and code.compress_to is None
+    over = cr.place(req(12500), POOLS)  # 12756 > 1.5 × 8192
+    assert over.pools == ("long",) and over.compress_to is None
+
+
+def test_band_edges() -> None:
+    cr = CompressAndRoute(gamma=1.5, verify_margin=0.0)
+    assert cr.place(req(8192 - 256), POOLS).pools == ("short", "long")
+    assert cr.place(req(8192 - 255), POOLS).borderline
+    assert cr.place(req(12288 - 256), POOLS).borderline
+    assert not cr.place(req(12288 - 255), POOLS).borderline
+
+
+def test_estimates_just_below_b_short_are_verified_exactly() -> None:
+    p = CompressAndRoute(verify_margin=0.05).place(req(7800), POOLS)
+    assert p.pools == ("short", "long") and p.compress_to == 8192 - 256
+    assert p.may_compress and not p.borderline and p.fallback == ("long",)
+    code = CompressAndRoute(verify_margin=0.05).place(req(7800, category=Category.CODE), POOLS)
+    assert code.compress_to == 8192 - 256 and not code.may_compress
+
+
+def test_no_long_pool_borderline_still_served_by_compression_else_413() -> None:
+    cr = CompressAndRoute()
+    p = cr.place(req(9000), [SHORT])
+    assert p.borderline and p.fallback == () and "only way" in p.reason
+    code = cr.place(req(9000, category=Category.CODE), [SHORT])
+    assert code.verdict is Verdict.TOO_LONG and "code content is not compressed" in code.reason
+    big = cr.place(req(20000), [SHORT])
+    assert big.verdict is Verdict.TOO_LONG and big.limit == 8192
+
+
+def test_long_pool_down_and_short_pool_down() -> None:
+    cr = CompressAndRoute()
+    long_down = cr.place(req(9000), POOLS, healthy={"short"})
+    assert long_down.borderline and long_down.fallback == ()
+    short_down = cr.place(req(9000), POOLS, healthy={"long"})
+    assert short_down.pools == ("long",) and short_down.compress_to is None
+
+
+def test_huge_max_tokens_leaves_no_room_to_compress() -> None:
+    cr = CompressAndRoute()
+    p = cr.place(req(400, max_tokens=8000), POOLS)  # 8400 tokens, but T_c = 192 < min_target
+    assert p.pools == ("long",) and not p.borderline
+
+
+def test_too_long_for_every_pool_is_413() -> None:
+    p = CompressAndRoute().place(req(70000), POOLS)
+    assert p.verdict is Verdict.TOO_LONG and p.limit == 65536 and "70256" in p.reason
+
+
+def test_short_pool_context_caps_b_short_and_config_is_checked() -> None:
+    p = CompressAndRoute(b_short=16384).place(req(9000), [PoolSpec("short", 8192), LONG])
+    assert p.borderline and p.compress_to == 8192 - 256
+    with pytest.raises(ValueError):
+        CompressAndRoute(gamma=0.9)
