@@ -63,12 +63,15 @@ class Pool(_Section):
 
 
 class Placement(_Section):
-    policy: Literal["short_long"] = "short_long"
+    # compress_and_route: FleetOpt §5 (short, compress-then-short, long); short_long: §2.1
+    policy: Literal["compress_and_route", "short_long"] = "compress_and_route"
     short_pool: str = "short"
-    b_short: int | None = Field(None, gt=0)  # defaults to the short pool's max_model_len
-    gamma: float = Field(
-        1.0, ge=1.0, le=4.0
-    )  # C&R band: compress when B_short < L_total ≤ γ·B_short
+    # B_short: the short pool's boundary in tokens; defaults to its max_model_len
+    b_short: int | None = Field(None, gt=0)
+    # γ: compress when B_short < L_total ≤ γ·B_short (FleetOpt §5.1)
+    gamma: float = Field(1.5, ge=1.0, le=4.0)
+    # estimates this close below B_short are counted exactly before the short pool
+    verify_margin: float = Field(0.05, ge=0.0, lt=1.0)
 
 
 class Budget(_Section):

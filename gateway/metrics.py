@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from gateway.workers import Fleet
+from policies.budget import TokenBudget
 
 disable_created_metrics()  # `_created` series double the exposition and no dashboard reads them
 
@@ -76,6 +77,21 @@ _E2E_BUCKETS = (
     1920.0,
 )
 _OVERHEAD_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
+
+
+class _BudgetCollector(Collector):
+    def __init__(self, budget: TokenBudget) -> None:
+        self.budget = budget
+
+    def collect(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily(
+            "fleetgate_budget_bytes_per_token",
+            "Learnt prompt bytes per engine token (ĉ_k), by content category.",
+            labels=["category"],
+        )
+        for category, ratio in self.budget.state.snapshot().items():
+            g.add_metric([category], ratio)
+        yield g
 
 
 class _FleetCollector(Collector):
@@ -236,6 +252,32 @@ class GatewayMetrics:
             ["worker"],
             registry=r,
         )
+        self.compress_borderline = Counter(
+            "fleetgate_compress_borderline",
+            "Requests in the Compress-and-Route band (B_short < L_total ≤ γ·B_short).",
+            registry=r,
+        )
+        self.compress_compressed = Counter(
+            "fleetgate_compress_compressed",
+            "Requests compressed to fit the short pool.",
+            registry=r,
+        )
+        self.compress_fallback = Counter(
+            "fleetgate_compress_fallback",
+            "Requests that could not be made to fit the short pool and went to a larger pool.",
+            registry=r,
+        )
+        self.compress_tokens_removed = Counter(
+            "fleetgate_compress_tokens_removed",
+            "Prompt tokens removed by compression (exact cl100k counts).",
+            registry=r,
+        )
+        self.compress_seconds = Histogram(
+            "fleetgate_compress_duration_seconds",
+            "Time spent counting and compressing one request.",
+            buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1),
+            registry=r,
+        )
         r.register(_FleetCollector(fleet, now))
         self._requests_children: dict[tuple[str, int], Counter] = {}
         self._pools: dict[str, PoolSeries] = {}
@@ -260,6 +302,10 @@ class GatewayMetrics:
                 self.completion_tokens.labels(name),
             )
         return series
+
+    def watch_budget(self, budget: TokenBudget) -> None:
+        """Expose ĉ_k, the learnt bytes per token of each content category."""
+        self.registry.register(_BudgetCollector(budget))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -23,9 +23,7 @@ from gateway.config import GatewayConfig
 from gateway.errors import (
     AuthenticationFailed,
     BadGateway,
-    ContextLengthExceeded,
     GatewayError,
-    ModelNotFound,
     ServiceUnavailable,
     UpstreamTimeout,
     sse_error_frame,
@@ -35,11 +33,12 @@ from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest, parse
 from gateway.relay import StreamScanner, usage_of
 from gateway.requestlog import RequestLog
+from gateway.shaping import Shaped, Shaper
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.workers import Fleet, WorkerState
-from policies.budget import BudgetConfig, estimate_chat, estimate_tokens
-from policies.pools import ShortLongPlacement, Verdict
+from policies.budget import BudgetConfig, TokenBudget
+from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import make_router
 from policies.types import RequestInfo
 
@@ -61,6 +60,7 @@ class _Attempt:
     __slots__ = (
         "completion_tokens",
         "error",
+        "extra_headers",
         "pool",
         "prompt_tokens",
         "retries",
@@ -79,6 +79,7 @@ class _Attempt:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.error: str | None = None
+        self.extra_headers: list[tuple[str, str]] = []
         self.stream: StreamScanner | None = None  # set once a stream is being relayed
 
 
@@ -99,14 +100,23 @@ class Pipeline:
         self.request_log = request_log
         self.traffic = traffic
         self.loop = asyncio.get_running_loop()
-        self.placer = ShortLongPlacement(
-            short_pool=config.placement.short_pool, b_short=config.b_short
-        )
+        p = config.placement
+        placer: CompressAndRoute | ShortLongPlacement
+        if p.policy == "compress_and_route":
+            placer = CompressAndRoute(
+                p.short_pool, config.b_short, p.gamma, verify_margin=p.verify_margin
+            )
+        else:
+            placer = ShortLongPlacement(short_pool=p.short_pool, b_short=config.b_short)
         self.router = make_router(config.routing.policy, config.routing.params)
-        self.budget = BudgetConfig(
-            bytes_per_token=config.budget.bytes_per_token,
-            default_max_tokens=config.budget.default_max_tokens,
+        self.budget = TokenBudget(
+            BudgetConfig(
+                bytes_per_token=config.budget.bytes_per_token,
+                default_max_tokens=config.budget.default_max_tokens,
+            )
         )
+        metrics.watch_budget(self.budget)
+        self.shaper = Shaper(placer, self.budget, config.b_short, metrics, traffic)
         self.api_keys = frozenset(config.auth.api_keys)
 
     # --- the pipeline -------------------------------------------------------------------
@@ -116,12 +126,15 @@ class Pipeline:
         rid = _safe_request_id(request.headers.get("x-request-id"))
         att = _Attempt()
         parsed: ParsedRequest | None = None
-        info: RequestInfo | None = None
+        shaped: Shaped | None = None
         try:
             self._authenticate(request)
             parsed = parse(request.body, endpoint)
-            info = self._estimate(parsed, rid, t0)
-            await self._serve(parsed, request.body, info, responder, att, rid, t0)
+            now = self.loop.time()
+            shaped = self.shaper.shape(
+                parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(now), self.fleet.models
+            )
+            await self._serve(parsed, request.body, shaped, responder, att, rid, t0)
         except GatewayError as exc:
             att.status = exc.status
             att.error = att.error or exc.code
@@ -142,7 +155,7 @@ class Pipeline:
                 self.metrics.disconnects.labels(att.pool).inc()
             raise
         finally:
-            self._settle(att, parsed, info, t0, arrival, rid)
+            self._settle(att, parsed, shaped, t0, arrival, rid)
 
     def _authenticate(self, request: HttpRequest) -> None:
         if not self.api_keys:
@@ -156,58 +169,33 @@ class Pipeline:
                 else "unknown API key"
             )
 
-    def _estimate(self, parsed: ParsedRequest, rid: str, now: float) -> RequestInfo:
-        if parsed.prompt_token_ids:
-            prompt = parsed.prompt_token_ids
-        elif parsed.endpoint == CHAT:
-            prompt = estimate_chat(parsed.prompt_bytes, parsed.n_messages, self.budget)
-        else:
-            prompt = estimate_tokens(parsed.prompt_bytes, self.budget)
-        return RequestInfo(
-            id=rid,
-            model=parsed.model,
-            arrival=now,
-            prompt_tokens=prompt,
-            max_tokens=parsed.max_tokens or self.budget.default_max_tokens,
-            stream=parsed.stream,
-        )
-
     async def _serve(
         self,
         parsed: ParsedRequest,
         raw: bytes,
-        info: RequestInfo,
+        shaped: Shaped,
         responder: Responder,
         att: _Attempt,
         rid: str,
         t0: float,
     ) -> None:
-        placement = self.placer.place(info, self.fleet.specs)
-        if placement.verdict is Verdict.NO_MODEL:
-            known = ", ".join(sorted(self.fleet.models))
-            raise ModelNotFound(
-                f"The model `{parsed.model}` does not exist. Available models: {known}.",
-                param="model",
-            )
-        self.traffic.observe(info.total_tokens, info.prompt_tokens)
-        if placement.verdict is Verdict.TOO_LONG:
-            raise ContextLengthExceeded(
-                f"This request needs about {info.total_tokens} tokens ({info.prompt_tokens} in the prompt, "
-                f"estimated, + {info.max_tokens} for the completion), more than the largest context serving "
-                f"`{parsed.model}` ({placement.limit} tokens). Shorten the prompt or lower max_tokens.",
-                param="messages" if parsed.endpoint == CHAT else "prompt",
-            )
-        body, strip_usage = self._upstream_body(parsed, raw)
+        info = shaped.info
+        pools = shaped.pools
+        extra = [("x-fleetgate-tokens-estimated", str(shaped.estimated_prompt_tokens))]
+        if shaped.compressed_text is not None:
+            extra.append(("x-fleetgate-compressed", shaped.compressed_text))
+        att.extra_headers = extra
+        body, strip_usage = self._upstream_body(parsed, raw, shaped.body)
         path = _PATHS[parsed.endpoint]
         headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % rid.encode("latin-1")
         tried: set[str] = set()
         last_error: UpstreamError | None = None
         while True:
-            worker = self._route(info, placement.pools, tried, att)
+            worker = self._route(info, pools, tried, att)
             if worker is None:
                 if last_error is not None:
                     raise self._map(last_error)
-                raise self._no_worker(placement.pools)
+                raise self._no_worker(pools)
             att.worker = worker.id
             self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
             worker.in_flight += 1
@@ -241,14 +229,16 @@ class Pipeline:
                 worker.in_flight -= 1
                 worker.outstanding_tokens -= info.total_tokens
 
-    def _upstream_body(self, parsed: ParsedRequest, raw: bytes) -> tuple[bytes, bool]:
+    def _upstream_body(
+        self, parsed: ParsedRequest, raw: bytes, rewritten: dict[str, Any] | None
+    ) -> tuple[bytes, bool]:
         """The bytes to send, and whether to strip the usage event we asked for.
 
-        Most requests are forwarded byte for byte; only a stream whose client did not ask
-        for usage is re-encoded, to ask for it."""
+        Most requests are forwarded byte for byte; a compressed request, and a stream whose
+        client did not ask for usage (we ask for it), are re-encoded."""
         if not parsed.stream or parsed.wants_usage:
-            return raw, False
-        body = dict(parsed.body)
+            return (raw if rewritten is None else orjson.dumps(rewritten)), False
+        body = dict(rewritten if rewritten is not None else parsed.body)
         opts = dict(body.get("stream_options") or {})
         opts["include_usage"] = True
         opts["continuous_usage_stats"] = False
@@ -294,7 +284,7 @@ class Pipeline:
             self.metrics.circuit_opens.labels(worker.id).inc()
 
     def _answer_headers(
-        self, up: UpstreamResponse, rid: str, worker: WorkerState, default: str
+        self, up: UpstreamResponse, rid: str, worker: WorkerState, default: str, att: _Attempt
     ) -> list[tuple[str, str]]:
         ctype = up.header(b"content-type")
         return [
@@ -302,6 +292,7 @@ class Pipeline:
             ("x-request-id", rid),
             ("x-fleetgate-pool", worker.pool),
             ("x-fleetgate-worker", worker.id),
+            *att.extra_headers,
         ]
 
     async def _relay_whole(
@@ -324,7 +315,7 @@ class Pipeline:
             if up.status == 200:
                 self._count_usage(usage_of(body), att)
         att.status = up.status
-        responder.send(up.status, self._answer_headers(up, rid, worker, _JSON), body)
+        responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
 
     async def _relay_stream(
         self,
@@ -337,7 +328,7 @@ class Pipeline:
         t0: float,
     ) -> None:
         responder.start_stream(
-            200, [*self._answer_headers(up, rid, worker, _SSE), ("cache-control", "no-cache")]
+            200, [*self._answer_headers(up, rid, worker, _SSE, att), ("cache-control", "no-cache")]
         )
         att.status = 200
         scanner = att.stream = StreamScanner(strip_usage)
@@ -370,12 +361,13 @@ class Pipeline:
         self,
         att: _Attempt,
         parsed: ParsedRequest | None,
-        info: RequestInfo | None,
+        shaped: Shaped | None,
         t0: float,
         arrival: float,
         rid: str,
     ) -> None:
         latency = self.loop.time() - t0
+        info = shaped.info if shaped else None
         m = self.metrics
         pool = att.pool
         if att.status != 499:
@@ -389,6 +381,9 @@ class Pipeline:
                 series.prompt_tokens.inc(att.prompt_tokens)
             if att.completion_tokens:
                 series.completion_tokens.inc(att.completion_tokens)
+            if shaped is not None and shaped.classified and shaped.size and att.prompt_tokens:
+                # ĉ_k learns from what was actually sent (the compressed text, if compressed)
+                self.budget.observe(shaped.size, shaped.info.category, att.prompt_tokens)
         if self.request_log.enabled:
             self.request_log.write(
                 {
@@ -400,8 +395,11 @@ class Pipeline:
                     "pool": pool,
                     "worker": att.worker,
                     "status": att.status,
-                    "est_prompt_tokens": info.prompt_tokens if info else None,
+                    "est_prompt_tokens": shaped.estimated_prompt_tokens if shaped else None,
                     "max_tokens": info.max_tokens if info else None,
+                    "category": info.category.value if shaped and shaped.classified else None,
+                    "placement": shaped.placement.reason if shaped else None,
+                    "compressed": shaped.compressed_text if shaped else None,
                     "prompt_tokens": att.prompt_tokens,
                     "completion_tokens": att.completion_tokens,
                     "ttft_s": None if att.ttft is None else round(att.ttft, 6),

@@ -138,5 +138,9 @@ class Fleet:
         stale_after = self.config.telemetry.stale_after_s
         return [w.view(now, stale_after) for w in self.pools.get(pool, ()) if w.id not in exclude]
 
+    def live_pools(self, now: float) -> frozenset[str]:
+        """Pools with at least one routable worker (placement treats the others as down)."""
+        return frozenset(p for p, ws in self.pools.items() if any(w.routable(now) for w in ws))
+
     def any_routable(self, now: float) -> bool:
         return any(w.routable(now) for w in self.workers.values())

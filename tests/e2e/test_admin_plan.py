@@ -59,7 +59,7 @@ def test_histogram_counts_what_was_served_and_the_plan_uses_it(gw):
     assert (
         counts[64] == 2 and counts[512] == 1 and counts[1024] == 1
     )  # L_total = estimate + max_tokens
-    assert doc["current"] == {"b_short": 8192, "gamma": 1.0, "n_short": 1, "n_long": 1}
+    assert doc["current"] == {"b_short": 8192, "gamma": 1.5, "n_short": 1, "n_long": 1}
 
     plan = httpx.get(gw.url + "/admin/plan?slo_ms=500", headers=auth, timeout=60).json()
     assert plan["histogram"]["requests"] == 4
@@ -71,7 +71,9 @@ def test_histogram_counts_what_was_served_and_the_plan_uses_it(gw):
 
 def test_plan_cli_from_gateway(gw):
     c = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
-    c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=50)
+    c.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=50
+    )
     out = subprocess.run(
         [
             sys.executable,
