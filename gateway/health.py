@@ -11,14 +11,13 @@ the failures.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import random
 from collections.abc import Callable
 
 import httpx
 
 from gateway.config import Health
+from gateway.periodic import PerWorkerLoops
 from gateway.workers import WorkerState
 
 log = logging.getLogger("fleetgate.health")
@@ -36,11 +35,10 @@ class HealthChecker:
         self.client = client
         self.config = config
         self.on_failure = on_failure
-        self._tasks: list[asyncio.Task[None]] = []
+        self._loops = PerWorkerLoops(workers, config.interval_s, self.check)
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._loop(w)) for w in self.workers]
+        self._loops.start()
 
     async def check(self, worker: WorkerState) -> bool:
         try:
@@ -61,15 +59,5 @@ class HealthChecker:
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(w) for w in self.workers))
 
-    async def _loop(self, worker: WorkerState) -> None:
-        await asyncio.sleep(random.random() * self.config.interval_s)
-        while True:
-            await self.check(worker)
-            await asyncio.sleep(self.config.interval_s)
-
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await self._loops.stop()

@@ -18,14 +18,12 @@ snapshot but not its freshness; once the last good scrape is older than
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import random
 from collections.abc import Callable
 
 import httpx
 
+from gateway.periodic import PerWorkerLoops
 from gateway.workers import Telemetry, WorkerState
 
 log = logging.getLogger("fleetgate.telemetry")
@@ -118,10 +116,10 @@ class Scraper:
         self.interval = interval
         self.now = now
         self.on_error = on_error
-        self._tasks: list[asyncio.Task[None]] = []
+        self._loops = PerWorkerLoops(workers, interval, self.scrape)
 
     def start(self) -> None:
-        self._tasks = [asyncio.get_running_loop().create_task(self._loop(w)) for w in self.workers]
+        self._loops.start()
 
     async def scrape(self, worker: WorkerState) -> bool:
         try:
@@ -137,15 +135,5 @@ class Scraper:
             self.on_error(worker, "connect")
         return False
 
-    async def _loop(self, worker: WorkerState) -> None:
-        await asyncio.sleep(random.random() * self.interval)
-        while True:
-            await self.scrape(worker)
-            await asyncio.sleep(self.interval)
-
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await self._loops.stop()
