@@ -127,6 +127,8 @@ class Fleet:
                 self.workers[state.id] = state
             self.pools[pname] = states
             self.specs.append(PoolSpec(pname, pool.max_model_len, frozenset(pool.models)))
+        self._live: frozenset[str] = frozenset(self.pools)
+        self._live_at = float("-inf")
         self.models: dict[str, int] = {}  # model -> the largest context serving it
         for pool in config.pools.values():
             for m in pool.models:
@@ -139,8 +141,16 @@ class Fleet:
         return [w.view(now, stale_after) for w in self.pools.get(pool, ()) if w.id not in exclude]
 
     def live_pools(self, now: float) -> frozenset[str]:
-        """Pools with at least one routable worker (placement treats the others as down)."""
-        return frozenset(p for p, ws in self.pools.items() if any(w.routable(now) for w in ws))
+        """Pools with at least one routable worker (placement treats the others as down).
+
+        Recomputed at most every 50 ms: health changes on a scale of seconds, and a scan of
+        every worker on every request would cost more than the rest of placement."""
+        if now - self._live_at > 0.05:
+            self._live = frozenset(
+                p for p, ws in self.pools.items() if any(w.routable(now) for w in ws)
+            )
+            self._live_at = now
+        return self._live
 
     def any_routable(self, now: float) -> bool:
         return any(w.routable(now) for w in self.workers.values())
