@@ -16,7 +16,7 @@ Boundaries (no per-line or per-word Python loop: a 50 KB prompt splits in ~0.5 m
   (`piece_flags`, memoised by compressor/document.py); the ends are then a vectorised
   test over the words (`sentence_ends`).
 - CJK ends: `。！？` (and fullwidth `．`) end a sentence with or without a following space.
-- line breaks (one regular expression): a blank line (paragraph), a line ending in
+- line breaks (compressor/linebreaks.py, vectorised): a blank line (paragraph), a line ending in
   terminal punctuation or `:`/`;`, or a next line that starts a bullet (`-`, `*`, `+`,
   `•`, `1.`, `a)`), a heading (`#`), a quote (`>`) or a table row (`|`). A wrapped line
   (none of these) continues its sentence.
@@ -41,6 +41,8 @@ import numpy as np
 import numpy.typing as npt
 
 from compressor.fences import code_spans
+from compressor.linebreaks import line_breaks
+from compressor.linebreaks import sep_start as _sep_start
 
 # Lower-cased words that end in "." without ending a sentence (the final dot stripped).
 ABBREVIATIONS = frozenset(
@@ -119,16 +121,6 @@ _OPENERS = "\"'“‘«([{¿¡"
 _MARKS = ".!?…‼⁉"
 _CJK_MARKS = "。！？．"
 _CJK_END = re.compile(r"[。！？．]+[」』”’）】〉》]*")
-# Line breaks that are unit boundaries; group 1: blank line, group 2: the next line opens
-# a list item, heading, quote or table row; neither: the line ends a sentence or clause.
-_LEAD_BREAK = re.compile(  # a blank line, or the next line opens an item, heading, quote, row
-    r"""\n(?:[^\S\n]*\n\s*
-        |(?=[ \t]*(?:[-*+•‣◦▪–][ \t]|\#{1,6}[ \t]|[>|]|\d{1,3}[.)][ \t]|[a-zA-Z][.)][ \t])))""",
-    re.VERBOSE,
-)
-_END_BREAK = re.compile(  # the line ends a sentence or clause
-    r"""\n(?:(?<=[.!?:;…。！？"'”’)\]]\n)|(?<=[.!?:;…。！？"'”’)\]][ \t]\n))"""
-)
 _ANY_BREAK = re.compile(r"\s*\n\s*")
 
 # Per-piece flags (a piece is a space-delimited chunk of text.split(" ")).
@@ -235,14 +227,6 @@ def piece_offsets(
     return pos
 
 
-def _sep_start(text: str, at: int) -> int:
-    """Start of the whitespace run that ends at `at` (the unit boundary owns it)."""
-    i = at
-    while i > 0 and text[i - 1].isspace():
-        i -= 1
-    return i
-
-
 def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
     """Boundaries inside text[a:b] so no piece exceeds `limit` chars: lines, then spaces."""
     if b - a <= limit:
@@ -261,19 +245,6 @@ def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
             if out[-1] <= pos:
                 out[-1] = cut
             pos = out[-1]
-
-
-def _line_breaks(text: str, pattern: re.Pattern[str], seams: list[int]) -> list[int]:
-    """Boundary offsets at a line-break pattern's matches, each the start of its separator
-    run; a separator run that began in an earlier text is cut at the seam."""
-    out = [m.start() for m in pattern.finditer(text)]
-    if " \n" not in text and "\t\n" not in text:
-        return out  # no line ends in blanks: every run starts at its newline
-    for i, s in enumerate(out):
-        if text[s - 1 : s] in (" ", "\t"):
-            floor = seams[bisect_right(seams, s) - 1] if seams and seams[0] <= s else 0
-            out[i] = max(_sep_start(text, s), floor)
-    return out
 
 
 def _outside(bounds: list[int], ranges: list[tuple[int, int]]) -> list[int]:
@@ -305,9 +276,9 @@ def split_units(
     found = sentence_ends(pos, flags)
     if any(mark in text for mark in _CJK_MARKS):
         found.extend(m.end() for m in _CJK_END.finditer(text))
-    lead_breaks = _line_breaks(text, _LEAD_BREAK, seam_list)
+    lead_breaks, end_breaks = line_breaks(text, seam_list)
     found += lead_breaks
-    found += _line_breaks(text, _END_BREAK, seam_list)
+    found += end_breaks
     code_starts: set[int] = set()
     fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
     if fenced and seam_list:  # a fence left open in one text ends at the next seam
