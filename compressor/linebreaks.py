@@ -39,6 +39,7 @@ END_BREAK = re.compile(  # the line ends a sentence or clause
 )
 _WINDOW = 8  # characters looked at after a newline's indentation ("######" + blank + 1)
 _TAB, _NL, _SPACE, _HASH = 9, 10, 32, ord("#")
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def _table(chars: str) -> npt.NDArray[np.bool_]:
@@ -126,12 +127,12 @@ def _regex_breaks(text: str, pattern: re.Pattern[str], seams: list[int]) -> list
     return out
 
 
-def line_breaks(text: str, seams: list[int]) -> tuple[list[int], list[int]]:
+def line_breaks(text: str, seams: list[int]) -> tuple[IntArray, IntArray]:
     """Unit boundaries at LEAD_BREAK's and at END_BREAK's matches: each match start, or
     the start of the blanks before it, but not before the seam (sorted `seams`) of the
     text it is in."""
     if "\n" not in text:
-        return [], []
+        return _NONE, _NONE
     cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     n = len(cp)
     ws = np.flatnonzero(cp <= _SPACE)
@@ -139,7 +140,10 @@ def line_breaks(text: str, seams: list[int]) -> tuple[list[int], list[int]]:
     is_nl = low == _NL
     odd = bool(((low != _TAB) & ~is_nl & (low != _SPACE)).any())
     if odd or (not text.isascii() and bool(_is(_ODD_HIGH, cp[cp >= 0x85]).any())):
-        return _regex_breaks(text, LEAD_BREAK, seams), _regex_breaks(text, END_BREAK, seams)
+        return (
+            np.asarray(_regex_breaks(text, LEAD_BREAK, seams), dtype=np.int64),
+            np.asarray(_regex_breaks(text, END_BREAK, seams), dtype=np.int64),
+        )
     k = np.flatnonzero(is_nl)
     nl = ws[k]
     # END_BREAK: terminal punctuation before the newline, or before one blank before it
@@ -169,6 +173,4 @@ def line_breaks(text: str, seams: list[int]) -> tuple[list[int], list[int]]:
             s = np.asarray(seams, dtype=np.int64)
             j = np.searchsorted(s, nl[blank], side="right") - 1
             at[blank] = np.maximum(at[blank], np.where(j >= 0, s[np.maximum(j, 0)], 0))
-    lead_at: list[int] = at[lead].tolist()
-    end_at: list[int] = at[end].tolist()
-    return lead_at, end_at
+    return at[lead], at[end]

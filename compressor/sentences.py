@@ -128,6 +128,7 @@ END_FLAG = 1  # ends a sentence if the next word starts one
 START_FLAG = 2  # can start a sentence: upper case, digit, opening quote, caseless letter
 NONEMPTY_FLAG = 4  # set by the caller: the piece is not empty (runs of spaces leave empty ones)
 
+_NONE = np.zeros(0, dtype=np.int64)
 DEFAULT_MAX_UNIT_CHARS = 1200  # ≈300 tokens: coarser units make the greedy fill lumpy
 
 
@@ -185,18 +186,23 @@ def sentence_ends(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> l
     """Offsets of ". X" sentence ends from per-piece offsets (`pos[j]`: the space before
     piece j) and flags: piece j-1 ends a sentence and the next non-empty piece starts one
     (runs of spaces leave empty pieces)."""
+    ends: list[int] = _end_offsets(pos, flags).tolist()
+    return ends
+
+
+def _end_offsets(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     if len(flags) < 2:
-        return []
+        return _NONE
     cand = np.flatnonzero((flags[:-1] & END_FLAG) != 0) + 1
     if len(cand) == 0:
-        return []
+        return _NONE
     nonempty = np.flatnonzero((flags & NONEMPTY_FLAG) != 0)
     k = np.searchsorted(nonempty, cand)
     ok = k < len(nonempty)
     cand, k = cand[ok], k[ok]
     nxt = nonempty[k]
     starts = (flags[nxt] & START_FLAG) != 0
-    ends: list[int] = pos[cand[starts]].tolist()
+    ends: npt.NDArray[np.int64] = pos[cand[starts]]
     return ends
 
 
@@ -247,17 +253,28 @@ def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
             pos = out[-1]
 
 
-def _outside(bounds: list[int], ranges: list[tuple[int, int]]) -> list[int]:
+def _outside(bounds: npt.NDArray[np.int64], ranges: list[tuple[int, int]]) -> npt.NDArray[np.int64]:
     """The bounds not strictly inside any of the (sorted, disjoint) ranges."""
-    if not ranges or not bounds:
+    if not ranges or not len(bounds):
         return bounds
-    x = np.asarray(bounds, dtype=np.int64)
     lo = np.asarray([a for a, _ in ranges], dtype=np.int64)
     hi = np.asarray([b for _, b in ranges], dtype=np.int64)
-    k = np.searchsorted(lo, x, side="left") - 1
-    inside = (k >= 0) & (x < hi[np.maximum(k, 0)])
-    kept: list[int] = x[~inside].tolist()
+    k = np.searchsorted(lo, bounds, side="left") - 1
+    inside = (k >= 0) & (bounds < hi[np.maximum(k, 0)])
+    kept: npt.NDArray[np.int64] = bounds[~inside]
     return kept
+
+
+def _marks(arr: npt.NDArray[np.int64], values: npt.NDArray[np.int64]) -> list[bool]:
+    """Per element of the sorted, unique `arr`: is it one of `values`."""
+    out = np.zeros(len(arr), dtype=np.bool_)
+    if len(values) and len(arr):
+        at = np.searchsorted(arr, values)
+        ok = at < len(arr)
+        at = at[ok]
+        out[at[arr[at] == values[ok]]] = True
+    marks: list[bool] = out.tolist()
+    return marks
 
 
 def split_units(
@@ -273,12 +290,12 @@ def split_units(
     `pieces` = (offsets, flags) of text.split(" ") when the caller has them memoised."""
     seam_list = sorted(set(seams))
     pos, flags = _pieces(text) if pieces is None else pieces
-    found = sentence_ends(pos, flags)
-    if any(mark in text for mark in _CJK_MARKS):
-        found.extend(m.end() for m in _CJK_END.finditer(text))
     lead_breaks, end_breaks = line_breaks(text, seam_list)
-    found += lead_breaks
-    found += end_breaks
+    parts = [_end_offsets(pos, flags), lead_breaks, end_breaks]
+    if any(mark in text for mark in _CJK_MARKS):
+        cjk = [m.end() for m in _CJK_END.finditer(text)]
+        parts.append(np.asarray(cjk, dtype=np.int64))
+    found = np.concatenate(parts)
     code_starts: set[int] = set()
     fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
     if fenced and seam_list:  # a fence left open in one text ends at the next seam
@@ -298,7 +315,8 @@ def split_units(
         code_starts.add(s)
     whole = sorted([*fence_units, *frozen_list])
     edges = [x for ab in whole for x in ab]
-    arr = np.unique(np.asarray([*_outside(found, whole), *seam_list, *edges, 0], dtype=np.int64))
+    fixed_bounds = np.asarray([*seam_list, *edges, 0], dtype=np.int64)
+    arr = np.unique(np.concatenate([_outside(found, whole), fixed_bounds]))
     arr = arr[arr < max(len(text), 1)]
     seam_set = set(seam_list)
     while len(arr) > 1 and int(arr[-1]) not in seam_set and text[int(arr[-1]) :].isspace():
@@ -315,14 +333,13 @@ def split_units(
                 _cut_long(text, int(arr[i]), int(arr[i] + sizes[i]), max_unit_chars, extra)
             if extra:
                 arr = np.unique(np.append(arr, np.asarray(extra, dtype=np.int64)))
-    leads = np.asarray(
-        [0, *seam_list, *lead_breaks, *code_starts, *(b for _, b in fence_units)], dtype=np.int64
-    )
+    other_leads = [0, *seam_list, *code_starts, *(b for _, b in fence_units)]
+    leads = np.concatenate([np.asarray(other_leads, dtype=np.int64), lead_breaks])
     starts = arr.tolist()
     return Units(
         text=text,
         starts=starts,
-        code=np.isin(arr, code_arr).tolist(),
-        lead=np.isin(arr, leads).tolist(),
-        fixed=np.isin(arr, frozen_starts).tolist(),
+        code=_marks(arr, code_arr),
+        lead=_marks(arr, leads),
+        fixed=_marks(arr, frozen_starts),
     )

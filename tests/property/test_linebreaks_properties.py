@@ -27,8 +27,8 @@ _TEXT = st.lists(st.one_of(_ALPHABET, _WORDS), max_size=50).map("".join)
 def test_line_breaks_equal_the_regexes(text: str, data: st.DataObject) -> None:
     seams = sorted(set(data.draw(st.lists(st.integers(0, max(len(text) - 1, 0)), max_size=3))))
     lead, end = line_breaks(text, seams)
-    assert lead == _regex_breaks(text, LEAD_BREAK, seams)
-    assert end == _regex_breaks(text, END_BREAK, seams)
+    assert lead.tolist() == _regex_breaks(text, LEAD_BREAK, seams)
+    assert end.tolist() == _regex_breaks(text, END_BREAK, seams)
 
 
 @settings(max_examples=500, deadline=None)
@@ -37,8 +37,8 @@ def test_line_breaks_without_odd_whitespace(text: str) -> None:
     text = text.replace("\r", "").replace("\xa0", " ").replace("\u3000", "\t")
     text = text.replace("\x0b", "\n")
     lead, end = line_breaks(text, [0])
-    assert lead == _regex_breaks(text, LEAD_BREAK, [0])
-    assert end == _regex_breaks(text, END_BREAK, [0])
+    assert lead.tolist() == _regex_breaks(text, LEAD_BREAK, [0])
+    assert end.tolist() == _regex_breaks(text, END_BREAK, [0])
 
 
 def test_no_whitespace_outside_the_tables() -> None:
