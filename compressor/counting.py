@@ -152,6 +152,22 @@ class TokenCounter:
         rest = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)))
         return self.head(pieces[0]) + rest
 
+    def count_all(self, texts: list[str]) -> int:
+        """Σ count(text) over `texts` (many short strings: one memo check, lean loop)."""
+        self.trim_memo()
+        spaced = self._spaced.__getitem__
+        head = self._head
+        search = _SPACE_AFTER_WS.search
+        total = 0
+        for text in texts:
+            if search(text) is not None:
+                total += self.count(text)
+                continue
+            pieces = text.split(" ")
+            first = pieces[0]
+            total += sum(map(spaced, islice(pieces, 1, None))) + (head[first] if first else 0)
+        return total
+
     def head(self, piece: str) -> int:
         """count(piece) for a piece that starts a text (no leading space)."""
         return self._head[piece] if piece else 0
