@@ -99,7 +99,9 @@ def scores(doc: Document, config: ScoreConfig | None = None) -> FloatArray:
 
     def similarity_times(v: FloatArray) -> FloatArray:
         col = np.bincount(pt, weights=x * v.take(pu), minlength=v_terms)
-        out: FloatArray = np.bincount(pu, weights=x * col.take(pt), minlength=n)
+        out: FloatArray = np.bincount(pu, weights=x * col.take(pt), minlength=n).astype(
+            np.float64, copy=False
+        )
         out -= self_sim * v
         return out
 
