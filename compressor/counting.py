@@ -190,17 +190,16 @@ class TokenCounter:
         pieces of several texts split one after the other, never glued across."""
         counts: IntArray = packed & COUNT_MASK
         first = [0] if heads is None else heads.tolist()
-        for h in first:
-            counts[h] = self.head(pieces[h])
+        head = self._head
+        counts[first] = [head[p] if p else 0 for p in map(pieces.__getitem__, first)]
         none = np.zeros(0, dtype=np.int64)
         if len(pieces) < 2:
             return counts, none
         unsafe = (packed[:-1] & WS_BIT) != 0  # unsafe[j - 1]: the cut before piece j
-        for h in first:
-            if h > 0:
-                unsafe[h - 1] = False  # a new text: nothing to glue to
-            if h + 1 < len(pieces) and pieces[h] == "":
-                unsafe[h] = False  # a space at a text's start has no left neighbour
+        unsafe[[h - 1 for h in first if h > 0]] = False  # a new text: nothing to glue to
+        last = len(pieces) - 1
+        # a space at a text's start has no left neighbour
+        unsafe[[h for h in first if h < last and pieces[h] == ""]] = False
         if not unsafe.any():
             return counts, none
         glued = np.flatnonzero(unsafe) + 1  # piece j joins piece j - 1's chunk
