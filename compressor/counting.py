@@ -208,11 +208,15 @@ class TokenCounter:
         stops = glued[np.append(run_first[1:], len(glued)) - 1].tolist()
         join = " ".join
         chunks = [join(pieces[a : b + 1]) for a, b in zip(starts, stops, strict=True)]
-        spaced = self._spaced
         is_head = set(first)
-        values = [
-            self.head(c) if a in is_head else spaced[c] for a, c in zip(starts, chunks, strict=True)
-        ]
+        if is_head.isdisjoint(starts):
+            values = list(map(self._spaced.__getitem__, chunks))
+        else:
+            spaced = self._spaced
+            values = [
+                self.head(c) if a in is_head else spaced[c]
+                for a, c in zip(starts, chunks, strict=True)
+            ]
         counts[glued] = 0
         counts[starts] = values
         return counts, glued
