@@ -47,7 +47,7 @@ from compressor.content import protect_as_code
 from compressor.document import Analyzer, Document
 from compressor.exact import kept_tokens
 from compressor.scoring import ScoreConfig, scores
-from compressor.select import BoolArray, greedy_select, mandatory_mask, refill, trim
+from compressor.select import BoolArray, greedy_select, refill, trim
 from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
 from compressor.template import (
     BOS,
@@ -145,13 +145,17 @@ def _assemble(doc: Document, spans: list[tuple[int, int]]) -> list[str]:
 
 
 def _mandatory(doc: Document, editable: list[bool], config: CompressorConfig) -> BoolArray:
+    """Fixed and code units, and each editable text's first `keep_first` (at least 1: it
+    holds the template's "\n\n") and last `keep_last` units (select.mandatory_mask per
+    text, for all texts at once)."""
     keep = np.asarray(doc.units.fixed, dtype=np.bool_) | np.asarray(doc.units.code, dtype=np.bool_)
-    bounds = np.searchsorted(doc.group, np.arange(len(editable) + 1), side="left").tolist()
-    for k in np.flatnonzero(editable).tolist():
-        a, b = bounds[k], bounds[k + 1]
-        if b > a:
-            first = max(config.keep_first, 1)  # a text's first unit holds the template's "\n\n"
-            keep[a:b] |= mandatory_mask(b - a, doc.units.code[a:b], first, config.keep_last)
+    group = doc.group
+    start = np.searchsorted(group, group, side="left")
+    at = np.arange(len(group)) - start  # a unit's index within its text
+    ends = at < max(config.keep_first, 1)
+    if config.keep_last > 0:
+        ends |= at >= np.searchsorted(group, group, side="right") - start - config.keep_last
+    keep |= ends & np.asarray(editable, dtype=np.bool_)[group]
     return keep
 
 

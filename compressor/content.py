@@ -43,10 +43,10 @@ from policies.types import Category
 CODE_THRESHOLD = 0.15  # separates labelled code from documentation (bench/compressor_fidelity.py)
 _SAMPLE = 1_000  # characters from each end of a text: 98.5% accuracy, half the cost of 3000
 
-_CODE_TOKENS = (" = ", "()", "return ", "def ")  # assignments, calls, definitions
+# code_score also counts " = ", "()", "return ", "def " (assignments, calls, definitions)
+# and ". ", ", " (sentences and clauses: documentation and conversation).
 _CODE_ENDINGS = re.compile(r"\n(?<=[:;{}),]\n)")  # a statement ends or a block opens
 _DOCTEST = ">>> "  # documentation shows code after a prompt; source code never does
-_SENTENCE = (". ", ", ")  # sentences and clauses: documentation and conversation
 # Both run on the lower-cased sample and start with a literal "\n" (fast to scan for).
 _SOURCE_HEADER = re.compile(
     r"\n[^\S\n]*(?:\[\d{1,3}\]|<(?:document|doc|source|passage)\b|source\s*:|"
@@ -69,10 +69,10 @@ def code_score(text: str, sample: int = _SAMPLE) -> float:
     """Per-line code evidence minus documentation evidence (see the module docstring),
     on up to `sample` characters from each end."""
     s = _sample(text, sample)
-    lines = s.count("\n") + 1
-    code = len(_CODE_ENDINGS.findall(s)) + sum(s.count(k) for k in _CODE_TOKENS)
-    prose = sum(s.count(k) for k in _SENTENCE)
-    return (code - s.count(_DOCTEST) - 0.5 * prose) / lines
+    c = s.count  # spelled out: it runs once per message of every chat the compressor sees
+    code = len(_CODE_ENDINGS.findall(s)) + c(" = ") + c("()") + c("return ") + c("def ")
+    prose = c(". ") + c(", ")
+    return (code - c(_DOCTEST) - 0.5 * prose) / (c("\n") + 1)
 
 
 def _fenced_share(text: str) -> float:

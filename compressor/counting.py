@@ -152,6 +152,22 @@ class TokenCounter:
         rest = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)))
         return self.head(pieces[0]) + rest
 
+    def count_all(self, texts: list[str]) -> int:
+        """Σ count(text) over `texts` (many short strings: one memo check, lean loop)."""
+        self.trim_memo()
+        spaced = self._spaced.__getitem__
+        head = self._head
+        search = _SPACE_AFTER_WS.search
+        total = 0
+        for text in texts:
+            if search(text) is not None:
+                total += self.count(text)
+                continue
+            pieces = text.split(" ")
+            first = pieces[0]
+            total += sum(map(spaced, islice(pieces, 1, None))) + (head[first] if first else 0)
+        return total
+
     def head(self, piece: str) -> int:
         """count(piece) for a piece that starts a text (no leading space)."""
         return self._head[piece] if piece else 0
@@ -174,17 +190,16 @@ class TokenCounter:
         pieces of several texts split one after the other, never glued across."""
         counts: IntArray = packed & COUNT_MASK
         first = [0] if heads is None else heads.tolist()
-        for h in first:
-            counts[h] = self.head(pieces[h])
+        head = self._head
+        counts[first] = [head[p] if p else 0 for p in map(pieces.__getitem__, first)]
         none = np.zeros(0, dtype=np.int64)
         if len(pieces) < 2:
             return counts, none
         unsafe = (packed[:-1] & WS_BIT) != 0  # unsafe[j - 1]: the cut before piece j
-        for h in first:
-            if h > 0:
-                unsafe[h - 1] = False  # a new text: nothing to glue to
-            if h + 1 < len(pieces) and pieces[h] == "":
-                unsafe[h] = False  # a space at a text's start has no left neighbour
+        unsafe[[h - 1 for h in first if h > 0]] = False  # a new text: nothing to glue to
+        last = len(pieces) - 1
+        # a space at a text's start has no left neighbour
+        unsafe[[h for h in first if h < last and pieces[h] == ""]] = False
         if not unsafe.any():
             return counts, none
         glued = np.flatnonzero(unsafe) + 1  # piece j joins piece j - 1's chunk
@@ -193,11 +208,15 @@ class TokenCounter:
         stops = glued[np.append(run_first[1:], len(glued)) - 1].tolist()
         join = " ".join
         chunks = [join(pieces[a : b + 1]) for a, b in zip(starts, stops, strict=True)]
-        spaced = self._spaced
         is_head = set(first)
-        values = [
-            self.head(c) if a in is_head else spaced[c] for a, c in zip(starts, chunks, strict=True)
-        ]
+        if is_head.isdisjoint(starts):
+            values = list(map(self._spaced.__getitem__, chunks))
+        else:
+            spaced = self._spaced
+            values = [
+                self.head(c) if a in is_head else spaced[c]
+                for a, c in zip(starts, chunks, strict=True)
+            ]
         counts[glued] = 0
         counts[starts] = values
         return counts, glued

@@ -289,9 +289,13 @@ class Analyzer:
         starts = np.asarray(units.starts, dtype=np.int64)
         unit_of = np.searchsorted(starts, pos, side="right") - 1
         n = len(units)
-        chunk = np.ones(len(pieces), dtype=np.bool_)
-        chunk[glued] = False
-        tokens = _unit_tokens(starts, pos[chunk], counts[chunk], len(text))
+        if len(glued):
+            chunk = np.ones(len(pieces), dtype=np.bool_)
+            chunk[glued] = False
+            chunk_pos, chunk_tokens = pos[chunk], counts[chunk]
+        else:
+            chunk_pos, chunk_tokens = pos, counts
+        tokens = _unit_tokens(starts, chunk_pos, chunk_tokens, len(text))
         words = np.bincount(unit_of, minlength=n).astype(np.int64)
         has = terms >= 0
         pu, pt, tf, n_terms = _sparse(unit_of[has], terms[has], n)
@@ -299,7 +303,7 @@ class Analyzer:
         group = np.searchsorted(seams, starts, side="right") - 1
         return Document(
             units, tuple(offsets), group, tokens, words, pu, pt, tf, n_terms,
-            chunk_pos=pos[chunk], chunk_tokens=counts[chunk],
+            chunk_pos=chunk_pos, chunk_tokens=chunk_tokens,
         )  # fmt: skip
 
 

@@ -63,34 +63,31 @@ def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenC
     a = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
     b = np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans))
     ends = np.append(cs[1:], len(text))
-    r = np.searchsorted(a, cs, side="right") - 1
-    rc = np.maximum(r, 0)
-    inside = (r >= 0) & (cs > a[rc]) & (cs < b[rc])  # input cuts strictly inside a span
-    total = int(n[inside & (ends < b[rc])].sum())  # chunks between two such cuts
-    cut_span = r[inside]
-    cut_index = np.flatnonzero(inside)
-    ids = np.arange(len(spans))
-    lo = np.searchsorted(cut_span, ids, side="left")
-    hi = np.searchsorted(cut_span, ids, side="right")
+    lo = np.searchsorted(cs, a, side="right")  # chunks lo..hi-1 start strictly inside a span
+    hi = np.searchsorted(cs, b, side="left")
+    cum = np.append(0, np.cumsum(n))
+    total = int((cum[np.maximum(hi - 1, lo)] - cum[lo]).sum())  # chunks between two such cuts
     has = hi > lo
-    safe_lo = np.minimum(lo, max(len(cut_index) - 1, 0))
-    first = cs[cut_index[safe_lo]] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
-    last_k = (
-        cut_index[np.maximum(hi - 1, 0)] if len(cut_index) else np.zeros(len(spans), dtype=np.int64)
-    )
+    top = len(cs) - 1
+    first = cs[np.minimum(lo, top)]
+    last_k = np.clip(hi - 1, 0, top)
     tail_n = np.where(has & (ends[last_k] == b), n[last_k], -1)  # the span's last chunk, if whole
-    ka = np.minimum(np.searchsorted(cs, a), len(cs) - 1)
+    ka = np.minimum(np.searchsorted(cs, a), top)
     starts_chunk = cs[ka] == a
     head_end = np.where(has, first, b)
     head_n = np.where(starts_chunk & (ends[ka] == head_end), n[ka], -1)
 
     parts: list[str] = []
     known = -1  # the open segment's count when it is exactly one input chunk
+    new: list[str] = []  # segments that are new strings, counted at the end
 
     def close() -> int:
         if not parts:
             return 0
-        return known if known >= 0 else counter.count("".join(parts))
+        if known >= 0:
+            return known
+        new.append("".join(parts))
+        return 0
 
     rows = zip(
         spans,
@@ -116,4 +113,5 @@ def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenC
             total += close()
             parts, known = [text[tail_start:e]], t_n
         prev_end = e
-    return total + close()
+    total += close()
+    return total + counter.count_all(new)

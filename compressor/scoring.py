@@ -83,37 +83,45 @@ def scores(doc: Document, config: ScoreConfig | None = None) -> FloatArray:
     if doc.n_terms == 0 or n < 2:
         return total
     pu, pt = doc.pu, doc.pt
-    df = np.bincount(pt, minlength=doc.n_terms).astype(np.float64)
+    v_terms = doc.n_terms
+    df = np.bincount(pt, minlength=v_terms).astype(np.float64)
     idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
-    weight = (1.0 + np.log(doc.tf.astype(np.float64))) * idf[pt]
+    weight = (1.0 + np.log(doc.tf.astype(np.float64))) * idf.take(pt)
 
-    density = np.bincount(pu, weights=weight, minlength=n) / np.maximum(doc.words, 1)
+    whole = np.bincount(pu, weights=weight, minlength=n)  # also the novelty denominator
+    density = whole / np.maximum(doc.words, 1)
     total += w.tfidf * _minmax(density)
 
     sq = np.bincount(pu, weights=weight * weight, minlength=n)
     norm = np.sqrt(sq)
-    x = weight / norm[pu]  # L2-normalised rows
+    x = weight / norm.take(pu)  # L2-normalised rows
     self_sim = np.where(sq > 0, 1.0, 0.0)
 
     def similarity_times(v: FloatArray) -> FloatArray:
-        col = np.bincount(pt, weights=x * v[pu], minlength=doc.n_terms)
-        out: FloatArray = np.bincount(pu, weights=x * col[pt], minlength=n) - self_sim * v
+        col = np.bincount(pt, weights=x * v.take(pu), minlength=v_terms)
+        out: FloatArray = np.bincount(pu, weights=x * col.take(pt), minlength=n).astype(
+            np.float64, copy=False
+        )
+        out -= self_sim * v
         return out
 
-    degree = np.maximum(similarity_times(np.ones(n)), 0.0)
+    # S·1 (x · 1.0 is x itself)
+    ones = np.bincount(
+        pu, weights=x * np.bincount(pt, weights=x, minlength=v_terms).take(pt), minlength=n
+    )
+    degree = np.maximum(ones - self_sim, 0.0)
     if w.textrank > 0 and degree.sum() > 0:
         inv_degree = np.where(degree > 1e-12, 1.0 / np.maximum(degree, 1e-12), 0.0)
         rank = degree / degree.sum()
         d = config.damping
+        teleport = (1.0 - d) / n
         for _ in range(config.textrank_iterations):
-            rank = (1.0 - d) / n + d * similarity_times(rank * inv_degree)
+            rank = teleport + d * similarity_times(rank * inv_degree)
         total += w.textrank * _minmax(rank)
 
     if w.novelty > 0:
-        _, first = np.unique(pt, return_index=True)  # pairs are sorted by unit: first = earliest
-        first_unit = np.empty(doc.n_terms, dtype=np.int64)
-        first_unit[pt[first]] = pu[first]
-        novel = np.bincount(pu, weights=weight * (pu == first_unit[pt]), minlength=n)
-        whole = np.bincount(pu, weights=weight, minlength=n)
+        first_unit = np.full(v_terms, n, dtype=np.int64)
+        np.minimum.at(first_unit, pt, pu)  # the earliest unit holding each term
+        novel = np.bincount(pu, weights=weight * (pu == first_unit.take(pt)), minlength=n)
         total += w.novelty * _minmax(np.where(whole > 0, novel / np.maximum(whole, 1e-12), 0.0))
     return total

@@ -54,7 +54,16 @@ def greedy_select(
     order = optional[np.lexsort((optional, -scores[optional]))]
     room = budget - used
     smallest = int(opt_tokens.min())
-    for i, t in zip(order.tolist(), tokens[order].tolist(), strict=True):
+    ordered = tokens[order]
+    # the leading run of the order that fits as a whole is taken without a Python loop
+    # (tokens are ≥ 0, so no unit of it is skipped and room stays ≥ smallest before its end)
+    taken = int(np.searchsorted(np.cumsum(ordered), room, side="right"))
+    if taken:
+        keep[order[:taken]] = True
+        room -= int(ordered[:taken].sum())
+        if room < smallest:
+            return keep
+    for i, t in zip(order[taken:].tolist(), ordered[taken:].tolist(), strict=True):
         if t <= room:
             keep[i] = True
             room -= t

@@ -16,7 +16,7 @@ Boundaries (no per-line or per-word Python loop: a 50 KB prompt splits in ~0.5 m
   (`piece_flags`, memoised by compressor/document.py); the ends are then a vectorised
   test over the words (`sentence_ends`).
 - CJK ends: `。！？` (and fullwidth `．`) end a sentence with or without a following space.
-- line breaks (one regular expression): a blank line (paragraph), a line ending in
+- line breaks (compressor/linebreaks.py, vectorised): a blank line (paragraph), a line ending in
   terminal punctuation or `:`/`;`, or a next line that starts a bullet (`-`, `*`, `+`,
   `•`, `1.`, `a)`), a heading (`#`), a quote (`>`) or a table row (`|`). A wrapped line
   (none of these) continues its sentence.
@@ -41,6 +41,8 @@ import numpy as np
 import numpy.typing as npt
 
 from compressor.fences import code_spans
+from compressor.linebreaks import line_breaks
+from compressor.linebreaks import sep_start as _sep_start
 
 # Lower-cased words that end in "." without ending a sentence (the final dot stripped).
 ABBREVIATIONS = frozenset(
@@ -119,16 +121,6 @@ _OPENERS = "\"'“‘«([{¿¡"
 _MARKS = ".!?…‼⁉"
 _CJK_MARKS = "。！？．"
 _CJK_END = re.compile(r"[。！？．]+[」』”’）】〉》]*")
-# Line breaks that are unit boundaries; group 1: blank line, group 2: the next line opens
-# a list item, heading, quote or table row; neither: the line ends a sentence or clause.
-_LEAD_BREAK = re.compile(  # a blank line, or the next line opens an item, heading, quote, row
-    r"""\n(?:[^\S\n]*\n\s*
-        |(?=[ \t]*(?:[-*+•‣◦▪–][ \t]|\#{1,6}[ \t]|[>|]|\d{1,3}[.)][ \t]|[a-zA-Z][.)][ \t])))""",
-    re.VERBOSE,
-)
-_END_BREAK = re.compile(  # the line ends a sentence or clause
-    r"""\n(?:(?<=[.!?:;…。！？"'”’)\]]\n)|(?<=[.!?:;…。！？"'”’)\]][ \t]\n))"""
-)
 _ANY_BREAK = re.compile(r"\s*\n\s*")
 
 # Per-piece flags (a piece is a space-delimited chunk of text.split(" ")).
@@ -136,6 +128,7 @@ END_FLAG = 1  # ends a sentence if the next word starts one
 START_FLAG = 2  # can start a sentence: upper case, digit, opening quote, caseless letter
 NONEMPTY_FLAG = 4  # set by the caller: the piece is not empty (runs of spaces leave empty ones)
 
+_NONE = np.zeros(0, dtype=np.int64)
 DEFAULT_MAX_UNIT_CHARS = 1200  # ≈300 tokens: coarser units make the greedy fill lumpy
 
 
@@ -193,18 +186,23 @@ def sentence_ends(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> l
     """Offsets of ". X" sentence ends from per-piece offsets (`pos[j]`: the space before
     piece j) and flags: piece j-1 ends a sentence and the next non-empty piece starts one
     (runs of spaces leave empty pieces)."""
+    ends: list[int] = _end_offsets(pos, flags).tolist()
+    return ends
+
+
+def _end_offsets(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     if len(flags) < 2:
-        return []
+        return _NONE
     cand = np.flatnonzero((flags[:-1] & END_FLAG) != 0) + 1
     if len(cand) == 0:
-        return []
+        return _NONE
     nonempty = np.flatnonzero((flags & NONEMPTY_FLAG) != 0)
     k = np.searchsorted(nonempty, cand)
     ok = k < len(nonempty)
     cand, k = cand[ok], k[ok]
     nxt = nonempty[k]
     starts = (flags[nxt] & START_FLAG) != 0
-    ends: list[int] = pos[cand[starts]].tolist()
+    ends: npt.NDArray[np.int64] = pos[cand[starts]]
     return ends
 
 
@@ -235,14 +233,6 @@ def piece_offsets(
     return pos
 
 
-def _sep_start(text: str, at: int) -> int:
-    """Start of the whitespace run that ends at `at` (the unit boundary owns it)."""
-    i = at
-    while i > 0 and text[i - 1].isspace():
-        i -= 1
-    return i
-
-
 def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
     """Boundaries inside text[a:b] so no piece exceeds `limit` chars: lines, then spaces."""
     if b - a <= limit:
@@ -263,30 +253,28 @@ def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
             pos = out[-1]
 
 
-def _line_breaks(text: str, pattern: re.Pattern[str], seams: list[int]) -> list[int]:
-    """Boundary offsets at a line-break pattern's matches, each the start of its separator
-    run; a separator run that began in an earlier text is cut at the seam."""
-    out = [m.start() for m in pattern.finditer(text)]
-    if " \n" not in text and "\t\n" not in text:
-        return out  # no line ends in blanks: every run starts at its newline
-    for i, s in enumerate(out):
-        if text[s - 1 : s] in (" ", "\t"):
-            floor = seams[bisect_right(seams, s) - 1] if seams and seams[0] <= s else 0
-            out[i] = max(_sep_start(text, s), floor)
-    return out
-
-
-def _outside(bounds: list[int], ranges: list[tuple[int, int]]) -> list[int]:
+def _outside(bounds: npt.NDArray[np.int64], ranges: list[tuple[int, int]]) -> npt.NDArray[np.int64]:
     """The bounds not strictly inside any of the (sorted, disjoint) ranges."""
-    if not ranges or not bounds:
+    if not ranges or not len(bounds):
         return bounds
-    x = np.asarray(bounds, dtype=np.int64)
     lo = np.asarray([a for a, _ in ranges], dtype=np.int64)
     hi = np.asarray([b for _, b in ranges], dtype=np.int64)
-    k = np.searchsorted(lo, x, side="left") - 1
-    inside = (k >= 0) & (x < hi[np.maximum(k, 0)])
-    kept: list[int] = x[~inside].tolist()
+    k = np.searchsorted(lo, bounds, side="left") - 1
+    inside = (k >= 0) & (bounds < hi[np.maximum(k, 0)])
+    kept: npt.NDArray[np.int64] = bounds[~inside]
     return kept
+
+
+def _marks(arr: npt.NDArray[np.int64], values: npt.NDArray[np.int64]) -> list[bool]:
+    """Per element of the sorted, unique `arr`: is it one of `values`."""
+    out = np.zeros(len(arr), dtype=np.bool_)
+    if len(values) and len(arr):
+        at = np.searchsorted(arr, values)
+        ok = at < len(arr)
+        at = at[ok]
+        out[at[arr[at] == values[ok]]] = True
+    marks: list[bool] = out.tolist()
+    return marks
 
 
 def split_units(
@@ -302,12 +290,12 @@ def split_units(
     `pieces` = (offsets, flags) of text.split(" ") when the caller has them memoised."""
     seam_list = sorted(set(seams))
     pos, flags = _pieces(text) if pieces is None else pieces
-    found = sentence_ends(pos, flags)
+    lead_breaks, end_breaks = line_breaks(text, seam_list)
+    parts = [_end_offsets(pos, flags), lead_breaks, end_breaks]
     if any(mark in text for mark in _CJK_MARKS):
-        found.extend(m.end() for m in _CJK_END.finditer(text))
-    lead_breaks = _line_breaks(text, _LEAD_BREAK, seam_list)
-    found += lead_breaks
-    found += _line_breaks(text, _END_BREAK, seam_list)
+        cjk = [m.end() for m in _CJK_END.finditer(text)]
+        parts.append(np.asarray(cjk, dtype=np.int64))
+    found = np.concatenate(parts)
     code_starts: set[int] = set()
     fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
     if fenced and seam_list:  # a fence left open in one text ends at the next seam
@@ -327,7 +315,8 @@ def split_units(
         code_starts.add(s)
     whole = sorted([*fence_units, *frozen_list])
     edges = [x for ab in whole for x in ab]
-    arr = np.unique(np.asarray([*_outside(found, whole), *seam_list, *edges, 0], dtype=np.int64))
+    fixed_bounds = np.asarray([*seam_list, *edges, 0], dtype=np.int64)
+    arr = np.unique(np.concatenate([_outside(found, whole), fixed_bounds]))
     arr = arr[arr < max(len(text), 1)]
     seam_set = set(seam_list)
     while len(arr) > 1 and int(arr[-1]) not in seam_set and text[int(arr[-1]) :].isspace():
@@ -344,14 +333,13 @@ def split_units(
                 _cut_long(text, int(arr[i]), int(arr[i] + sizes[i]), max_unit_chars, extra)
             if extra:
                 arr = np.unique(np.append(arr, np.asarray(extra, dtype=np.int64)))
-    leads = np.asarray(
-        [0, *seam_list, *lead_breaks, *code_starts, *(b for _, b in fence_units)], dtype=np.int64
-    )
+    other_leads = [0, *seam_list, *code_starts, *(b for _, b in fence_units)]
+    leads = np.concatenate([np.asarray(other_leads, dtype=np.int64), lead_breaks])
     starts = arr.tolist()
     return Units(
         text=text,
         starts=starts,
-        code=np.isin(arr, code_arr).tolist(),
-        lead=np.isin(arr, leads).tolist(),
-        fixed=np.isin(arr, frozen_starts).tolist(),
+        code=_marks(arr, code_arr),
+        lead=_marks(arr, leads),
+        fixed=_marks(arr, frozen_starts),
     )

@@ -80,7 +80,7 @@ def _slot(index: int, content: object) -> tuple[Slot | None, str]:
 def fixed_tokens(messages: Sequence[Message]) -> int:
     """Tokens of a chat prompt outside the message texts: BOS, the specials, the role
     names and the reply header."""
-    roles = sum(count(str(m.get("role", ""))) for m in messages)
+    roles = default_counter().count_all([str(m.get("role", "")) for m in messages])
     reply = 2 + count(REPLY_ROLE) + count(CONTENT_PREFIX)
     return BOS + SPECIALS_PER_MESSAGE * len(messages) + roles + reply
 
