@@ -12,7 +12,7 @@ checks that the vectorised search returns exactly their match starts):
 
 Computation: the text's code points as one numpy array (one `str.encode`); newline
 positions, whitespace runs and a few characters after each run are then vectorised
-tests, ~3× faster than the regex engine's per-newline attempts on 40 KB of prose.
+tests, ~1.7× faster than the regex engine's per-newline attempts on 35 KB of prose.
 Only `\\t`, `\\n` and `" "` are assumed to be whitespace: a text holding any other
 whitespace or control character (`\\r`, no-break spaces, …) takes the regex path.
 Failure posture: exact by construction (the regexes decide whenever the fast path's
@@ -54,13 +54,15 @@ _OPENS = _table(">|")
 _LETTER = _table("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _DOT_PAREN = _table(".)")
 _BLANK = _table(" \t")
+_MAY_OPEN = _table("-*+>|#0123456789")  # with any non-ASCII one: worth the full test
 # Whitespace (str.isspace, `\\s`) above U+0020; with the control characters below it,
 # their presence sends a text to the regexes.
 _ODD_HIGH = _table("".join(c for c in map(chr, range(0x21, 0x10000)) if c.isspace()))
 
 
 def _is(table: npt.NDArray[np.bool_], codes: npt.NDArray[np.uint32]) -> npt.NDArray[np.bool_]:
-    out: npt.NDArray[np.bool_] = table[np.minimum(codes, 0xFFFF)] & (codes <= 0xFFFF)
+    """Membership per code point; above the BMP as U+FFFF, which no table holds."""
+    out: npt.NDArray[np.bool_] = table[np.minimum(codes, 0xFFFF)]
     return out
 
 
@@ -161,7 +163,11 @@ def line_breaks(text: str, seams: list[int]) -> tuple[IntArray, IntArray]:
     after = ws[run_last[nl_run]] + 1  # the first character after the run (n: none)
     lead = first & several
     single = np.flatnonzero(first & ~several & (after < n))
-    if len(single):
+    if len(single):  # most lines open with a word: test the full window only where it may matter
+        c0 = cp[after[single]]
+        c1 = cp[np.minimum(after[single] + 1, n - 1)]
+        maybe = _is(_MAY_OPEN, c0) | (c0 > 127) | (_is(_LETTER, c0) & _is(_DOT_PAREN, c1))
+        single = single[maybe]
         lead[single] = _opens_item(cp, after[single])
     # a break after blanks starts at the blanks (those of its own text only)
     at = nl.copy()

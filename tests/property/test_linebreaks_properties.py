@@ -44,3 +44,11 @@ def test_line_breaks_without_odd_whitespace(text: str) -> None:
 def test_no_whitespace_outside_the_tables() -> None:
     # the fast path assumes every whitespace character is in the Basic Multilingual Plane
     assert not any(chr(c).isspace() for c in range(0x10000, 0x110000))
+
+
+def test_no_table_holds_the_code_point_that_stands_for_the_astral_planes() -> None:
+    from compressor import linebreaks
+
+    tables = [v for k, v in vars(linebreaks).items() if k.isupper() and hasattr(v, "dtype")]
+    assert len(tables) >= 7
+    assert not any(bool(t[0xFFFF]) for t in tables if len(t) == 0x10000)
