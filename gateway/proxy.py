@@ -130,9 +130,8 @@ class Pipeline:
         try:
             self._authenticate(request)
             parsed = parse(request.body, endpoint)
-            now = self.loop.time()
             shaped = self.shaper.shape(
-                parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(now), self.fleet.models
+                parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
             await self._serve(parsed, request.body, shaped, responder, att, rid, t0)
         except GatewayError as exc:
