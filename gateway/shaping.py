@@ -28,7 +28,9 @@ from typing import Any
 from compressor.compress import Compression, fit_request
 from compressor.content import classify
 from gateway.errors import ContextLengthExceeded, ModelNotFound
+from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
+from gateway.traffic import TrafficHistogram
 from policies.budget import BudgetConfig, ChatSize, TokenBudget, measure_chat, measure_prompt
 from policies.pools import CompressAndRoute, Placement, ShortLongPlacement, Verdict
 from policies.types import Category, PoolSpec, RequestInfo
@@ -63,8 +65,8 @@ class Shaper:
         placer: CompressAndRoute | ShortLongPlacement,
         budget: TokenBudget,
         b_short: int,
-        metrics: Any,
-        traffic: Any,
+        metrics: GatewayMetrics,
+        traffic: TrafficHistogram,
     ) -> None:
         self.placer = placer
         self.budget = budget

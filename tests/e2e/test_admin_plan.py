@@ -69,49 +69,26 @@ def test_histogram_counts_what_was_served_and_the_plan_uses_it(gw):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "slo_ms"
 
 
-def test_plan_cli_from_gateway(gw):
-    c = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
-    c.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=50
-    )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fleetgate",
-            "plan",
-            "--from-gateway",
-            gw.url,
-            "--admin-key",
-            KEY,
-            "--json",
-        ],
+def _plan_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fleetgate", "plan", *args],
         cwd=ROOT,
         env=env(),
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert out.returncode in (0, 1), (
-        out.stderr
-    )  # 1: a pool the SLO cannot be met for (said on stderr)
+
+
+def test_plan_cli_from_gateway(gw):
+    c = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    c.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=50
+    )
+    out = _plan_cli("--from-gateway", gw.url, "--admin-key", KEY, "--json")
+    # exit 1: a pool whose SLO cannot be met (said on stderr), still a plan
+    assert out.returncode in (0, 1), out.stderr
     result = json.loads(out.stdout)
     assert result["schema"] == "fleetgate.live_plan/v1"
-    denied = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fleetgate",
-            "plan",
-            "--from-gateway",
-            gw.url,
-            "--admin-key",
-            "nope",
-        ],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    denied = _plan_cli("--from-gateway", gw.url, "--admin-key", "nope")
     assert denied.returncode != 0 and "403" in denied.stderr
