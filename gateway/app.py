@@ -1,25 +1,36 @@
-"""The gateway process: builds every component from the configuration and routes paths.
+"""The gateway as an ASGI app: `create_app(config)`, and the components it starts.
 
-Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /healthz
-(the process is up), GET /readyz (at least one worker can take traffic), GET /metrics.
+    create_app(config) -> ASGI app
+        ProxyRoutes (gateway/edge.py)   POST /v1/chat/completions, POST /v1/completions
+        └── FastAPI (gateway/api.py)    everything else, /docs and /openapi.json;
+                                        its lifespan starts and stops the `Gateway`
+
+Run it with `fleetgate serve` (uvicorn with the gateway's HTTP limits), or with any ASGI
+server: `uvicorn --factory gateway.app:create_app` reads the configuration file named by
+FLEETGATE_CONFIG. Wrap the returned app in your own ASGI middleware to extend it (wrap the
+whole app: FastAPI's own middleware does not see the two proxy routes). When mounting it
+inside another app whose server does not run its lifespan, run `app.gateway.start()` and
+`app.gateway.stop()` from your own lifespan.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
+import os
 import time
+from typing import Any
 
 import httpx
-import orjson
 
-from gateway.admin import Admin
-from gateway.config import GatewayConfig
-from gateway.errors import GatewayError, error_body
+from fleetgate import __version__
+from gateway.api import build_api
+from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.edge import ProxyRoutes
 from gateway.health import HealthChecker
-from gateway.httpserver import HttpRequest, HttpServer, Responder
-from gateway.metrics import CONTENT_TYPE, GatewayMetrics
-from gateway.openai_request import CHAT, COMPLETIONS
+from gateway.metrics import GatewayMetrics
+from gateway.protocol import HeadLimits
 from gateway.proxy import Pipeline
 from gateway.requestlog import RequestLog
 from gateway.telemetry import Scraper
@@ -29,18 +40,33 @@ from gateway.workers import Fleet
 
 log = logging.getLogger("fleetgate.gateway")
 
-_JSON = [("content-type", "application/json")]
+CONFIG_ENV = "FLEETGATE_CONFIG"  # a YAML file, for `uvicorn --factory gateway.app:create_app`
+CONFIG_JSON_ENV = "FLEETGATE_CONFIG_JSON"  # the validated config, handed to --workers children
 
 
 class Gateway:
+    """Everything one gateway process runs: the fleet's soft state, the upstream client,
+    the scrapers and health checks, metrics, the request log and the pipeline."""
+
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
+        self.version = __version__
         self.fleet = Fleet(config)
         self.started_at = int(time.time())
-        self.port = 0
-        self._server: HttpServer | None = None
+        self.pipeline: Pipeline | None = None
+        self._api_keys = tuple(k.encode() for k in config.auth.api_keys)
 
-    async def start(self, host: str | None = None, port: int | None = None) -> int:
+    def key_ok(self, key: str) -> bool:
+        given = key.encode()
+        # constant time per key, and every key compared (no early exit on a match)
+        return sum(hmac.compare_digest(given, k) for k in self._api_keys) > 0
+
+    def ready(self) -> bool:
+        return self.pipeline is not None and self.fleet.any_routable(
+            asyncio.get_running_loop().time()
+        )
+
+    async def start(self) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
         now = loop.time
@@ -56,10 +82,6 @@ class Gateway:
             cfg.request_log.path, cfg.request_log.max_bytes, cfg.request_log.backups
         )
         self.traffic = TrafficHistogram(cfg.traffic.window_s, now)
-        self.admin = Admin(cfg, self.traffic)
-        self.pipeline = Pipeline(
-            cfg, self.fleet, self.client, self.metrics, self.request_log, self.traffic
-        )
         # httpx is right for the slow side: scrapes and health checks a few times a second
         self.control = httpx.AsyncClient(
             timeout=cfg.telemetry.timeout_s, limits=httpx.Limits(max_keepalive_connections=64)
@@ -83,79 +105,67 @@ class Gateway:
         self.scraper.start()
         self.health.start()
         self.request_log.start()
-        self._server = HttpServer(self.handle, max_body_bytes=cfg.limits.max_body_bytes)
-        self.port = await self._server.start(
-            host or cfg.listen.host, cfg.listen.port if port is None else port
+        self.pipeline = Pipeline(
+            cfg, self.fleet, self.client, self.metrics, self.request_log, self.traffic, self
         )
-        return self.port
+        log.info(
+            "fleetgate %s: %d pools, %d workers (%d routable)",
+            self.version,
+            len(cfg.pools),
+            len(workers),
+            sum(w.routable(now()) for w in workers),
+        )
 
     async def stop(self) -> None:
-        if self._server is not None:
-            await self._server.stop()
+        if self.pipeline is None:
+            return
+        self.pipeline = None
         await self.scraper.stop()
         await self.health.stop()
         await self.client.close()
         await self.control.aclose()
         await self.request_log.close()
 
-    async def handle(self, request: HttpRequest, responder: Responder) -> None:
-        path = request.path
-        method = request.method
-        if path == "/v1/chat/completions" or path == "/v1/completions":
-            if method != "POST":
-                return _method_not_allowed(responder, "POST")
-            await self.pipeline.handle(
-                request, responder, CHAT if path == "/v1/chat/completions" else COMPLETIONS
-            )
-            return
-        if path.startswith("/admin/"):
-            await self.admin.handle(request, responder)
-            return
-        if method not in ("GET", "HEAD") and path in (
-            "/v1/models",
-            "/healthz",
-            "/readyz",
-            "/metrics",
-        ):
-            return _method_not_allowed(responder, "GET")
-        if path == "/v1/models":
-            return self._models(responder)
-        if path == "/healthz":
-            responder.send(200, _JSON, b'{"status":"ok"}')
-            return
-        if path == "/readyz":
-            ready = self.fleet.any_routable(asyncio.get_running_loop().time())
-            status = 200 if ready else 503
-            responder.send(
-                status, _JSON, orjson.dumps({"status": "ready" if ready else "no routable worker"})
-            )
-            return
-        if path == "/metrics":
-            responder.send(200, [("content-type", CONTENT_TYPE)], self.metrics.render())
-            return
-        err = GatewayError(f"no route for {method} {path}", code="not_found")
-        err.type = "not_found_error"
-        responder.send(404, _JSON, err.body())
 
-    def _models(self, responder: Responder) -> None:
-        data = [
-            {
-                "id": m,
-                "object": "model",
-                "created": self.started_at,
-                "owned_by": "fleetgate",
-                "max_model_len": L,
-            }
-            for m, L in sorted(self.fleet.models.items())
-        ]
-        responder.send(200, _JSON, orjson.dumps({"object": "list", "data": data}))
+def _config_from_environment() -> GatewayConfig:
+    if CONFIG_JSON_ENV in os.environ:
+        return GatewayConfig.model_validate_json(os.environ[CONFIG_JSON_ENV])
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        raise ConfigError(
+            f"no configuration: call create_app(config) or set {CONFIG_ENV} to a YAML file"
+        )
+    return load_config(path)
 
 
-def _method_not_allowed(responder: Responder, allow: str) -> None:
-    responder.send(
-        405,
-        [*_JSON, ("allow", allow)],
-        error_body(
-            f"method not allowed; use {allow}", "invalid_request_error", "method_not_allowed"
-        ),
-    )
+def create_app(config: GatewayConfig | None = None) -> Any:
+    """The gateway's ASGI app (its `.gateway` attribute is the `Gateway`)."""
+    if config is None:
+        config = _config_from_environment()
+    # the HTTP protocol's limits are per process: uvicorn builds protocols after the app
+    HeadLimits.max_bytes = config.limits.max_header_bytes
+    HeadLimits.timeout_s = config.limits.head_timeout_s
+    gateway = Gateway(config)
+    app: Any = ProxyRoutes(build_api(gateway), gateway)
+    if config.cors.allow_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        c = config.cors
+        app = CORSMiddleware(
+            app,
+            allow_origins=c.allow_origins,
+            allow_methods=c.allow_methods,
+            allow_headers=c.allow_headers,
+            allow_credentials=c.allow_credentials,
+            max_age=c.max_age_s,
+            expose_headers=[
+                "x-request-id",
+                "x-fleetgate-pool",
+                "x-fleetgate-worker",
+                "x-fleetgate-tokens-estimated",
+                "x-fleetgate-compressed",
+                "retry-after",
+            ],
+        )
+    app.gateway = gateway
+    return app

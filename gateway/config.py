@@ -28,8 +28,48 @@ class _Section(BaseModel):
 
 
 class Listen(_Section):
+    """How `fleetgate serve` runs uvicorn (the same options uvicorn's CLI has)."""
+
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+    # processes sharing the port; each keeps its own soft state (fleet view, breakers,
+    # learnt bytes/token, traffic histogram): see README "Several processes"
+    workers: int = Field(1, ge=1, le=256)
+    root_path: str = ""  # the prefix a reverse proxy strips (ASGI root_path)
+    proxy_headers: bool = False  # trust X-Forwarded-For/-Proto from forwarded_allow_ips
+    forwarded_allow_ips: str = "127.0.0.1"
+    ssl_certfile: str | None = None  # both set: serve HTTPS
+    ssl_keyfile: str | None = None
+    keep_alive_s: float = Field(75.0, gt=0)  # idle client connections are closed after this
+    graceful_shutdown_s: float = Field(30.0, ge=0)  # in-flight requests get this long on SIGTERM
+    limit_concurrency: int | None = Field(None, ge=1)  # connections + tasks before 503
+    backlog: int = Field(2048, ge=1)
+    access_log: bool = False  # uvicorn's access log (the request log is the detailed one)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Listen:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together")
+        return self
+
+
+class Cors(_Section):
+    """Browser access (off unless allow_origins is set); applies to every route."""
+
+    allow_origins: list[str] = Field(default_factory=list)
+    allow_methods: list[str] = Field(default_factory=lambda: ["GET", "POST"])
+    allow_headers: list[str] = Field(
+        default_factory=lambda: ["authorization", "content-type", "x-request-id"]
+    )
+    allow_credentials: bool = False
+    max_age_s: int = Field(600, ge=0)
+
+
+class Expose(_Section):
+    """What answers reveal about the fleet, for deployments that must not show addresses."""
+
+    worker_header: bool = True  # x-fleetgate-worker on every proxied answer
+    upstream_detail: bool = True  # the engine's error text in 502/504 messages
 
 
 class Auth(_Section):
@@ -110,7 +150,12 @@ class Upstream(_Section):
 
 
 class Limits(_Section):
-    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)
+    max_body_bytes: int = Field(32 * 1024 * 1024, gt=0)  # larger request bodies: 413
+    max_header_bytes: int = Field(64 * 1024, ge=1024)  # larger request heads: 431
+    head_timeout_s: float = Field(10.0, gt=0)  # a request head must arrive within this: 408
+    body_timeout_s: float = Field(60.0, gt=0)  # the rest of a request body, likewise
+    # a client that reads none of a stream for this long is cut (never the worker's fault)
+    client_write_timeout_s: float = Field(60.0, gt=0)
 
 
 class Traffic(_Section):
@@ -135,6 +180,8 @@ class GatewayConfig(_Section):
     breaker: Breaker = Field(default_factory=Breaker)
     upstream: Upstream = Field(default_factory=Upstream)
     limits: Limits = Field(default_factory=Limits)
+    cors: Cors = Field(default_factory=Cors)
+    expose: Expose = Field(default_factory=Expose)
     request_log: RequestLog = Field(default_factory=RequestLog)
     traffic: Traffic = Field(default_factory=Traffic)
 

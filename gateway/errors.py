@@ -4,8 +4,13 @@
     ├── InvalidRequest                  400     invalid_request_error / invalid_request
     ├── AuthenticationFailed            401     authentication_error / invalid_api_key
     ├── PermissionDenied                403     permission_error / entitlement_inactive
+    ├── NotFound                        404     not_found_error / not_found
     ├── ModelNotFound                   404     not_found_error / model_not_found
+    ├── MethodNotAllowed                405     invalid_request_error / method_not_allowed
+    ├── RequestTimeout                  408     invalid_request_error / request_timeout
     ├── ContextLengthExceeded           413     invalid_request_error / context_length_exceeded
+    ├── PayloadTooLarge                 413     invalid_request_error / body_too_large
+    ├── UnsupportedMediaType            415     invalid_request_error / unsupported_content_encoding
     ├── RateLimited                     429     rate_limit_error / <the refusing check>
     ├── BadGateway                      502     upstream_error / bad_gateway
     ├── ServiceUnavailable              503     service_unavailable / no_healthy_worker | queue_timeout
@@ -17,6 +22,8 @@ is never turned into one of these: it is passed through byte for byte.
 """
 
 from __future__ import annotations
+
+import math
 
 import orjson
 
@@ -44,10 +51,10 @@ class GatewayError(Exception):
     def body(self) -> bytes:
         return error_body(self.message, self.type, self.code, self.param)
 
-    def headers(self) -> list[tuple[str, str]]:
+    def headers(self) -> list[tuple[bytes, bytes]]:
         if self.retry_after is None:
             return []
-        return [("retry-after", str(max(1, round(self.retry_after))))]
+        return [(b"retry-after", b"%d" % max(1, math.ceil(self.retry_after)))]
 
 
 class InvalidRequest(GatewayError):
@@ -72,6 +79,36 @@ class ModelNotFound(GatewayError):
     status = 404
     type = "not_found_error"
     code = "model_not_found"
+
+
+class RequestTimeout(GatewayError):
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
+class PayloadTooLarge(GatewayError):
+    status = 413
+    type = "invalid_request_error"
+    code = "body_too_large"
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    type = "invalid_request_error"
+    code = "unsupported_content_encoding"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "not_found_error"
+    code = "not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
 
 
 class ContextLengthExceeded(GatewayError):

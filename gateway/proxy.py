@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -28,11 +28,11 @@ from gateway.errors import (
     UpstreamTimeout,
     sse_error_frame,
 )
-from gateway.httpserver import ClientGone, HttpRequest, Responder
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest, parse
 from gateway.relay import StreamScanner, usage_of
 from gateway.requestlog import RequestLog
+from gateway.responder import ClientGone, Headers, Responder
 from gateway.shaping import Shaped, Shaper
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
@@ -43,15 +43,21 @@ from policies.routing import make_router
 from policies.types import RequestInfo
 
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
-_JSON = "application/json"
-_SSE = "text/event-stream; charset=utf-8"
+_JSON = b"application/json"
+_SSE = b"text/event-stream; charset=utf-8"
 _RETRYABLE = frozenset({"connect", "connect_timeout"})
 
 
-def _safe_request_id(value: str | None) -> str:
-    if value and len(value) <= 128 and value.isprintable():
-        return value
+def _safe_request_id(value: bytes | None) -> str:
+    if value and len(value) <= 128 and value.isascii():
+        text = value.decode("ascii")
+        if text.isprintable():
+            return text
     return os.urandom(8).hex()
+
+
+class BodySource(Protocol):
+    async def read(self) -> bytes: ...
 
 
 class _Attempt:
@@ -79,8 +85,12 @@ class _Attempt:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.error: str | None = None
-        self.extra_headers: list[tuple[str, str]] = []
+        self.extra_headers: Headers = []
         self.stream: StreamScanner | None = None  # set once a stream is being relayed
+
+
+class KeyCheck(Protocol):
+    def key_ok(self, key: str) -> bool: ...
 
 
 class Pipeline:
@@ -92,8 +102,12 @@ class Pipeline:
         metrics: GatewayMetrics,
         request_log: RequestLog,
         traffic: TrafficHistogram,
+        keys: KeyCheck,
     ) -> None:
         self.config = config
+        self.keys = keys
+        self.expose_worker = config.expose.worker_header
+        self.expose_detail = config.expose.upstream_detail
         self.fleet = fleet
         self.client = client
         self.metrics = metrics
@@ -117,32 +131,44 @@ class Pipeline:
         )
         metrics.watch_budget(self.budget)
         self.shaper = Shaper(placer, self.budget, config.b_short, metrics, traffic)
-        self.api_keys = frozenset(config.auth.api_keys)
+        self.auth_required = bool(config.auth.api_keys)
 
     # --- the pipeline -------------------------------------------------------------------
-    async def handle(self, request: HttpRequest, responder: Responder, endpoint: str) -> None:
+    async def handle(
+        self,
+        source: BodySource,
+        authorization: bytes | None,
+        request_id: bytes | None,
+        responder: Responder,
+        endpoint: str,
+    ) -> None:
         t0 = self.loop.time()
         arrival = time.time()
-        rid = _safe_request_id(request.headers.get("x-request-id"))
+        rid = _safe_request_id(request_id)
         att = _Attempt()
         parsed: ParsedRequest | None = None
         shaped: Shaped | None = None
         try:
-            self._authenticate(request)
-            parsed = parse(request.body, endpoint)
+            self._authenticate(authorization)
+            raw = await source.read()
+            parsed = parse(raw, endpoint)
             shaped = self.shaper.shape(
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
-            await self._serve(parsed, request.body, shaped, responder, att, rid, t0)
+            await self._serve(parsed, raw, shaped, responder, att, rid, t0)
         except GatewayError as exc:
             att.status = exc.status
             att.error = att.error or exc.code
             if not responder.started:
-                responder.send(
-                    exc.status,
-                    [("content-type", _JSON), ("x-request-id", rid), *exc.headers()],
-                    exc.body(),
-                )
+                headers = [
+                    (b"content-type", _JSON),
+                    (b"x-request-id", rid.encode()),
+                    *exc.headers(),
+                ]
+                if exc.status in (408, 413, 415):
+                    # the rest of the body was not read: do not keep reading it as a request
+                    headers.append((b"connection", b"close"))
+                await responder.send(exc.status, headers, exc.body())
         except (asyncio.CancelledError, ClientGone):
             if att.stream is not None and att.stream.done:
                 # the client had the whole answer ([DONE] included) and hung up before the
@@ -156,12 +182,12 @@ class Pipeline:
         finally:
             self._settle(att, parsed, shaped, t0, arrival, rid)
 
-    def _authenticate(self, request: HttpRequest) -> None:
-        if not self.api_keys:
+    def _authenticate(self, authorization: bytes | None) -> None:
+        if not self.auth_required:
             return
-        auth = request.headers.get("authorization", "")
+        auth = (authorization or b"").decode("latin-1")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        if key not in self.api_keys:
+        if not key or not self.keys.key_ok(key):
             raise AuthenticationFailed(
                 "missing API key: send 'Authorization: Bearer <key>'"
                 if not key
@@ -180,9 +206,9 @@ class Pipeline:
     ) -> None:
         info = shaped.info
         pools = shaped.pools
-        extra = [("x-fleetgate-tokens-estimated", str(shaped.estimated_prompt_tokens))]
+        extra = [(b"x-fleetgate-tokens-estimated", b"%d" % shaped.estimated_prompt_tokens)]
         if shaped.compressed_text is not None:
-            extra.append(("x-fleetgate-compressed", shaped.compressed_text))
+            extra.append((b"x-fleetgate-compressed", shaped.compressed_text.encode()))
         att.extra_headers = extra
         body, strip_usage = self._upstream_body(parsed, raw, shaped.body)
         path = _PATHS[parsed.endpoint]
@@ -271,9 +297,10 @@ class Pipeline:
         )
 
     def _map(self, exc: UpstreamError) -> GatewayError:
+        detail = f": {exc}" if self.expose_detail else ""
         if exc.is_timeout:
-            return UpstreamTimeout(f"upstream {exc.kind.replace('_', ' ')}: {exc}")
-        return BadGateway(f"upstream failed ({exc.kind}): {exc}")
+            return UpstreamTimeout(f"upstream {exc.kind.replace('_', ' ')}{detail}")
+        return BadGateway(f"upstream failed ({exc.kind}){detail}")
 
     def _failed(self, worker: WorkerState, att: _Attempt, kind: str) -> None:
         att.error = kind
@@ -283,16 +310,17 @@ class Pipeline:
             self.metrics.circuit_opens.labels(worker.id).inc()
 
     def _answer_headers(
-        self, up: UpstreamResponse, rid: str, worker: WorkerState, default: str, att: _Attempt
-    ) -> list[tuple[str, str]]:
-        ctype = up.header(b"content-type")
-        return [
-            ("content-type", ctype.decode("latin-1") if ctype else default),
-            ("x-request-id", rid),
-            ("x-fleetgate-pool", worker.pool),
-            ("x-fleetgate-worker", worker.id),
+        self, up: UpstreamResponse, rid: str, worker: WorkerState, default: bytes, att: _Attempt
+    ) -> Headers:
+        headers = [
+            (b"content-type", up.header(b"content-type") or default),
+            (b"x-request-id", rid.encode()),
+            (b"x-fleetgate-pool", worker.pool_header),
             *att.extra_headers,
         ]
+        if self.expose_worker:
+            headers.append((b"x-fleetgate-worker", worker.id_header))
+        return headers
 
     async def _relay_whole(
         self,
@@ -314,7 +342,7 @@ class Pipeline:
             if up.status == 200:
                 self._count_usage(usage_of(body), att)
         att.status = up.status
-        responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
+        await responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
 
     async def _relay_stream(
         self,
@@ -326,8 +354,9 @@ class Pipeline:
         strip_usage: bool,
         t0: float,
     ) -> None:
-        responder.start_stream(
-            200, [*self._answer_headers(up, rid, worker, _SSE, att), ("cache-control", "no-cache")]
+        await responder.start_stream(
+            200,
+            [*self._answer_headers(up, rid, worker, _SSE, att), (b"cache-control", b"no-cache")],
         )
         att.status = 200
         scanner = att.stream = StreamScanner(strip_usage)
@@ -348,7 +377,7 @@ class Pipeline:
             att.status = err.status
             await responder.write(sse_error_frame(err))
         self._count_usage(scanner.usage, att)
-        responder.end_stream()
+        await responder.end_stream()
 
     def _count_usage(self, usage: dict[str, Any] | None, att: _Attempt) -> None:
         if usage:

@@ -41,6 +41,8 @@ class WorkerState:
     max_model_len: int
     endpoint: Endpoint
     extra_headers: bytes  # pre-encoded upstream headers (the worker's API key)
+    pool_header: bytes = b""  # x-fleetgate-pool and x-fleetgate-worker values, encoded once
+    id_header: bytes = b""
     in_flight: int = 0
     outstanding_tokens: int = 0
     telemetry: Telemetry = field(default_factory=Telemetry)
@@ -122,6 +124,8 @@ class Fleet:
                     max_model_len=w.max_model_len or pool.max_model_len,
                     endpoint=Endpoint.from_url(w.url),
                     extra_headers=headers,
+                    pool_header=pname.encode(),
+                    id_header=w.id.encode(),
                 )
                 states.append(state)
                 self.workers[state.id] = state

@@ -1,0 +1,279 @@
+"""The FastAPI app: every route but the hot path, and the OpenAPI document of all of them.
+
+GET /v1/models, GET /health (vLLM's: 200 with an empty body while a worker can take
+traffic, else 503), GET /healthz (the process is up), GET /readyz, GET /metrics, and the
+admin routes behind `auth.admin_key`. POST /v1/chat/completions and /v1/completions are
+declared here only for /docs and /openapi.json: gateway/edge.py serves them before
+FastAPI sees the request.
+
+Every refusal, FastAPI's own included (unknown path, wrong method, a query parameter that
+does not validate), is OpenAI-shaped: never a 422 or `{"detail": ...}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway import admin
+from gateway.errors import (
+    AuthenticationFailed,
+    GatewayError,
+    InvalidRequest,
+    MethodNotAllowed,
+    NotFound,
+    PermissionDenied,
+    error_body,
+)
+from gateway.metrics import CONTENT_TYPE
+from gateway.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    LivePlan,
+    ModelCard,
+    ModelList,
+    PlanHistogram,
+    Status,
+    proxy_responses,
+)
+
+if TYPE_CHECKING:
+    from gateway.app import Gateway
+
+log = logging.getLogger("fleetgate.gateway")
+
+_GET = ["GET", "HEAD"]
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def _error_response(exc: GatewayError) -> Response:
+    return Response(
+        exc.body(),
+        status_code=exc.status,
+        media_type="application/json",
+        headers={k.decode(): v.decode() for k, v in exc.headers()},
+    )
+
+
+def _bearer(request: Request) -> str:
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+
+
+def build_api(gateway: Gateway) -> FastAPI:
+    config = gateway.config
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    api = FastAPI(
+        title="fleetgate",
+        version=gateway.version,
+        summary="OpenAI-compatible gateway for vLLM and SGLang fleets",
+        description=(
+            "Estimates each request's token budget, compresses borderline prompts onto the "
+            "short-context pool (Compress-and-Route), routes to the best worker and relays "
+            "the answer. Every refusal is an OpenAI-shaped error."
+        ),
+        lifespan=lifespan,
+        default_response_class=JSONResponse,
+    )
+
+    # --- refusals, all OpenAI-shaped -----------------------------------------------------
+    @api.exception_handler(GatewayError)
+    async def _gateway_error(_: Request, exc: GatewayError) -> Response:
+        return _error_response(exc)
+
+    @api.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("query", "body", "path")]
+        where = ".".join(loc) or None
+        msg = first.get("msg", "invalid request")
+        return _error_response(InvalidRequest(f"{where}: {msg}" if where else msg, param=where))
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            err: GatewayError = NotFound(f"no route for {request.method} {request.url.path}")
+        elif exc.status_code == 405:
+            err = MethodNotAllowed(f"method {request.method} not allowed on {request.url.path}")
+        else:
+            err = GatewayError(str(exc.detail), code="http_error")
+            err.status = exc.status_code
+            err.type = "invalid_request_error" if exc.status_code < 500 else "internal_error"
+        response = _error_response(err)
+        if exc.headers:
+            response.headers.update(exc.headers)
+        return response
+
+    @api.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error serving %s %s", request.method, request.url.path)
+        return Response(
+            error_body("internal gateway error", "internal_error", "internal_error"),
+            status_code=500,
+            media_type="application/json",
+        )
+
+    # --- dependencies --------------------------------------------------------------------
+    api_keys = frozenset(config.auth.api_keys)
+
+    def api_key(request: Request) -> None:
+        if api_keys and not gateway.key_ok(_bearer(request)):
+            raise AuthenticationFailed(
+                "unknown API key"
+                if _bearer(request)
+                else "missing API key: send 'Authorization: Bearer <key>'"
+            )
+
+    def admin_key(request: Request) -> None:
+        key = config.auth.admin_key
+        if not key:
+            raise PermissionDenied(
+                "admin routes are disabled: set auth.admin_key", code="admin_disabled"
+            )
+        if not hmac.compare_digest(_bearer(request).encode(), key.encode()):
+            raise PermissionDenied("admin routes need the admin key", code="admin_key_required")
+
+    # --- the proxy routes, documented (served by gateway/edge.py) ------------------------
+    @api.post(
+        "/v1/chat/completions",
+        tags=["OpenAI"],
+        summary="Chat completion (relayed to the placed pool's chosen worker)",
+        responses=proxy_responses("chat.completion.chunk events, then `data: [DONE]`"),
+        response_model=None,
+    )
+    async def chat_completions(body: ChatCompletionRequest) -> Response:  # pragma: no cover
+        raise GatewayError("served by the fast path")
+
+    @api.post(
+        "/v1/completions",
+        tags=["OpenAI"],
+        summary="Text completion (relayed to the placed pool's chosen worker)",
+        responses=proxy_responses("text_completion events, then `data: [DONE]`"),
+        response_model=None,
+    )
+    async def completions(body: CompletionRequest) -> Response:  # pragma: no cover
+        raise GatewayError("served by the fast path")
+
+    # --- models and health ---------------------------------------------------------------
+    @api.api_route(
+        "/v1/models",
+        methods=_GET,
+        tags=["OpenAI"],
+        response_model=ModelList,
+        dependencies=[Depends(api_key)],
+        responses={401: {"description": "missing or unknown API key"}},
+    )
+    async def models() -> Any:
+        data = [
+            ModelCard(id=m, created=gateway.started_at, max_model_len=length)
+            for m, length in sorted(gateway.fleet.models.items())
+        ]
+        return ModelList(data=data).model_dump()
+
+    @api.api_route(
+        "/health",
+        methods=_GET,
+        tags=["health"],
+        summary="vLLM's health route: 200 (empty) while a worker can take traffic, else 503",
+        response_class=Response,
+        responses={200: {"content": {}}, 503: {"content": {}}},
+    )
+    async def health() -> Response:
+        return Response(status_code=200 if gateway.ready() else 503)
+
+    @api.api_route(
+        "/healthz",
+        methods=_GET,
+        tags=["health"],
+        summary="the process is up",
+        response_model=Status,
+    )
+    async def healthz() -> Any:
+        return {"status": "ok"}
+
+    @api.api_route(
+        "/readyz",
+        methods=_GET,
+        tags=["health"],
+        summary="200 when at least one worker can take traffic, else 503",
+        response_model=Status,
+        responses={503: {"model": Status}},
+    )
+    async def readyz() -> Any:
+        if gateway.ready():
+            return {"status": "ready"}
+        return JSONResponse({"status": "no routable worker"}, status_code=503)
+
+    @api.api_route(
+        "/metrics",
+        methods=_GET,
+        tags=["health"],
+        summary="Prometheus metrics (fleetgate_*)",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+    async def metrics() -> Response:
+        return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
+
+    # --- admin ---------------------------------------------------------------------------
+    admin_errors: dict[int | str, dict[str, Any]] = {
+        400: {"description": "bad parameter, or nothing observed to plan on"},
+        403: {"description": "admin routes disabled, or a wrong admin key"},
+    }
+
+    @api.get(
+        "/admin/plan/histogram",
+        tags=["admin"],
+        summary="The observed L_total histogram (fleetgate.plan_histogram/v1)",
+        dependencies=[Depends(admin_key)],
+        responses={200: {"model": PlanHistogram}, **admin_errors},
+    )
+    async def plan_histogram() -> Any:
+        # returned as built, documented by the model (no re-serialisation through it)
+        return JSONResponse(gateway.traffic.document(admin.current(config)))
+
+    @api.get(
+        "/admin/plan",
+        tags=["admin"],
+        summary="FleetOpt's plan for the observed traffic beside the deployed fleet",
+        dependencies=[Depends(admin_key)],
+        responses={200: {"model": LivePlan}, **admin_errors},
+    )
+    async def plan(
+        slo_ms: Annotated[
+            float, Query(gt=0, allow_inf_nan=False, description="P99 TTFT target, ms")
+        ] = 500.0,
+        pc: Annotated[float, Query(ge=0, le=1, description="compressible fraction")] = 1.0,
+        explain: Annotated[bool, Query(description="include the candidate grid")] = False,
+    ) -> Any:
+        doc = gateway.traffic.document(admin.current(config))
+        if doc["requests"] == 0:
+            raise InvalidRequest("no traffic observed yet: nothing to plan on", code="no_traffic")
+        result = await asyncio.to_thread(admin.run_planner, doc, slo_ms / 1000.0, pc, explain)
+        return JSONResponse(result)
+
+    return api
