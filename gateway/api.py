@@ -35,6 +35,7 @@ from gateway.errors import (
     PermissionDenied,
     error_body,
 )
+from gateway.edge import PROXY_PATHS
 from gateway.metrics import CONTENT_TYPE
 from gateway.schemas import (
     ChatCompletionRequest,
@@ -276,4 +277,29 @@ def build_api(gateway: Gateway) -> FastAPI:
         result = await asyncio.to_thread(admin.run_planner, doc, slo_ms / 1000.0, pc, explain)
         return JSONResponse(result)
 
+    _document_models(api, sorted(gateway.fleet.models))
     return api
+
+
+def _document_models(api: FastAPI, models: list[str]) -> None:
+    """/openapi.json names the models this gateway serves, so /docs' "Try it out" and
+    schema-driven clients send requests that can succeed."""
+    build = api.openapi
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is not None:
+            return api.openapi_schema
+        doc = build()
+        schemas = doc["components"]["schemas"]
+        for name in ("ChatCompletionRequest", "CompletionRequest"):
+            model = schemas[name]["properties"]["model"]
+            model["examples"] = models
+            for example in schemas[name].get("examples", []):
+                example["model"] = models[0]
+        for path in PROXY_PATHS:
+            ok = doc["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]
+            ok["schema"].pop("type", None)  # FastAPI adds "string" beside the model's $ref
+        api.openapi_schema = doc
+        return doc
+
+    api.openapi = openapi  # type: ignore[method-assign]

@@ -55,15 +55,34 @@ def _content_bytes(content: Any, where: str) -> int:
     raise InvalidRequest(f"{where} must be a string, a list of content parts or null", param=where)
 
 
+# The largest integer the gateway takes where a count or token id is expected (the
+# documented schema's maximum; no engine takes more).
+MAX_INT = 2**31 - 1
+
+
+def _is_int(v: Any) -> bool:
+    """A JSON integer: 5 or 5.0 (JSON Schema and the engines' pydantic take both), not true."""
+    if isinstance(v, int):
+        return not isinstance(v, bool)
+    return isinstance(v, float) and v.is_integer()
+
+
 def _positive_int(body: dict[str, Any], key: str) -> int | None:
     v = body.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, int):
+    if not _is_int(v):
         raise InvalidRequest(f"'{key}' must be an integer, got {type(v).__name__}", param=key)
-    if v < 1:
+    n = int(v)
+    if n < 1:
         raise InvalidRequest(f"'{key}' must be at least 1, got {v}", param=key)
-    return v
+    if n > MAX_INT:
+        raise InvalidRequest(f"'{key}' must be at most {MAX_INT}, got {v}", param=key)
+    return n
+
+
+def _token_ids(items: list[Any]) -> bool:
+    return all(_is_int(t) and 0 <= t <= MAX_INT for t in items)
 
 
 def parse(raw: bytes, endpoint: str) -> ParsedRequest:
@@ -92,6 +111,10 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
     if opts is not None:
         if not isinstance(opts, dict):
             raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+        if not stream:  # vLLM's rule, refused before a worker is chosen
+            raise InvalidRequest(
+                "Stream options can only be defined when `stream=True`.", param="stream_options"
+            )
         wants_usage = opts.get("include_usage") is True
 
     max_tokens = _positive_int(body, "max_tokens")
@@ -130,11 +153,9 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
         elif isinstance(prompt, list) and prompt:
             if all(isinstance(p, str) for p in prompt):
                 prompt_bytes = max(_text_bytes(p) for p in prompt)
-            elif all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in prompt):
+            elif _token_ids(prompt):
                 token_ids = len(prompt)
-            elif all(
-                isinstance(p, list) and p and all(isinstance(t, int) for t in p) for p in prompt
-            ):
+            elif all(isinstance(p, list) and p and _token_ids(p) for p in prompt):
                 token_ids = max(len(p) for p in prompt)
             else:
                 raise InvalidRequest(

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# JSON integers the gateway accepts (orjson's 64-bit range, and no engine takes more)
-MAX_INT = 2**31 - 1
+from gateway.openai_request import MAX_INT
+
 TokenCount = Annotated[int, Field(ge=1, le=MAX_INT)]
 TokenId = Annotated[int, Field(ge=0, le=MAX_INT)]
 
@@ -23,6 +23,13 @@ class _Open(BaseModel):
     """Unknown fields pass through to the engine."""
 
     model_config = ConfigDict(extra="allow")
+
+
+# stream_options (an object) only with stream: true, as vLLM requires
+_STREAM_OPTIONS_NEED_STREAM = {
+    "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
+    "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]},
+}
 
 
 class ChatMessage(_Open):
@@ -39,19 +46,20 @@ class ChatCompletionRequest(_Open):
     max_completion_tokens: TokenCount | None = Field(None, description="wins over max_tokens")
     stream: bool | None = False
     stream_options: dict[str, Any] | None = Field(
-        None, description="`include_usage: true` adds the final usage chunk"
+        None, description="with stream: true only; `include_usage: true` adds a usage chunk"
     )
 
     model_config = ConfigDict(
         extra="allow",
         json_schema_extra={
+            **_STREAM_OPTIONS_NEED_STREAM,
             "examples": [
                 {
                     "model": "llama-3.1-8b",
                     "messages": [{"role": "user", "content": "Hello!"}],
                     "max_tokens": 16,
                 }
-            ]
+            ],
         },
     )
 
@@ -71,9 +79,10 @@ class CompletionRequest(_Open):
     model_config = ConfigDict(
         extra="allow",
         json_schema_extra={
+            **_STREAM_OPTIONS_NEED_STREAM,
             "examples": [
                 {"model": "llama-3.1-8b", "prompt": "The capital of France is", "max_tokens": 8}
-            ]
+            ],
         },
     )
 
@@ -156,7 +165,12 @@ def proxy_responses(stream_doc: str) -> dict[int | str, dict[str, Any]]:
             "description": "the engine's answer",
             "content": {
                 "text/event-stream": {
-                    "schema": {"type": "string"},
+                    # one SSE event: its data is a JSON chunk, or [DONE] at the end
+                    "schema": {
+                        "type": "object",
+                        "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+                        "required": ["data"],
+                    },
                     "description": stream_doc,
                 }
             },
