@@ -100,12 +100,16 @@ class EngineRequest:
     output_tokens: int  # tokens it generates before EOS; == max_tokens when ignore_eos
     block_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's full blocks
     arrival: float = 0.0  # set by submit() from the clock
+    # Why it ends at output_tokens; None: "stop" if output_tokens < max_tokens else "length".
+    # A stop string or stop token matched on the last allowed token is a "stop" (vLLM).
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class FinishedRequest:
     id: str
     reason: str  # "stop" (reached output_tokens < max_tokens), "length", or "abort"
+    # (or the request's own `finish_reason` when it set one)
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int  # prompt tokens served from the prefix cache (at first admission)
@@ -232,6 +236,10 @@ class Engine:
             raise ValueError("a request needs at least one prompt token")
         if not 1 <= request.output_tokens <= request.max_tokens:
             raise ValueError("need 1 <= output_tokens <= max_tokens")
+        if request.finish_reason not in (None, "stop", "length"):
+            raise ValueError(
+                f"finish_reason must be 'stop' or 'length', not {request.finish_reason!r}"
+            )
         if request.prompt_tokens + request.max_tokens > cfg.max_model_len:
             raise ValueError(
                 f"prompt_tokens + max_tokens = {request.prompt_tokens + request.max_tokens}"
@@ -541,4 +549,6 @@ class Engine:
 
 
 def _reason(s: _Seq) -> str:
+    if s.req.finish_reason is not None:
+        return s.req.finish_reason
     return "stop" if s.out < s.max_tokens else "length"

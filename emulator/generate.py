@@ -7,7 +7,10 @@ then either collect every choice and answer one JSON body, or stream.
 Streaming order (WIRE_SPEC §4): vLLM answers 200 at once and, at the first engine
 output, sends one role chunk per choice, then one content chunk per choice per engine
 step (one token each), the finish chunk carrying the last token's text ("" for EOS),
-then the usage chunk if asked, then `[DONE]`. SGLang answers only once the first output
+then the usage chunk if asked, then `[DONE]`. Each choice's ending (EOS, stop string,
+stop token, length) is planned before submission (`SeqPlan.outcome`), so the engine
+request ends at exactly that token; a stream shows the text as far as the personality
+would (vLLM holds back max(len(stop)) − 1 characters while stop strings are set). SGLang answers only once the first output
 exists; its role chunk goes per choice, and its finish reason follows in its own chunk.
 
 Failure posture: whatever ends the handler — client gone (a failed write, or aiohttp
@@ -28,11 +31,11 @@ from aiohttp import web
 
 from emulator.engine import EngineRequest, FinishedRequest
 from emulator.metrics import RequestTag
-from emulator.requests import GenPlan, plan
-from emulator.sampling import output_text
+from emulator.requests import GenPlan, SeqPlan, plan
+from emulator.sampling import text_slice, token_at, token_logprobs, visible_chars
 from emulator.schema import ApiError
 from emulator.state import Emulator
-from emulator.wire import DONE, Choice, Head, Usage
+from emulator.wire import DONE, Choice, Head, TokenLogprob, Usage
 
 log = logging.getLogger("emulator.generate")
 
@@ -43,7 +46,9 @@ INTERNAL = ApiError(500, "Internal server error", "InternalServerError")
 class _Choice:
     index: int
     prompt_tokens: int
+    seq: SeqPlan
     tokens: int = 0  # generated so far (EOS included)
+    sent: int = 0  # characters of the answer already streamed
     fin: FinishedRequest | None = None
 
 
@@ -66,7 +71,7 @@ async def generate(
         cache_report=emu.cfg.prompt_tokens_details,
     )
     queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]] = asyncio.Queue()
-    choices = {s.index: _Choice(s.index, s.prompt_tokens) for s in p.seqs}
+    choices = {s.index: _Choice(s.index, s.prompt_tokens, s) for s in p.seqs}
     ids: list[str] = []
     driver = emu.driver
     try:
@@ -76,7 +81,12 @@ async def generate(
             try:
                 driver.submit(
                     EngineRequest(
-                        eid, s.prompt_tokens, s.max_tokens, s.output_tokens, s.block_hashes
+                        eid,
+                        s.prompt_tokens,
+                        s.max_tokens,
+                        s.output_tokens,
+                        s.block_hashes,
+                        finish_reason=s.outcome.finish_reason,
                     ),
                     queue,
                     s.index,
@@ -113,11 +123,29 @@ def _usage(p: GenPlan, choices: dict[int, _Choice]) -> Usage:
     return Usage(p.prompt_tokens, completion, cached)
 
 
-def _text_tokens(c: _Choice) -> int:
-    """Generated tokens with text: all of them, except the final EOS of a "stop"."""
-    if c.fin is not None and c.fin.reason == "stop":
-        return c.tokens - 1
-    return c.tokens
+def _logprobs(p: GenPlan, c: _Choice, start: int, stop: int) -> tuple[TokenLogprob, ...] | None:
+    """Logprobs of generated tokens [start, stop) of a choice; None if not asked for."""
+    if p.top_n is None:
+        return None
+    out = []
+    for pos in range(start, stop):
+        _, text = token_at(c.seq.outcome, pos)
+        lp, top = token_logprobs(c.seq.key, pos, text, p.top_n)
+        out.append(TokenLogprob(text, lp, top))
+    return tuple(out)
+
+
+def _final(p: GenPlan, c: _Choice) -> Choice:
+    """The whole answer of a finished choice (non-streamed bodies)."""
+    o = c.seq.outcome
+    return Choice(
+        c.index,
+        o.text,
+        c.fin.reason if c.fin else None,
+        o.eos,
+        o.stop_reason,
+        _logprobs(p, c, 0, c.tokens),
+    )
 
 
 async def _collect(
@@ -138,10 +166,7 @@ async def _collect(
             pending -= 1
             if fin.reason == "abort":
                 raise INTERNAL
-    out = [
-        Choice(c.index, output_text(0, _text_tokens(c)), c.fin.reason if c.fin else None, True)
-        for c in sorted(choices.values(), key=lambda c: c.index)
-    ]
+    out = [_final(p, c) for c in sorted(choices.values(), key=lambda c: c.index)]
     return web.Response(
         body=emu.wire.full(head, out, _usage(p, choices)),
         content_type="application/json",
@@ -182,7 +207,7 @@ async def _stream(
                 role_sent.add(c.index)
                 out += wire.role(head, c.index, Usage(c.prompt_tokens, 0))
             first = False
-            start = _text_tokens(c)
+            start = c.tokens
             c.tokens += new
             if fin is not None:
                 c.fin = fin
@@ -191,11 +216,22 @@ async def _stream(
                     out += wire.stream_error(head, INTERNAL) + DONE
                     pending = 0
                     break
-            text = output_text(start, _text_tokens(c))
+            o = c.seq.outcome
+            shown = visible_chars(o, c.tokens, p.holdback)
+            sent = c.sent
+            text = text_slice(sent, shown) if shown > sent else ""
+            c.sent = max(sent, shown)
             reason = fin.reason if fin is not None else None
-            out += wire.delta(
-                head, Choice(c.index, text, reason, True), Usage(c.prompt_tokens, c.tokens)
+            choice = Choice(
+                c.index,
+                text,
+                reason,
+                o.eos,
+                o.stop_reason if reason is not None else None,
+                _logprobs(p, c, start, c.tokens),
+                sent,
             )
+            out += wire.delta(head, choice, Usage(c.prompt_tokens, c.tokens))
         else:
             if not pending:
                 if p.include_usage:

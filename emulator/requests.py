@@ -26,8 +26,12 @@ from typing import Any
 
 from emulator.chat_template import render_chat, render_completion
 from emulator.prefix import block_hashes
-from emulator.sampling import OutputModel, plan_output
-from emulator.schema import ApiError, FieldError, SchemaError, check
+from emulator.sampling import Outcome, OutputModel, plan_outcome
+from emulator.schema import COERCE, ApiError, FieldError, SchemaError, check
+
+MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
+MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
+VOCAB_SIZE = 100262  # the emulated vocabulary: cl100k's 100256 + 6 ids (specials)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +52,12 @@ class SeqPlan:
     prompt_tokens: int
     block_hashes: tuple[int, ...]
     max_tokens: int  # effective, fits the context
-    output_tokens: int  # what the engine generates (EOS included)
+    outcome: Outcome  # how it ends: tokens the engine generates (EOS included), text, reason
+    key: int = 0  # names the choice: its logprobs derive from it
+
+    @property
+    def output_tokens(self) -> int:
+        return self.outcome.tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +72,8 @@ class GenPlan:
     seqs: tuple[SeqPlan, ...]
     prompt_tokens: int  # usage.prompt_tokens (summed over prompts)
     max_tokens_param: int | None  # what the client asked for (metrics)
+    top_n: int | None = None  # logprobs: entries in each token's top list; None: no logprobs
+    holdback: int = 0  # characters a stream holds back while stop strings may still match
 
 
 _COMMON = {
@@ -76,9 +87,16 @@ _COMMON = {
     "seed": ("int", False),
     "ignore_eos": ("bool", False),
     "min_tokens": ("int", False),
+    "stop_token_ids": ("list", False),
 }
-_CHAT_FIELDS = {"messages": ("list", True), **_COMMON, "max_completion_tokens": ("int", False)}
-_COMPLETION_FIELDS = {"prompt": ("any", True), **_COMMON}
+_CHAT_FIELDS = {
+    "messages": ("list", True),
+    **_COMMON,
+    "max_completion_tokens": ("int", False),
+    "logprobs": ("bool", False),
+    "top_logprobs": ("int", False),
+}
+_COMPLETION_FIELDS = {"prompt": ("any", True), **_COMMON, "logprobs": ("int", False)}
 
 
 def random_id(info: ModelInfo) -> str:
@@ -90,7 +108,9 @@ def plan(kind: str, body: Any, headers: Mapping[str, str], info: ModelInfo) -> G
     """Validate a chat/completion body and plan its engine requests; raises on refusal."""
     fields = dict(_CHAT_FIELDS if kind == "chat" else _COMPLETION_FIELDS)
     fields.pop("prompt", None)  # validated by _prompts (a union type)
-    b = check(body, fields, list_items={"messages": "dict"})
+    b = check(body, fields, list_items={"messages": "dict", "stop_token_ids": "int"})
+    stop = _stop(b, info)
+    stop_ids = tuple(COERCE["int"](t) for t in b.get("stop_token_ids") or ())
     if kind == "completion" and "prompt" not in b:
         raise SchemaError([FieldError("missing", ("body", "prompt"), "Field required", body)])
     vllm = info.personality == "vllm"
@@ -103,6 +123,8 @@ def plan(kind: str, body: Any, headers: Mapping[str, str], info: ModelInfo) -> G
             "BadRequestError",
             "stream_options",
         )
+    if vllm and kind == "chat":
+        _vllm_chat_logprobs(b)
     model = _model(b.get("model"), info)
     n_req = b.get("n")
     n = max(1, n_req) if n_req is not None else 1
@@ -130,16 +152,26 @@ def plan(kind: str, body: Any, headers: Mapping[str, str], info: ModelInfo) -> G
     prompts = _prompts(kind, b, info)
     if vllm:
         _vllm_sampling(b)
+        if stop and not all(stop):
+            raise ApiError(400, "stop cannot contain an empty string.", "BadRequestError")
+    top_n = _top_n(kind, b, vllm)
     seqs: list[SeqPlan] = []
     for p_idx, (ids, from_text) in enumerate(prompts):
         max_tokens = _effective_max(kind, len(ids), m, from_text, info)
         hashes = block_hashes(ids, info.block_size)
         for i in range(n):
             natural = info.output.natural_length(ids, i, b.get("seed"))
-            out = plan_output(
-                natural, max_tokens, bool(b.get("ignore_eos")), b.get("min_tokens") or 0
+            out = plan_outcome(
+                natural,
+                max_tokens,
+                ignore_eos=bool(b.get("ignore_eos")),
+                min_tokens=b.get("min_tokens") or 0,
+                stop=stop,
+                stop_token_ids=stop_ids,
+                vllm=vllm,
             )
-            seqs.append(SeqPlan(p_idx * n + i, len(ids), hashes, max_tokens, out))
+            key = info.output.choice_key(ids, i, b.get("seed"))
+            seqs.append(SeqPlan(p_idx * n + i, len(ids), hashes, max_tokens, out, key))
     opts = opts or {}
     include_usage = bool(opts.get("include_usage"))
     rid = _request_id(b, headers, info)
@@ -155,7 +187,100 @@ def plan(kind: str, body: Any, headers: Mapping[str, str], info: ModelInfo) -> G
         seqs=tuple(seqs),
         prompt_tokens=sum(len(ids) for ids, _ in prompts),
         max_tokens_param=m,
+        top_n=top_n,
+        holdback=max(len(s) for s in stop) - 1 if vllm and stop else 0,
     )
+
+
+def _stop(b: Mapping[str, Any], info: ModelInfo) -> tuple[str, ...]:
+    """`stop`: a string or a list of strings (vLLM: at most 4), as pydantic checks the union
+    `str | list[str] | None`: a failure reports both members (`stop.str`, `stop.list[str]`)."""
+    value = b.get("stop")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    as_str = FieldError(
+        "string_type", ("body", "stop", "str"), "Input should be a valid string", value
+    )
+    if not isinstance(value, list):
+        raise SchemaError(
+            [
+                as_str,
+                FieldError(
+                    "list_type",
+                    ("body", "stop", "list[str]"),
+                    "Input should be a valid list",
+                    value,
+                ),
+            ]
+        )
+    bad = [
+        FieldError(
+            "string_type", ("body", "stop", "list[str]", i), "Input should be a valid string", x
+        )
+        for i, x in enumerate(value)
+        if not isinstance(x, str)
+    ]
+    if bad:
+        raise SchemaError([as_str, *bad])
+    if info.personality == "vllm" and len(value) > MAX_STOP_STRINGS:
+        too_long = FieldError(
+            "too_long",
+            ("body", "stop", "list[str]"),
+            f"List should have at most {MAX_STOP_STRINGS} items after validation, not {len(value)}",
+            value,
+            {"field_type": "List", "max_length": MAX_STOP_STRINGS, "actual_length": len(value)},
+        )
+        raise SchemaError([as_str, too_long])
+    return tuple(value)
+
+
+def _vllm_chat_logprobs(b: Mapping[str, Any]) -> None:
+    """vLLM's ChatCompletionRequest.check_logprobs (a before-validator)."""
+    top = b.get("top_logprobs")
+    if top is None:
+        return
+    if top < 0 and top != -1:
+        raise _param("top_logprobs", "`top_logprobs` must be a positive value or -1.", top)
+    if (top == -1 or top > 0) and not b.get("logprobs"):
+        raise ApiError(
+            400,
+            "when using `top_logprobs`, `logprobs` must be set to true. (parameter=top_logprobs)",
+            "BadRequestError",
+            "top_logprobs",
+        )
+
+
+def _top_n(kind: str, b: Mapping[str, Any], vllm: bool) -> int | None:
+    """Entries of each token's top list, or None without logprobs.
+
+    vLLM: chat `logprobs: true` + `top_logprobs` N (default 0) → N entries; completions
+    `logprobs: N` → the sampled token plus the top N, deduplicated: max(N, 1) entries
+    since the emulated model always says its most likely token. N > --max-logprobs (20)
+    is refused by SamplingParams._validate_logprobs. SGLang: N entries, no cap.
+    """
+    if kind == "chat":
+        if not b.get("logprobs"):
+            return None
+        n = b.get("top_logprobs") or 0
+    else:
+        if b.get("logprobs") is None:
+            return None
+        n = b["logprobs"]
+    if vllm:
+        if n < 0 and n != -1:
+            raise _param("logprobs", f"logprobs must be non-negative or -1, got {n}.", n)
+        asked = VOCAB_SIZE if n == -1 else n
+        if asked > MAX_LOGPROBS:
+            raise _param(
+                "logprobs",
+                f"Requested sample logprobs of {asked}, which is greater than max allowed:"
+                f" {MAX_LOGPROBS}",
+                asked,
+            )
+        return n if kind == "chat" else max(n, 1)
+    return max(n, 0)
 
 
 def _model(requested: str | None, info: ModelInfo) -> str:

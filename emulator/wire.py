@@ -61,11 +61,24 @@ class Head:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's logprob and its top list (most likely first)."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Choice:
     index: int
     text: str
     finish_reason: str | None
     stopped_on_eos: bool = False  # finish_reason "stop" by EOS (SGLang's matched_stop)
+    stop_reason: str | int | None = None  # matched stop string / stop token id
+    # Logprobs of the tokens this body / chunk covers; None when not asked for.
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    text_offset: int = 0  # characters of the answer sent before this chunk (completions)
 
 
 class Wire(Protocol):

@@ -1,7 +1,8 @@
 """SGLang 0.5.23's response shapes (WIRE_SPEC §3–§5).
 
 Ids are 32-hex rids without prefix; `model` echoes the request. Bodies carry
-`matched_stop` (the EOS id when generation stopped on EOS) and a 6-key usage
+`matched_stop` (the EOS id when generation stopped on EOS, else the matched stop string
+or stop token id) and a 6-key usage
 (`prompt_tokens, total_tokens, completion_tokens, prompt_tokens_details, reasoning_tokens,
 completion_tokens_details`). Chat stream chunks (msgspec) always carry
 `delta.reasoning_content` first and omit `usage` unless continuous stats are on; the
@@ -9,6 +10,13 @@ finish reason arrives in its own chunk after the last content chunk, and empty d
 are not sent. Completion chunks carry `"usage":null` and the last one holds the finish
 reason; the completion usage chunk drops nulls. Errors are flat
 `{"object":"error",…,"param":null,"code":N}`; mid-stream ones are nested and spaced.
+
+Logprobs: chat `{"content":[{"token","bytes","logprob","top_logprobs":[…]}]}` on the body
+and on each content chunk (a step whose text is empty sends no chunk, so its logprobs
+are not sent either, as on SGLang's plain streaming path); completions the legacy lists
+with every `text_offset` -1. Streams hold nothing back: a stop string split over several
+tokens may show its beginning before the match trims the end (SGLang streams the
+detokenizer's text as it comes and trims only the finished output).
 """
 
 from __future__ import annotations
@@ -17,11 +25,45 @@ from typing import Any
 
 from emulator.chat_template import EOS
 from emulator.schema import ApiError
-from emulator.wire import Choice, Head, Usage, dumps, sse, sse_spaced
+from emulator.wire import Choice, Head, TokenLogprob, Usage, dumps, sse, sse_spaced
+from emulator.wire_vllm import completion_logprobs
 
 
-def _matched(c: Choice) -> int | None:
-    return EOS if c.finish_reason == "stop" and c.stopped_on_eos else None
+def _matched(c: Choice) -> int | str | None:
+    if c.finish_reason != "stop":
+        return None
+    if c.stop_reason is not None:
+        return c.stop_reason
+    return EOS if c.stopped_on_eos else None
+
+
+def _bytes(token: str) -> list[int]:
+    return list(token.encode("utf-8"))
+
+
+def _chat_logprobs(lps: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+    """ChoiceLogprobs: ChatCompletionTokenLogprob / TopLogprob field order is token, bytes,
+    logprob (`entrypoints/openai/protocol.py`), unlike vLLM's token, logprob, bytes."""
+    if lps is None:
+        return None
+    return {
+        "content": [
+            {
+                "token": t.token,
+                "bytes": _bytes(t.token),
+                "logprob": t.logprob,
+                "top_logprobs": [
+                    {"token": tok, "bytes": _bytes(tok), "logprob": lp} for tok, lp in t.top
+                ],
+            }
+            for t in lps
+        ]
+    }
+
+
+def _completion_logprobs(lps: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+    """`to_openai_style_logprobs`: text offsets are not supported (-1 each)."""
+    return completion_logprobs(lps, 0, unknown_offsets=True)
 
 
 class SglangWire:
@@ -54,7 +96,7 @@ class SglangWire:
                 {
                     "index": c.index,
                     "message": {"role": "assistant", "content": c.text, "reasoning_content": None},
-                    "logprobs": None,
+                    "logprobs": _chat_logprobs(c.logprobs),
                     "finish_reason": c.finish_reason,
                     "matched_stop": _matched(c),
                 }
@@ -65,7 +107,7 @@ class SglangWire:
                 {
                     "index": c.index,
                     "text": c.text,
-                    "logprobs": None,
+                    "logprobs": _completion_logprobs(c.logprobs),
                     "finish_reason": c.finish_reason,
                     "matched_stop": _matched(c),
                 }
@@ -110,7 +152,7 @@ class SglangWire:
                     {
                         "index": choice.index,
                         "text": choice.text,
-                        "logprobs": None,
+                        "logprobs": _completion_logprobs(choice.logprobs),
                         "finish_reason": choice.finish_reason,
                         "matched_stop": _matched(choice),
                     }
@@ -126,7 +168,7 @@ class SglangWire:
                     {
                         "index": choice.index,
                         "delta": {"reasoning_content": None, "content": choice.text},
-                        "logprobs": None,
+                        "logprobs": _chat_logprobs(choice.logprobs),
                         "finish_reason": None,
                         "matched_stop": None,
                     }

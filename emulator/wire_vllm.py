@@ -15,6 +15,15 @@ carries exactly the fields vLLM's generator sets on it:
 
 `[usage]` is continuous_usage_stats (chat adds completion_tokens_details: null;
 completions do not). Mid-stream errors: chat compact, completions with spaces.
+
+`stop_reason` is the matched stop string or stop token id (null on EOS / length).
+Logprobs (`vllm/entrypoints/openai/chat_completion/protocol.py`, `completion/protocol.py`;
+`_create_chat_logprobs`, `_create_completion_logprobs`): chat
+`{"content":[{"token","logprob","bytes","top_logprobs":[{"token","logprob","bytes"}]}]}`
+(ChatCompletionLogProb field order: token, logprob, bytes); completions
+`{"text_offset","token_logprobs","tokens","top_logprobs":[{token: logprob}]}`, offsets
+counted from the text sent before the chunk. Stream chunks carry the logprobs of the
+tokens of that step, even while stop-string holdback leaves their text empty.
 """
 
 from __future__ import annotations
@@ -23,12 +32,52 @@ import secrets
 from typing import Any
 
 from emulator.schema import ApiError
-from emulator.wire import Choice, Head, Usage, dumps, sse, sse_spaced
+from emulator.wire import Choice, Head, TokenLogprob, Usage, dumps, sse, sse_spaced
 
 
 def _error_obj(err: ApiError) -> dict[str, Any]:
     return {
         "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.status}
+    }
+
+
+def _bytes(token: str) -> list[int]:
+    return list(token.encode("utf-8", errors="replace"))
+
+
+def _chat_logprobs(lps: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+    if lps is None:
+        return None
+    return {
+        "content": [
+            {
+                "token": t.token,
+                "logprob": t.logprob,
+                "bytes": _bytes(t.token),
+                "top_logprobs": [
+                    {"token": tok, "logprob": lp, "bytes": _bytes(tok)} for tok, lp in t.top
+                ],
+            }
+            for t in lps
+        ]
+    }
+
+
+def completion_logprobs(
+    lps: tuple[TokenLogprob, ...] | None, offset: int, unknown_offsets: bool = False
+) -> dict[str, Any] | None:
+    """The legacy completions shape; `unknown_offsets`: every text_offset -1 (SGLang)."""
+    if lps is None:
+        return None
+    offsets: list[int] = []
+    for t in lps:
+        offsets.append(-1 if unknown_offsets else offset)
+        offset += len(t.token)
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [t.logprob for t in lps],
+        "tokens": [t.token for t in lps],
+        "top_logprobs": [dict(t.top) for t in lps],
     }
 
 
@@ -76,9 +125,9 @@ class VllmWire:
                             "function_call": None,
                             "reasoning": None,
                         },
-                        "logprobs": None,
+                        "logprobs": _chat_logprobs(c.logprobs),
                         "finish_reason": c.finish_reason,
-                        "stop_reason": None,
+                        "stop_reason": c.stop_reason,
                         "token_ids": None,
                         "routed_experts": None,
                         "weight_versions": None,
@@ -105,9 +154,9 @@ class VllmWire:
                     {
                         "index": c.index,
                         "text": c.text,
-                        "logprobs": None,
+                        "logprobs": completion_logprobs(c.logprobs, c.text_offset),
                         "finish_reason": c.finish_reason,
-                        "stop_reason": None,
+                        "stop_reason": c.stop_reason,
                         "token_ids": None,
                         "prompt_logprobs": None,
                         "prompt_token_ids": None,
@@ -163,11 +212,11 @@ class VllmWire:
             c: dict[str, Any] = {
                 "index": choice.index,
                 "delta": {"content": choice.text},
-                "logprobs": None,
+                "logprobs": _chat_logprobs(choice.logprobs),
                 "finish_reason": choice.finish_reason,
             }
             if choice.finish_reason is not None:
-                c["stop_reason"] = None
+                c["stop_reason"] = choice.stop_reason
                 c["token_ids"] = None
                 c["weight_versions"] = None
             else:
@@ -176,9 +225,9 @@ class VllmWire:
             c = {
                 "index": choice.index,
                 "text": choice.text,
-                "logprobs": None,
+                "logprobs": completion_logprobs(choice.logprobs, choice.text_offset),
                 "finish_reason": choice.finish_reason,
-                "stop_reason": None,
+                "stop_reason": choice.stop_reason,
                 "prompt_token_ids": None,
                 "token_ids": None,
                 "weight_versions": None,

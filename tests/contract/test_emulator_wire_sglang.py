@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from compressor.tokenizer import cl100k
+from tests.contract import emu_fidelity as fid
 from tests.contract.emu_wire import compact, metrics, post, sample, sse_events, stream_raw
 from tests.procs import Proc, procs
 
@@ -231,3 +232,44 @@ def test_metrics(emu: Proc) -> None:
     )
     assert om.headers["content-type"].startswith("application/openmetrics-text")
     assert om.text.rstrip().endswith("# EOF")
+
+
+# -- fidelity: stop, logprobs, no empty answers (checks in tests/contract/emu_fidelity.py) ----
+
+
+def test_stop_strings(emu: Proc) -> None:
+    fid.check_stop_strings(emu.url, vllm=False)
+    fid.check_stop_on_last_allowed_token(emu.url, vllm=False)
+
+
+def test_stop_token_ids(emu: Proc) -> None:
+    fid.check_stop_token_ids(emu.url, vllm=False)
+
+
+def test_stream_never_shows_the_stop_string(emu: Proc) -> None:
+    fid.check_stream_hides_stop_string(emu.url, vllm=False)
+
+
+def test_chat_logprobs(emu: Proc) -> None:
+    fid.check_chat_logprobs(emu.url, vllm=False)
+
+
+def test_completion_logprobs(emu: Proc) -> None:
+    fid.check_completion_logprobs(emu.url, vllm=False)
+
+
+def test_no_empty_answers(emu: Proc) -> None:
+    fid.check_eos_never_first(emu.url, CHAT, "default")
+
+
+def test_stop_and_logprobs_are_not_capped(emu: Proc) -> None:
+    """SGLang has no VLLM_MAX_STOP_STRINGS, no --max-logprobs check, and ignores
+    top_logprobs unless logprobs is true."""
+    body = {"messages": MSG, "max_tokens": 2, "ignore_eos": True}
+    r = post(emu.url, CHAT, {**body, "stop": ["a1", "b1", "c1", "d1", "e1"]})
+    assert r.status_code == 200
+    r = post(emu.url, CHAT, {**body, "top_logprobs": 3})
+    assert r.status_code == 200 and r.json()["choices"][0]["logprobs"] is None
+    r = post(emu.url, CHAT, {**body, "logprobs": True, "top_logprobs": 25})
+    assert r.status_code == 200
+    assert len(r.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 25

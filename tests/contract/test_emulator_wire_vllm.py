@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from compressor.tokenizer import cl100k
+from tests.contract import emu_fidelity as fid
 from tests.contract.emu_wire import compact, metrics, post, sample, sse_events, stream_raw
 from tests.procs import Proc, procs
 
@@ -444,3 +445,62 @@ def test_metrics_names_and_types(emu: Proc) -> None:
         in text
     )
     assert "vllm:gpu_cache_usage_perc" not in text  # gone since 0.12
+
+
+# -- fidelity: stop, logprobs, no empty answers (checks in tests/contract/emu_fidelity.py) ----
+
+
+def test_stop_strings(emu: Proc) -> None:
+    fid.check_stop_strings(emu.url, vllm=True)
+    fid.check_stop_on_last_allowed_token(emu.url, vllm=True)
+
+
+def test_stop_token_ids(emu: Proc) -> None:
+    fid.check_stop_token_ids(emu.url, vllm=True)
+
+
+def test_stream_never_shows_the_stop_string(emu: Proc) -> None:
+    fid.check_stream_hides_stop_string(emu.url, vllm=True)
+
+
+def test_chat_logprobs(emu: Proc) -> None:
+    fid.check_chat_logprobs(emu.url, vllm=True)
+
+
+def test_completion_logprobs(emu: Proc) -> None:
+    fid.check_completion_logprobs(emu.url, vllm=True)
+
+
+def test_no_empty_answers(emu: Proc) -> None:
+    fid.check_eos_never_first(emu.url, CHAT, "llama-8b")
+
+
+def test_stop_and_logprobs_validation_errors(emu: Proc) -> None:
+    e = _err(post(emu.url, CHAT, {"messages": MSG, "top_logprobs": 2}), 400)
+    assert e == {
+        "message": "when using `top_logprobs`, `logprobs` must be set to true."
+        " (parameter=top_logprobs)",
+        "type": "BadRequestError",
+        "param": "top_logprobs",
+        "code": 400,
+    }
+    e = _err(post(emu.url, CHAT, {"messages": MSG, "logprobs": True, "top_logprobs": 30}), 400)
+    assert e["message"] == (
+        "Requested sample logprobs of 30, which is greater than max allowed: 20"
+        " (parameter=logprobs, value=30)"
+    )
+    assert e["param"] == "logprobs" and e["type"] == "BadRequestError"
+    e = _err(post(emu.url, COMP, {"prompt": "x", "logprobs": 21}), 400)
+    assert e["message"].startswith("Requested sample logprobs of 21, which is greater")
+    assert post(emu.url, CHAT, {"messages": MSG, "max_tokens": 1, "logprobs": True,
+                                "top_logprobs": 20}).status_code == 200  # fmt: skip
+    e = _err(post(emu.url, CHAT, {"messages": MSG, "stop": ["a", "b", "c", "d", "e"]}), 400)
+    assert e["type"] == "Bad Request" and e["param"] == "body.stop.str"
+    assert e["message"].startswith("2 validation errors:\n")
+    assert (
+        "{'type': 'too_long', 'loc': 'body.stop.list[str]', 'msg': 'List should have at most"
+        " 4 items after validation, not 5', 'input': '<list of 5 items>', 'ctx':"
+        " {'field_type': 'List', 'max_length': 4, 'actual_length': 5}}" in e["message"]
+    )
+    e = _err(post(emu.url, CHAT, {"messages": MSG, "stop": ["a", ""]}), 400)
+    assert e["message"] == "stop cannot contain an empty string." and e["param"] is None

@@ -60,7 +60,8 @@ def test_eos_model_is_deterministic_with_the_configured_mean() -> None:
     assert plan_output(10, 5, ignore_eos=False) == 5
     assert plan_output(3, 5, ignore_eos=False) == 3
     assert plan_output(3, 5, ignore_eos=True) == 5
-    assert plan_output(3, 50, ignore_eos=False, min_tokens=8) == 8
+    # min_tokens=8: EOS is masked until 8 tokens exist, so it is the 9th (8 with text).
+    assert plan_output(3, 50, ignore_eos=False, min_tokens=8) == 9
 
 
 def test_output_text_is_one_token_per_position() -> None:

@@ -276,6 +276,24 @@ def test_stop_versus_length() -> None:
     assert engine.stats.finished_by_reason == {"stop": 1, "length": 1}
 
 
+def test_request_finish_reason_overrides_and_timing_follows_output_tokens() -> None:
+    """A stop string on the last allowed token is a "stop" (vLLM); an early stop ends the
+    request at that token, so it holds a slot and makes tokens exactly that long."""
+    engine, clock = make()
+    engine.submit(req("stop-at-cap", 10, 4, max_tokens=4, finish_reason="stop"))
+    engine.submit(req("early", 10, 2, max_tokens=40, finish_reason="stop"))
+    engine.submit(req("sglang-cap", 10, 4, max_tokens=4, finish_reason="length"))
+    steps = run(engine, clock)
+    done = finished_by_id(steps)
+    assert done["stop-at-cap"].reason == "stop" and done["stop-at-cap"].completion_tokens == 4
+    assert done["early"].reason == "stop" and done["early"].completion_tokens == 2
+    assert done["sglang-cap"].reason == "length"
+    assert sum(t == "early" for s in steps for t in s.tokens) == 2
+    assert engine.stats.finished_by_reason == {"stop": 2, "length": 1}
+    with pytest.raises(ValueError, match="finish_reason"):
+        engine.submit(req("bad", 10, 2, max_tokens=4, finish_reason="abort"))
+
+
 def test_tokens_are_in_submit_order_even_after_preemption() -> None:
     engine, clock = make(num_kv_blocks=12, enable_prefix_caching=False)
     for i in range(5):
