@@ -26,6 +26,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import admin
+from gateway.edge import PROXY_PATHS
 from gateway.errors import (
     AuthenticationFailed,
     GatewayError,
@@ -35,7 +36,6 @@ from gateway.errors import (
     PermissionDenied,
     error_body,
 )
-from gateway.edge import PROXY_PATHS
 from gateway.metrics import CONTENT_TYPE
 from gateway.schemas import (
     ChatCompletionRequest,
