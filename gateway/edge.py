@@ -8,10 +8,12 @@ ASGI messages. Every other path and method goes to the FastAPI app unchanged, wh
 also documents these two routes in /openapi.json (gateway/schemas.py).
 
 A client that leaves must abort the engine request at once, also while the gateway is
-still waiting for the engine's first byte. ASGI tells an app so only through `receive()`
-returning `http.disconnect`, so once the body is read a watcher task waits on it and
-cancels the request's task; the pipeline's `finally` blocks then release what they hold
-and closing the upstream connection makes the engine abort.
+still waiting for the engine's first byte. Under `fleetgate serve` the HTTP protocol
+(gateway/protocol.py) cancels the request's task when the connection is lost; under any
+other ASGI server, which says so only through `receive()` returning `http.disconnect`, a
+watcher task waits on it once the body is read. Either way the pipeline's `finally`
+blocks then release what they hold, and closing the upstream connection makes the
+engine abort.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gateway.responder import ClientGone, Responder
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
+    from gateway.protocol import ClientLink
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -49,6 +52,7 @@ class RequestBody:
     __slots__ = (
         "_encoding",
         "_length",
+        "_link",
         "_receive",
         "_responder",
         "_task",
@@ -66,8 +70,10 @@ class RequestBody:
         encoding: bytes | None,
         max_bytes: int,
         timeout_s: float,
+        link: ClientLink | None,
     ) -> None:
         self._receive = receive
+        self._link = link
         self._responder = responder
         self._length = length
         self._encoding = encoding
@@ -100,8 +106,11 @@ class RequestBody:
             body = await self._read_rest(body)
         elif len(body) > self.max_bytes:
             raise self._too_large()
-        self._task = asyncio.current_task()
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        task = self._task = asyncio.current_task()
+        if self._link is not None:
+            self._link.watch(task)  # type: ignore[arg-type]  # always inside a task
+        else:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
         return body
 
     async def _read_rest(self, first: bytes) -> bytes:
@@ -134,13 +143,24 @@ class RequestBody:
             self.client_gone = True
             self._task.cancel()
 
+    @property
+    def gone(self) -> bool:
+        """The client left (or was cut): a cancellation of the request came from that."""
+        return self.client_gone or (self._link is not None and self._link.gone)
+
     def cut(self) -> None:
         """The client stopped reading for too long: end the request as if it had left."""
-        if not self._responder.finished and self._task is not None:
+        if self._responder.finished:
+            return
+        if self._link is not None:
+            self._link.cut()
+        elif self._task is not None:
             self.client_gone = True
             self._task.cancel()
 
     def close(self) -> None:
+        if self._link is not None:
+            self._link.release()
         if self._watcher is not None:
             self._watcher.cancel()
             self._watcher = None
@@ -183,13 +203,20 @@ class ProxyRoutes:
                 encoding = value
         responder = Responder(send)
         limits = self.gateway.config.limits
+        extensions = scope.get("extensions")
         body = RequestBody(
-            receive, responder, length, encoding, limits.max_body_bytes, limits.body_timeout_s
+            receive,
+            responder,
+            length,
+            encoding,
+            limits.max_body_bytes,
+            limits.body_timeout_s,
+            extensions.get("fleetgate.link") if extensions else None,
         )
         try:
             await pipeline.handle(body, auth, rid, responder, endpoint)
         except (asyncio.CancelledError, ClientGone):
-            if not body.client_gone:
+            if not body.gone:
                 raise
             # the client left (or stopped reading): nobody to answer; uvicorn closes
             task = asyncio.current_task()

@@ -44,9 +44,48 @@ def _refusal(status: int, reason: bytes, message: str) -> bytes:
     return head + b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
 
 
+class ClientLink:
+    """The connection a proxied request came on, as the fast path sees it
+    (`scope["extensions"]["fleetgate.link"]`, only under `fleetgate serve`).
+
+    Plain ASGI tells an app that its client left only through `receive()`, which costs a
+    watcher task per request; here the protocol cancels the request's task itself when
+    the connection is lost, and `cut` closes a connection whose client stopped reading.
+    """
+
+    __slots__ = ("_protocol", "gone", "task")
+
+    def __init__(self, protocol: GatewayHttpProtocol) -> None:
+        self._protocol = protocol
+        self.task: asyncio.Task[Any] | None = None
+        self.gone = False
+
+    def watch(self, task: asyncio.Task[Any]) -> None:
+        """Cancel `task` if the connection is lost before `release`."""
+        self.task = task
+        self._protocol.watched.add(self)
+
+    def release(self) -> None:
+        self.task = None
+        self._protocol.watched.discard(self)
+
+    def lost(self) -> None:
+        task = self.task
+        if task is not None and not task.done():
+            self.gone = True
+            task.cancel()
+
+    def cut(self) -> None:
+        """Close the connection (the request's task is cancelled as it is lost)."""
+        transport = self._protocol.transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+
+
 class GatewayHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.watched: set[ClientLink] = set()
         self._reading_head = True  # between a message's end and the next head's end
         self._raw_head_bytes = 0  # bytes read since the last head ended (a bound, cheap)
         self._head_bytes = 0  # the current head's URL and header bytes (exact)
@@ -102,6 +141,8 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().on_headers_complete()
+        # the request's task has not run yet: its scope can still gain the link
+        self.scope["extensions"] = {"fleetgate.link": ClientLink(self)}
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -121,6 +162,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().connection_lost(exc)
+        for link in list(self.watched):
+            link.lost()
+        self.watched.clear()
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
