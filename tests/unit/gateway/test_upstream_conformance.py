@@ -298,6 +298,26 @@ async def test_a_suspension_past_the_write_deadline_calls_on_expire_once(engine)
         await client.close()
 
 
+async def test_the_write_deadline_holds_after_the_engine_has_finished(engine):
+    client = UpstreamClient(Timeouts(2, 10, 0.3))
+    ep = ep_of(engine)
+    expired = []
+    try:
+        headers = misbehave("close-sse", n=2, delay=0.01)
+        r = await client.request(ep, b"POST", b"/v1/chat/completions", headers, STREAM_BODY)
+        r.suspend_for_client(0.5, lambda: expired.append(1))
+        await eventually(lambda: engine.open_connections == 0)  # the engine is done and gone
+        await eventually(lambda: expired)
+        r.resume_from_client()
+        rest = []
+        while (chunk := await r.next_chunk()) is not None:
+            rest.append(chunk)
+        r.release()
+        assert b"".join(rest) == b"".join(sse_events(2)) and expired == [1]
+    finally:
+        await client.close()
+
+
 async def test_after_resuming_the_idle_timer_runs_again(engine):
     client = UpstreamClient(Timeouts(2, 10, 0.3))
     ep = ep_of(engine)
