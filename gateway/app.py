@@ -76,7 +76,10 @@ class Gateway:
                 cfg.upstream.connect_timeout_s,
                 cfg.upstream.first_byte_timeout_s,
                 cfg.upstream.idle_timeout_s,
-            )
+                cfg.upstream.pool_wait_timeout_s,
+            ),
+            max_connections_per_worker=cfg.upstream.max_connections_per_worker,
+            max_response_bytes=cfg.upstream.max_response_bytes,
         )
         self.request_log = RequestLog(
             cfg.request_log.path, cfg.request_log.max_bytes, cfg.request_log.backups

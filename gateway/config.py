@@ -146,7 +146,9 @@ class Upstream(_Section):
     connect_timeout_s: float = Field(5.0, gt=0)
     first_byte_timeout_s: float = Field(600.0, gt=0)
     idle_timeout_s: float = Field(60.0, gt=0)
-    max_connections_per_worker: int = Field(512, ge=1)
+    max_connections_per_worker: int = Field(512, ge=1)  # idle ones included
+    pool_wait_timeout_s: float = Field(30.0, gt=0)  # waiting for one when all are in use
+    max_response_bytes: int = Field(64 * 1024 * 1024, gt=0)  # a non-streamed answer
 
 
 class Limits(_Section):
