@@ -59,6 +59,7 @@ class RequestBody:
         "_watcher",
         "client_gone",
         "max_bytes",
+        "slow",
         "timeout_s",
     )
 
@@ -82,6 +83,7 @@ class RequestBody:
         self._watcher: asyncio.Task[None] | None = None
         self._task: asyncio.Task[Any] | None = None
         self.client_gone = False
+        self.slow = False
 
     def _too_large(self) -> PayloadTooLarge:
         return PayloadTooLarge(
@@ -148,10 +150,16 @@ class RequestBody:
         """The client left (or was cut): a cancellation of the request came from that."""
         return self.client_gone or (self._link is not None and self._link.gone)
 
+    def client_blocked(self) -> bool:
+        # uvicorn's own ASGI send waits while the client's buffer is full; only under
+        # `fleetgate serve` can the fast path see that beforehand
+        return self._link is None or self._link.write_paused
+
     def cut(self) -> None:
         """The client stopped reading for too long: end the request as if it had left."""
         if self._responder.finished:
             return
+        self.slow = True
         if self._link is not None:
             self._link.cut()
         elif self._task is not None:

@@ -60,6 +60,11 @@ class ClientLink:
         self.task: asyncio.Task[Any] | None = None
         self.gone = False
 
+    @property
+    def write_paused(self) -> bool:
+        """The client's socket buffer is full: the next write will wait for it."""
+        return self._protocol.flow.write_paused
+
     def watch(self, task: asyncio.Task[Any]) -> None:
         """Cancel `task` if the connection is lost before `release`."""
         self.task = task
@@ -142,7 +147,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._head_timer = None
         super().on_headers_complete()
         # the request's task has not run yet: its scope can still gain the link
-        self.scope["extensions"] = {"fleetgate.link": ClientLink(self)}
+        self.scope["extensions"] = {"fleetgate.link": ClientLink(self)}  # type: ignore[dict-item]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -207,4 +212,4 @@ async def _service_unavailable(scope: Any, receive: Any, send: Any) -> None:
 
 # uvicorn answers --limit-concurrency overflow with this module-level app; ours says the
 # same in the OpenAI shape (it only ever runs in place of the gateway's own app)
-httptools_impl.service_unavailable = _service_unavailable  # type: ignore[assignment]
+setattr(httptools_impl, "service_unavailable", _service_unavailable)  # noqa: B010

@@ -46,6 +46,8 @@ _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
 _RETRYABLE = frozenset({"connect", "connect_timeout"})
+# a busy worker (all its connections in use) or one over-long answer: not a sick worker
+_NOT_THE_WORKERS_FAULT = frozenset({"pool_timeout", "body_too_large"})
 
 
 def _safe_request_id(value: bytes | None) -> str:
@@ -57,7 +59,19 @@ def _safe_request_id(value: bytes | None) -> str:
 
 
 class BodySource(Protocol):
+    """The request's side of the exchange (gateway/edge.py's RequestBody)."""
+
+    slow: bool  # the client was cut for not reading its stream
+
     async def read(self) -> bytes: ...
+
+    def client_blocked(self) -> bool:
+        """A write to the client may wait (its socket buffer is full)."""
+        ...
+
+    def cut(self) -> None:
+        """End the exchange: the client has not read for too long."""
+        ...
 
 
 class _Attempt:
@@ -108,6 +122,7 @@ class Pipeline:
         self.keys = keys
         self.expose_worker = config.expose.worker_header
         self.expose_detail = config.expose.upstream_detail
+        self.write_timeout = config.limits.client_write_timeout_s
         self.fleet = fleet
         self.client = client
         self.metrics = metrics
@@ -155,7 +170,7 @@ class Pipeline:
             shaped = self.shaper.shape(
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
-            await self._serve(parsed, raw, shaped, responder, att, rid, t0)
+            await self._serve(parsed, raw, shaped, responder, att, rid, t0, source)
         except GatewayError as exc:
             att.status = exc.status
             att.error = att.error or exc.code
@@ -176,7 +191,7 @@ class Pipeline:
                 self._count_usage(att.stream.usage, att)
             else:
                 att.status = 499  # nginx's "client closed request": only logged and counted
-                att.error = "client_disconnect"
+                att.error = "client_write_timeout" if source.slow else "client_disconnect"
                 self.metrics.disconnects.labels(att.pool).inc()
             raise
         finally:
@@ -203,6 +218,7 @@ class Pipeline:
         att: _Attempt,
         rid: str,
         t0: float,
+        source: BodySource,
     ) -> None:
         info = shaped.info
         pools = shaped.pools
@@ -244,7 +260,9 @@ class Pipeline:
                     raise self._map(exc) from None
                 try:
                     if parsed.stream and up.status == 200:
-                        await self._relay_stream(up, responder, att, worker, rid, strip_usage, t0)
+                        await self._relay_stream(
+                            up, responder, att, worker, rid, strip_usage, t0, source
+                        )
                     else:
                         await self._relay_whole(up, responder, att, worker, rid)
                 finally:
@@ -305,6 +323,8 @@ class Pipeline:
     def _failed(self, worker: WorkerState, att: _Attempt, kind: str) -> None:
         att.error = kind
         self.metrics.upstream_errors.labels(worker.pool, worker.id, kind).inc()
+        if kind in _NOT_THE_WORKERS_FAULT:
+            return
         b = self.config.breaker
         if worker.request_failed(self.loop.time(), b.failures, b.open_s):
             self.metrics.circuit_opens.labels(worker.id).inc()
@@ -353,6 +373,7 @@ class Pipeline:
         rid: str,
         strip_usage: bool,
         t0: float,
+        source: BodySource,
     ) -> None:
         await responder.start_stream(
             200,
@@ -365,7 +386,15 @@ class Pipeline:
                 if att.ttft is None:
                     att.ttft = self.loop.time() - t0
                 out = scanner.feed(chunk)
-                if out:
+                if not out:
+                    continue
+                if source.client_blocked():
+                    # waiting on our client, not on the engine: the engine's idle timer
+                    # pauses, and a client that reads nothing for the write timeout is cut
+                    up.suspend_for_client(self.write_timeout, source.cut)
+                    await responder.write(out)
+                    up.resume_from_client()
+                else:
                     await responder.write(out)
             tail = scanner.flush()
             if tail:

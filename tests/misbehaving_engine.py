@@ -18,6 +18,10 @@ query parameter, else the server's default mode. Parameters come the same way
 ``?size=``). A request body that is JSON with ``"stream": true`` gets an SSE answer in
 the modes that can answer either way.
 
+GET requests always answer normally (`/health` 200, `/stats` the connection counts:
+open, peak, total, busy and peak_busy = connections answering a POST at once), so a
+gateway's health checks and scrapes see a healthy engine; the modes apply to POSTs.
+
 Modes:
 - normal: a chat.completion JSON (content-length), or for a stream an SSE answer (chunked)
   of n chunks + a usage chunk + ``data: [DONE]``;
@@ -152,14 +156,19 @@ class Request:
 
 
 class MisbehavingEngine:
-    def __init__(self, mode: str = "normal", host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, mode: str = "normal", host: str = "127.0.0.1", params: dict[str, str] | None = None
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
         self.mode = mode
+        self.params = params or {}  # default parameters (n, delay, size) of every request
         self.host = host
         self.port = 0
         self.open_connections = 0
         self.peak_connections = 0
+        self.busy = 0  # connections answering a POST right now
+        self.peak_busy = 0
         self.total_connections = 0
         self.requests: list[Request] = []
         self._server: asyncio.Server | None = None
@@ -199,8 +208,17 @@ class MisbehavingEngine:
                 req = await self._read_request(reader)
                 if req is None:
                     break
+                if req.method == "GET":
+                    self._control(req, writer)
+                    continue
                 self.requests.append(req)
-                if not await self._answer(req, reader, writer):
+                self.busy += 1
+                self.peak_busy = max(self.peak_busy, self.busy)
+                try:
+                    more = await self._answer(req, reader, writer)
+                finally:
+                    self.busy -= 1
+                if not more:
                     break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
@@ -211,6 +229,22 @@ class MisbehavingEngine:
                 self._tasks.discard(task)
             if not writer.transport.is_closing():
                 writer.close()
+
+    def _control(self, req: Request, w: asyncio.StreamWriter) -> None:
+        """GETs always behave (health checks and scrapes see a healthy idle engine):
+        /health → 200 empty; /stats → the connection counts; anything else → 200 empty."""
+        body = b""
+        if req.path == "/stats":
+            stats = {
+                "open": self.open_connections,
+                "peak": self.peak_connections,
+                "total": self.total_connections,
+                "busy": self.busy,
+                "peak_busy": self.peak_busy,
+                "requests": len(self.requests),
+            }
+            body = json.dumps(stats).encode()
+        w.write(_json_head(len(body)) + body)
 
     async def _read_request(self, reader: asyncio.StreamReader) -> Request | None:
         try:
@@ -226,7 +260,7 @@ class MisbehavingEngine:
                 headers[k.strip().lower()] = v.strip()
         body = await reader.readexactly(int(headers.get("content-length", "0")))
         parts = urlsplit(target)
-        params = dict(parse_qsl(parts.query))
+        params = {**self.params, **dict(parse_qsl(parts.query))}
         mode = headers.get("x-misbehave") or params.get("misbehave") or self.mode
         return Request(method, parts.path, headers, body, mode, params)
 
@@ -355,8 +389,8 @@ def _json_head(length: int) -> bytes:
     )
 
 
-async def _main(port: int, mode: str) -> None:
-    engine = MisbehavingEngine(mode)
+async def _main(port: int, mode: str, params: dict[str, str]) -> None:
+    engine = MisbehavingEngine(mode, params=params)
     actual = await engine.start(port)
     print(f"listening on {actual}", flush=True)
     try:
@@ -369,9 +403,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--mode", default="normal", choices=MODES)
+    ap.add_argument(
+        "--param", action="append", default=[], metavar="K=V", help="a default: n, delay, size"
+    )
     args = ap.parse_args()
+    params = dict(p.split("=", 1) for p in args.param)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args.port, args.mode))
+        asyncio.run(_main(args.port, args.mode, params))
 
 
 if __name__ == "__main__":

@@ -114,6 +114,14 @@ class Procs:
         self.procs.append(proc)
         return proc.start()
 
+    def python(self, name: str, module: str, *args: str, port: int | None = None) -> Proc:
+        """`python -m module args` ({port} substituted)."""
+        port = port or free_port()
+        argv = [sys.executable, "-m", module, *[a.replace("{port}", str(port)) for a in args]]
+        proc = Proc(name, argv, port, self.dir / f"{name}.log")
+        self.procs.append(proc)
+        return proc.start()
+
     def emulator(self, name: str, *args: str, port: int | None = None) -> Proc:
         return self.fleetgate(
             name, "emulate", "--host", "127.0.0.1", "--port", "{port}", *args, port=port
