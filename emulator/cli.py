@@ -79,6 +79,12 @@ def parser() -> argparse.ArgumentParser:
         default=1.0,
         help="wall seconds per engine second (0.01: 100x faster)",
     )
+    e.add_argument(
+        "--max-lag",
+        type=float,
+        default=0.05,
+        help="wall seconds behind schedule before a stall counts as engine time",
+    )
     e.add_argument("--seed", type=int, default=0)
     e.add_argument(
         "--mean-output-tokens",
@@ -147,6 +153,7 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
         model_path=args.model_path,
         engine=engine,
         time_scale=args.time_scale,
+        max_lag=args.max_lag,
         seed=args.seed,
         mean_output_tokens=args.mean_output_tokens,
         api_key=args.api_key,

@@ -9,7 +9,6 @@ everything it started.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import os
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(yaml.safe_dump(raw, sort_keys=False))
         return 0
-    from gateway.cli import install_loop, serve
+    from gateway.cli import run
     from gateway.config import ConfigError, load_config
 
     try:
@@ -145,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             f'max_tokens=32).choices[0].message.content)"\n',
             flush=True,
         )
-        install_loop()
-        asyncio.run(serve(config, None, None))
+        run(config)
     except KeyboardInterrupt:
         pass
     except RuntimeError as exc:

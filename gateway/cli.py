@@ -160,15 +160,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fleetgate serve: {exc}", file=sys.stderr)
         return 2
 
+    run(config, args.log_level)
+    return 0
+
+
+def run(config: GatewayConfig, log_level: str = "info") -> None:
+    """Serve `config` with uvicorn until SIGINT/SIGTERM (what `fleetgate serve` and
+    `fleetgate demo` do once the configuration is settled)."""
     import uvicorn
 
     from gateway.app import CONFIG_JSON_ENV, create_app
 
-    options = uvicorn_options(config, args.log_level)
+    options = uvicorn_options(config, log_level)
     if config.listen.workers > 1:
         # each child process imports the factory and validates the same configuration
         os.environ[CONFIG_JSON_ENV] = config.model_dump_json()
         uvicorn.run("gateway.app:create_app", factory=True, **options)
     else:
         uvicorn.run(create_app(config), **options)
-    return 0

@@ -35,7 +35,8 @@ LAB = {"engine": "0", "model_name": "m"}
 def emu() -> Iterator[Proc]:
     with procs() as ps:
         p = ps.emulator("timing", "--model", "m", "--max-model-len", "8192", "--w", str(W), "--h", str(H),
-                        "--prefill-chunk", str(CHUNK), "--time-scale", str(SCALE), "--no-prefix-caching")  # fmt: skip
+                        "--prefill-chunk", str(CHUNK), "--time-scale", str(SCALE), "--no-prefix-caching",
+                        "--max-lag", "2")  # fmt: skip
         yield p.wait_ready()
 
 
