@@ -191,7 +191,13 @@ class GatewayConfig(_Section):
     def _consistent(self) -> GatewayConfig:
         ids: set[str] = set()
         for pname, pool in self.pools.items():
+            if not _header_safe(pname):
+                raise ValueError(f"pools.{pname}: a pool name is printable ASCII, no spaces")
             for i, w in enumerate(pool.workers):
+                if not _header_safe(w.id):
+                    raise ValueError(
+                        f"pools.{pname}.workers.{i}.name: printable ASCII, no spaces (a header value)"
+                    )
                 if w.id in ids:
                     raise ValueError(f"pools.{pname}.workers.{i}: worker {w.id!r} appears twice")
                 ids.add(w.id)
@@ -203,6 +209,11 @@ class GatewayConfig(_Section):
         if self.placement.b_short is not None:
             return self.placement.b_short
         return short.max_model_len if short else 0
+
+
+def _header_safe(name: str) -> bool:
+    """Pool and worker names go into x-fleetgate-pool / x-fleetgate-worker as they are."""
+    return bool(name) and name.isascii() and name.isprintable() and " " not in name
 
 
 def load_config(

@@ -33,7 +33,7 @@ from gateway.responder import ClientGone, Responder
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
-    from gateway.protocol import ClientLink
+    from gateway.link import ClientLink
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -108,10 +108,10 @@ class RequestBody:
             body = await self._read_rest(body)
         elif len(body) > self.max_bytes:
             raise self._too_large()
-        task = self._task = asyncio.current_task()
         if self._link is not None:
-            self._link.watch(task)  # type: ignore[arg-type]  # always inside a task
+            self._link.watch()
         else:
+            self._task = asyncio.current_task()
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
         return body
 
@@ -209,17 +209,12 @@ class ProxyRoutes:
                 length = value
             elif name == b"content-encoding":
                 encoding = value
-        responder = Responder(send)
-        limits = self.gateway.config.limits
         extensions = scope.get("extensions")
+        link = extensions.get("fleetgate.link") if extensions else None
+        responder = Responder(send, link)
+        limits = self.gateway.config.limits
         body = RequestBody(
-            receive,
-            responder,
-            length,
-            encoding,
-            limits.max_body_bytes,
-            limits.body_timeout_s,
-            extensions.get("fleetgate.link") if extensions else None,
+            receive, responder, length, encoding, limits.max_body_bytes, limits.body_timeout_s, link
         )
         try:
             await pipeline.handle(body, auth, rid, responder, endpoint)

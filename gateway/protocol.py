@@ -8,7 +8,8 @@ uvicorn with this subclass:
 - a request head larger than `limits.max_header_bytes` is answered 431 and the
   connection closed, before llhttp buffers more of it;
 - a request head must be complete within `limits.head_timeout_s` of its first byte,
-  else 408 and close (the keep-alive timer covers the time before the first byte);
+  else 408 and close; an idle connection is closed after the keep-alive time (one
+  sweeper task per server checks both, no timer per request);
 - a client that half-closes after sending its request still gets its answer;
 - uvicorn's own refusals (a malformed request: 400; `--limit-concurrency` exceeded: 503)
   are OpenAI-shaped JSON like every other refusal, not plain text.
@@ -20,13 +21,15 @@ protocols after loading the app, also in each `--workers` child).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextvars
+from typing import Any, ClassVar
 
 import httptools
 from uvicorn.protocols.http import httptools_impl
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.errors import error_body
+from gateway.link import ClientLink
 
 
 class _Refused(Exception):
@@ -44,65 +47,27 @@ def _refusal(status: int, reason: bytes, message: str) -> bytes:
     return head + b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
 
 
-class ClientLink:
-    """The connection a proxied request came on, as the fast path sees it
-    (`scope["extensions"]["fleetgate.link"]`, only under `fleetgate serve`).
-
-    Plain ASGI tells an app that its client left only through `receive()`, which costs a
-    watcher task per request; here the protocol cancels the request's task itself when
-    the connection is lost, and `cut` closes a connection whose client stopped reading.
-    """
-
-    __slots__ = ("_protocol", "gone", "task")
-
-    def __init__(self, protocol: GatewayHttpProtocol) -> None:
-        self._protocol = protocol
-        self.task: asyncio.Task[Any] | None = None
-        self.gone = False
-
-    @property
-    def write_paused(self) -> bool:
-        """The client's socket buffer is full: the next write will wait for it."""
-        return self._protocol.flow.write_paused
-
-    def watch(self, task: asyncio.Task[Any]) -> None:
-        """Cancel `task` if the connection is lost before `release`."""
-        self.task = task
-        self._protocol.watched.add(self)
-
-    def release(self) -> None:
-        self.task = None
-        self._protocol.watched.discard(self)
-
-    def lost(self) -> None:
-        task = self.task
-        if task is not None and not task.done():
-            self.gone = True
-            task.cancel()
-
-    def cut(self) -> None:
-        """Close the connection (the request's task is cancelled as it is lost)."""
-        transport = self._protocol.transport
-        if transport is not None and not transport.is_closing():
-            transport.close()
-
-
 class GatewayHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.watched: set[ClientLink] = set()
         self._reading_head = True  # between a message's end and the next head's end
         self._raw_head_bytes = 0  # bytes read since the last head ended (a bound, cheap)
-        self._head_bytes = 0  # the current head's URL and header bytes (exact)
         self._refused = False
-        self._head_timer: asyncio.TimerHandle | None = None
+        # when this connection's head (or keep-alive) time runs out; 0: a request is served
+        self.deadline = 0.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.deadline = self.loop.time() + self.timeout_keep_alive
+        _Sweeper.watch(self.loop, self.connections)
 
     def data_received(self, data: bytes) -> None:
-        # uvicorn's, with the head's bytes counted before llhttp buffers them
-        self._unset_keepalive_if_required()
+        # uvicorn's, with the head's bytes counted before llhttp buffers them (and no
+        # keep-alive timer to cancel: the sweeper keeps every connection's deadline)
         if self._reading_head:
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(HeadLimits.timeout_s, self._head_timed_out)
+            if not self._raw_head_bytes:  # a head begins: its deadline replaces keep-alive
+                self.deadline = self.loop.time() + HeadLimits.timeout_s
             self._raw_head_bytes += len(data)
         try:
             self.parser.feed_data(data)
@@ -123,31 +88,35 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._reading_head = True
-        self._head_bytes = 0
-
-    def on_url(self, url: bytes) -> None:
-        self._count(len(url))
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + 4)
-        super().on_header(name, value)
-
-    def _count(self, n: int) -> None:
-        self._head_bytes += n
-        if self._head_bytes > HeadLimits.max_bytes:
-            self._too_large()
-            raise _Refused  # stops the parser; data_received sees _refused
 
     def on_headers_complete(self) -> None:
+        # the head is within the bytes read since the last message ended: only when those
+        # exceed the limit is the head itself measured
+        if self._raw_head_bytes > HeadLimits.max_bytes and _head_size(self) > HeadLimits.max_bytes:
+            self._too_large()
+            raise _Refused  # stops the parser; data_received sees _refused
         self._reading_head = False
         self._raw_head_bytes = 0
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self.deadline = 0.0
+        link = ClientLink(self)
+        self.scope["extensions"] = {"fleetgate.link": link}  # type: ignore[dict-item]
         super().on_headers_complete()
-        # the request's task has not run yet: its scope can still gain the link
-        self.scope["extensions"] = {"fleetgate.link": ClientLink(self)}  # type: ignore[dict-item]
+        link._cycle = self.cycle
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # uvicorn's, keeping the task on the request's link (so `lost` can cancel it
+        # without the app asking asyncio for its current task)
+        if self.config.reset_contextvars:
+            task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
+        else:
+            task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        extensions = cycle.scope.get("extensions")
+        if extensions:
+            link = extensions.get("fleetgate.link")
+            if isinstance(link, ClientLink):
+                link.task = task
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -162,19 +131,36 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             return True
         return None
 
+    def on_response_complete(self) -> None:
+        # uvicorn's, with the keep-alive deadline kept for the sweeper instead of a timer
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif not self._raw_head_bytes:  # (a pipelined head already begun keeps its own)
+            self.deadline = self.loop.time() + self.timeout_keep_alive
+
+    def expire(self) -> None:
+        """The sweeper found the deadline passed: a head too slow, or idle too long."""
+        self.deadline = 0.0
+        if self._reading_head and self._raw_head_bytes:
+            self._refuse(408, b"Request Timeout", "request head not received in time")
+        elif (
+            (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and not self.transport.is_closing()
+        ):
+            self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self.deadline = 0.0
         super().connection_lost(exc)
         for link in list(self.watched):
             link.lost()
         self.watched.clear()
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self._reading_head and self._raw_head_bytes:
-            self._refuse(408, b"Request Timeout", "request head not received in time")
 
     def _too_large(self) -> None:
         self._refuse(431, b"Request Header Fields Too Large", "request headers too large")
@@ -190,6 +176,34 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             # no response in progress: the refusal cannot interleave with another answer
             self.transport.write(_refusal(status, reason, message))
         self.transport.close()
+
+
+def _head_size(protocol: HttpToolsProtocol) -> int:
+    return len(protocol.url) + sum(len(k) + len(v) + 4 for k, v in protocol.headers)
+
+
+class _Sweeper:
+    """One task per event loop and server that expires connections' deadlines, instead
+    of a timer armed and cancelled per request (uvicorn arms one for keep-alive)."""
+
+    running: ClassVar[dict[int, asyncio.Task[None]]] = {}
+
+    @classmethod
+    def watch(cls, loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+        key = id(connections)
+        task = cls.running.get(key)
+        if task is None or task.done():
+            cls.running[key] = loop.create_task(cls._sweep(loop, connections))
+
+    @staticmethod
+    async def _sweep(loop: asyncio.AbstractEventLoop, connections: set[Any]) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, HeadLimits.timeout_s / 4))
+            now = loop.time()
+            for conn in list(connections):
+                deadline = getattr(conn, "deadline", 0.0)
+                if deadline and now > deadline:
+                    conn.expire()
 
 
 _OVERLOADED = error_body(

@@ -13,6 +13,7 @@ engine aborts the request).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from typing import Any, Protocol
@@ -50,12 +51,18 @@ _RETRYABLE = frozenset({"connect", "connect_timeout"})
 _NOT_THE_WORKERS_FAULT = frozenset({"pool_timeout", "body_too_large"})
 
 
+_ID_PREFIX = os.urandom(4).hex()  # per process: ids from several replicas do not collide
+_ids = itertools.count(1)
+
+
 def _safe_request_id(value: bytes | None) -> str:
+    """The client's x-request-id when it is printable ASCII of at most 128 bytes, else a
+    new one (a counter: no system call per request)."""
     if value and len(value) <= 128 and value.isascii():
         text = value.decode("ascii")
         if text.isprintable():
             return text
-    return os.urandom(8).hex()
+    return f"{_ID_PREFIX}{next(_ids):08x}"
 
 
 class BodySource(Protocol):
