@@ -46,7 +46,12 @@ class ClientLink:
         self._protocol.watched.add(self)
 
     def release(self) -> None:
+        """The request is done with its link. Also breaks the link ↔ cycle reference loop
+        (the link sits in the cycle's scope), so both are freed at once rather than by the
+        cyclic collector (measured: 650 requests' worth lingering until a full collection)."""
         self._protocol.watched.discard(self)
+        self._cycle = None
+        self.task = None
 
     def lost(self) -> None:
         task = self.task
