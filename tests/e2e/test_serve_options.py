@@ -101,3 +101,24 @@ def test_a_bad_flag_value_names_the_key(fresh_procs, emu):
         capture_output=True, text=True, cwd=ROOT, env=env(), timeout=30,
     )  # fmt: skip
     assert out.returncode == 2 and "listen.workers" in out.stderr
+
+
+def test_concurrency_limit_refuses_in_the_openai_shape(emu, fresh_procs):
+    _, e = emu
+    g = serve(fresh_procs, "limited", gateway_config([e.url], []), "--limit-concurrency", "2")
+    from tests.e2e.rawhttp import Conn, request
+
+    with Conn(g.port) as a, Conn(g.port) as b:
+        a.send(request("GET", "/healthz"))
+        assert a.read().status == 200  # one connection: under the limit
+        b.send(request("GET", "/healthz"))  # two open connections: at the limit
+        refused = b.read()
+    assert refused.status == 503
+    assert refused.headers["retry-after"] == "1"
+    assert orjson_loads(refused.body)["error"]["code"] == "overloaded"
+
+
+def orjson_loads(data: bytes):
+    import orjson
+
+    return orjson.loads(data)
