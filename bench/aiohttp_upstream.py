@@ -11,7 +11,6 @@ upstream conformance suite.) Not used by the gateway.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import aiohttp
@@ -36,13 +35,13 @@ class _Response:
     async def read(self, max_bytes: int | None = None) -> bytes:
         try:
             return await self._resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise UpstreamError("reset", str(exc), before_response=False) from None
 
     async def next_chunk(self) -> bytes | None:
         try:
             data, _ = await self._resp.content.readchunk()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise UpstreamError("idle_timeout", str(exc), before_response=False) from None
         return data or None
 
@@ -90,7 +89,7 @@ class AiohttpUpstreamClient:
             )
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamError("connect", str(exc), before_response=True) from None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise UpstreamError("reset", str(exc), before_response=True) from None
         return _Response(resp)
 
