@@ -15,8 +15,9 @@ Stop conditions (`plan_outcome`): `stop` strings and `stop_token_ids` end genera
 at the token that matches, which is still generated and counted (usage, engine time);
 the text ends before the stop string (or without the stop token), as with vLLM's
 default `include_stop_str_in_output=false` and SGLang's stop trimming. The match is
-found the way each server looks for it (vLLM's incremental detokenizer: stop strings in
-list order, only in the new text, not before min_tokens; SGLang: after its length check).
+found the way each server looks for it (vLLM's incremental detokenizer: only in the new
+text, not before min_tokens, the one that completes first, ties in list order; SGLang:
+after its length check, the first in list order, cut at its first occurrence).
 
 Logprobs (`token_logprobs`): the recited token is always the most likely one (greedy),
 so it heads its own top list; the alternatives are other passage tokens with smaller,
@@ -175,11 +176,14 @@ def plan_outcome(
 
     vLLM (`check_stop` + the incremental detokenizer's `check_stop_strings`): a stop token
     is honoured from position min_tokens + 1 on, even with ignore_eos and even as the
-    max_tokens-th token; stop strings are looked for, in list order, in the text that
-    the newest token added (plus len(stop) − 1 characters before it), once more than
-    min_tokens tokens exist; a match on the last allowed token still makes it a "stop".
+    max_tokens-th token; stop strings are looked for in the text that the newest token
+    added (plus len(stop) − 1 characters before it), once more than min_tokens tokens
+    exist, and the one that completes first wins (ties: list order; vLLM ≥ #49391), so
+    no other shows in the answer; a match on the last allowed token is still a "stop".
     SGLang (`Req.check_finished`): the length check comes first, stop tokens are ignored
-    with ignore_eos, and stop strings are looked for in the whole text.
+    with ignore_eos, and stop strings are looked for in the whole text in list order:
+    the first listed that matches wins and the text is cut where it first occurs, so
+    another stop string completed by the same token can stay in the answer.
     """
     n_eos = plan_output(natural, max_tokens, ignore_eos, min_tokens)
     eos_at = n_eos if not ignore_eos and n_eos < max_tokens else 0  # 1-based, 0: none
@@ -206,10 +210,14 @@ def plan_outcome(
             if vllm:
                 if k <= min_tokens:
                     continue
+                # the stop string that completes first wins; ties go by list order
+                hit: tuple[int, int, str] | None = None
                 for s in stops:
                     at = text.find(s, max(0, len(text) + 1 - len(piece) - len(s)))
-                    if at != -1:
-                        return Outcome(k, "stop", text[:at], s)
+                    if at != -1 and (hit is None or at + len(s) < hit[0]):
+                        hit = (at + len(s), at, s)
+                if hit is not None:
+                    return Outcome(k, "stop", text[: hit[1]], hit[2])
             elif k < max_tokens:
                 for s in stops:
                     at = text.find(s)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from emulator.sampling import (
@@ -43,6 +43,18 @@ def test_eos_is_never_the_first_token(prompt: list[int], index: int, mean: float
     stop_ids=st.lists(st.integers(0, 30).map(token_id), max_size=3),
     vllm=st.booleans(),
 )
+# two stop strings completed by the same token: SGLang takes the first listed ("ac", cut
+# at " acceler") and keeps the other in the answer; vLLM takes the one that ends first
+@example(natural=2, max_tokens=6, ignore_eos=False, min_tokens=5,
+         stop=["ac", " batching keeps the "], stop_ids=[], vllm=False)  # fmt: skip
+@example(natural=2, max_tokens=2, ignore_eos=False, min_tokens=0,
+         stop=["C", " "], stop_ids=[], vllm=False)  # fmt: skip
+@example(natural=2, max_tokens=2, ignore_eos=False, min_tokens=0,
+         stop=["C", " "], stop_ids=[], vllm=True)  # fmt: skip
+@example(natural=22, max_tokens=22, ignore_eos=False, min_tokens=0,
+         stop=["pro", "ch once, prefilling "], stop_ids=[], vllm=False)  # fmt: skip
+@example(natural=22, max_tokens=22, ignore_eos=False, min_tokens=0,
+         stop=["pro", "ch once, prefilling "], stop_ids=[], vllm=True)  # fmt: skip
 def test_outcome_is_consistent(
     natural: int,
     max_tokens: int,
@@ -76,16 +88,32 @@ def test_outcome_is_consistent(
         assert o.tokens == max_tokens and o.text == text_slice(0, text_chars(max_tokens))
     if o.finish_reason == "stop" and not vllm:
         assert o.tokens < max_tokens  # SGLang checks the length first
-    # no stop string shows in the answer (a match earlier would have ended it sooner);
-    # vLLM does not look before min_tokens, SGLang not on the max_tokens-th token
-    if (vllm and min_tokens == 0) or (not vllm and o.finish_reason == "stop"):
+    # no stop string completes before the last token (it would have ended the answer
+    # sooner; vLLM does not look before min_tokens). In the last token vLLM takes the stop
+    # string that completes first, so none shows in the answer; SGLang takes the first
+    # listed that matches, so only one listed after it can show (SGLang's TODO "handle
+    # the case where multiple stop strs are hit"); SGLang skips the max_tokens-th token.
+    if vllm and min_tokens == 0:
         assert not any(s in o.text for s in stop)
+    if not vllm:
+        assert not any(s in text_slice(0, text_chars(o.tokens - 1)) for s in stop)
+        if o.finish_reason == "stop":
+            listed = stop.index(o.stop_reason) + 1 if isinstance(o.stop_reason, str) else None
+            assert not any(s in o.text for s in stop[:listed])
     # a stream (either holdback) shows a growing prefix of the answer, the whole at the end
     holdback = max((len(s) for s in stop), default=1) - 1 if vllm else 0
     shown = [visible_chars(o, g, holdback) for g in range(o.tokens + 1)]
     assert shown[-1] == len(o.text)
     if vllm:
         assert shown == sorted(shown) and max(shown) == len(o.text)
+
+
+def test_two_stop_strings_in_one_token() -> None:
+    """The first token " Continuous" completes both "C" and " " (vLLM: " " ends first)."""
+    assert plan_outcome(2, 2, stop=["C", " "], vllm=True).text == ""
+    assert plan_outcome(2, 2, stop=["C", " "], vllm=True).stop_reason == " "
+    assert plan_outcome(2, 2, stop=["C", " "], vllm=False).text == " "
+    assert plan_outcome(2, 2, stop=["C", " "], vllm=False).stop_reason == "C"
 
 
 @given(st.integers(0, 2**64 - 1), st.integers(0, 5000), st.integers(0, 20))
