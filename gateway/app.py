@@ -21,6 +21,7 @@ import hmac
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -110,8 +111,21 @@ class Gateway:
         self.scraper.start()
         self.health.start()
         self.request_log.start()
+        threads = cfg.placement.compress_workers
+        self.compress_pool = (
+            ThreadPoolExecutor(threads, thread_name_prefix="fleetgate-compress")
+            if threads
+            else None
+        )
         self.pipeline = Pipeline(
-            cfg, self.fleet, self.client, self.metrics, self.request_log, self.traffic, self
+            cfg,
+            self.fleet,
+            self.client,
+            self.metrics,
+            self.request_log,
+            self.traffic,
+            self,
+            self.compress_pool,
         )
         # The cyclic collector, tuned for a request server (measured with wrk at 64
         # connections: 8.9 % of the CPU in collections before, < 1 % after, +14 % req/s):
@@ -141,6 +155,8 @@ class Gateway:
         await self.client.close()
         await self.control.aclose()
         await self.request_log.close()
+        if self.compress_pool is not None:
+            self.compress_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _config_from_environment() -> GatewayConfig:

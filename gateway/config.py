@@ -112,6 +112,8 @@ class Placement(_Section):
     gamma: float = Field(1.5, ge=1.0, le=4.0)
     # estimates this close below B_short are counted exactly before the short pool
     verify_margin: float = Field(0.05, ge=0.0, lt=1.0)
+    # threads that count and compress borderline prompts off the event loop; 0: inline
+    compress_workers: int = Field(1, ge=0, le=64)
 
 
 class Budget(_Section):

@@ -5,7 +5,7 @@ parse (400) → authenticate (401) → estimate the budget → place (404/413) �
 settle (in-flight counts, breaker, metrics, request log). Every decision is a call into
 `policies/`; this module moves bytes and keeps time.
 
-Bookkeeping is released in `finally` on every path: an answer, an error, a client that
+What a request holds is a lease (policies/leases.py), released on every path: an answer, an error, a client that
 went away (the handler task is cancelled, the upstream connection is closed and the
 engine aborts the request).
 """
@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import os
 import time
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 import orjson
@@ -39,6 +40,7 @@ from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from gateway.workers import Fleet, WorkerState
 from policies.budget import BudgetConfig, TokenBudget
+from policies.leases import WorkerSlot
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import make_router
 from policies.types import RequestInfo
@@ -124,6 +126,7 @@ class Pipeline:
         request_log: RequestLog,
         traffic: TrafficHistogram,
         keys: KeyCheck,
+        compress_executor: Executor | None = None,
     ) -> None:
         self.config = config
         self.keys = keys
@@ -152,7 +155,9 @@ class Pipeline:
             )
         )
         metrics.watch_budget(self.budget)
-        self.shaper = Shaper(placer, self.budget, config.b_short, metrics, traffic)
+        self.shaper = Shaper(
+            placer, self.budget, config.b_short, metrics, traffic, compress_executor
+        )
         self.auth_required = bool(config.auth.api_keys)
 
     # --- the pipeline -------------------------------------------------------------------
@@ -177,6 +182,7 @@ class Pipeline:
             shaped = self.shaper.shape(
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
+            await self.shaper.fit(parsed, shaped)
             await self._serve(parsed, raw, shaped, responder, att, rid, t0, source)
         except GatewayError as exc:
             att.status = exc.status
@@ -246,9 +252,8 @@ class Pipeline:
                 raise self._no_worker(pools)
             att.worker = worker.id
             self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
-            worker.in_flight += 1
-            worker.outstanding_tokens += info.total_tokens
-            try:
+            # the worker's slot is held for this attempt only: a retry releases it first
+            with WorkerSlot(worker, info.total_tokens):
                 try:
                     up = await self.client.request(
                         worker.endpoint, b"POST", path, headers + worker.extra_headers, body
@@ -275,9 +280,6 @@ class Pipeline:
                 finally:
                     up.release()
                 return
-            finally:
-                worker.in_flight -= 1
-                worker.outstanding_tokens -= info.total_tokens
 
     def _upstream_body(
         self, parsed: ParsedRequest, raw: bytes, rewritten: dict[str, Any] | None

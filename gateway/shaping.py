@@ -5,6 +5,10 @@ estimate (policies/budget: ⌈bytes/ĉ_k⌉ + template + max_tokens) → place
 target T_c, count exactly and compress (compressor/compress.fit_request) → the pools to
 try and the body to send.
 
+Off the event loop: the exact count and compression (milliseconds of CPU) run on a thread
+pool (`placement.compress_workers`, default 1; 0 runs them inline), so a borderline
+request does not stall the streams the loop is relaying.
+
 Hot-path posture: a request whose L_total, estimated with the most pessimistic plausible
 bytes-per-token (`_FLOOR_BYTES_PER_TOKEN`), is clearly below the short pool's boundary is
 placed without running the content classifier (tens of µs) — its category cannot change
@@ -19,9 +23,12 @@ placement's fallback (the long pool); with no fallback the answer is 413 naming 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
 import time
 from collections.abc import Collection
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +59,8 @@ class Shaped:
     classified: bool = False  # category came from the classifier (feeds ĉ_k)
     size: ChatSize | None = None  # what was sent, for the ĉ_k update
     estimated_prompt_tokens: int = 0
+    fit_target: int | None = None  # T_c to count (and compress) to before sending
+    param: str = "messages"  # the field a 413 names
 
     @property
     def compressed_text(self) -> str | None:
@@ -67,8 +76,10 @@ class Shaper:
         b_short: int,
         metrics: GatewayMetrics,
         traffic: TrafficHistogram,
+        executor: Executor | None = None,
     ) -> None:
         self.placer = placer
+        self.executor = executor  # where compression runs; None: inline on the event loop
         self.budget = budget
         self.metrics = metrics
         self.traffic = traffic
@@ -131,8 +142,8 @@ class Shaper:
             )
         shaped = Shaped(info, placement, placement.pools, classified=classified, size=size)
         shaped.estimated_prompt_tokens = prompt_tokens
-        if placement.compress_to is not None:
-            self._fit(parsed, shaped, placement.compress_to, param)
+        shaped.fit_target = placement.compress_to
+        shaped.param = param
         return shaped
 
     def _classify(self, parsed: ParsedRequest) -> Category:
@@ -141,7 +152,15 @@ class Shaper:
         prompt = parsed.body["prompt"]
         return classify(prompt=prompt if isinstance(prompt, str) else "\n".join(prompt))
 
-    def _fit(self, parsed: ParsedRequest, shaped: Shaped, target: int, param: str) -> None:
+    async def fit(self, parsed: ParsedRequest, shaped: Shaped) -> None:
+        """Count exactly and compress to `shaped.fit_target`, if placement asked for it.
+
+        The count and compression take milliseconds of CPU (8–12K-token prompts): they run
+        on `executor` so the event loop keeps relaying every other request's stream."""
+        target = shaped.fit_target
+        if target is None:
+            return
+        param = shaped.param
         placement = shaped.placement
         m = self.metrics
         if placement.borderline:
@@ -154,15 +173,21 @@ class Shaper:
                 target, exact, exact, detail="token-id and batched prompts are not compressed"
             )
         else:
-            t0 = time.perf_counter()
-            result = fit_request(
+            call = functools.partial(
+                _timed_fit,
                 target,
-                prompt=prompt,
-                messages=parsed.body["messages"] if parsed.endpoint == CHAT else None,
-                may_compress=placement.may_compress,
-                likely_fits=not placement.borderline,
+                prompt,
+                parsed.body["messages"] if parsed.endpoint == CHAT else None,
+                placement.may_compress,
+                not placement.borderline,
             )
-            m.compress_seconds.observe(time.perf_counter() - t0)
+            if self.executor is None:
+                result, seconds = call()
+            else:
+                result, seconds = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, call
+                )
+            m.compress_seconds.observe(seconds)
         if result.fits:
             shaped.info.prompt_tokens = result.tokens_after  # exact from here on
             if result.changed:
@@ -191,3 +216,18 @@ class Shaper:
         m.compress_fallback.inc()
         shaped.pools = placement.fallback
         shaped.info.prompt_tokens = result.tokens_before
+
+
+def _timed_fit(
+    target: int,
+    prompt: str | None,
+    messages: list[dict[str, Any]] | None,
+    may_compress: bool,
+    likely_fits: bool,
+) -> tuple[Compression, float]:
+    """fit_request and the CPU seconds it took (measured where it runs)."""
+    t0 = time.perf_counter()
+    result = fit_request(
+        target, prompt=prompt, messages=messages, may_compress=may_compress, likely_fits=likely_fits
+    )
+    return result, time.perf_counter() - t0

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from emulator.engine import EngineRequest, FinishedRequest
+from policies.leases import WorkerSlot
 from policies.pools import ShortLongPlacement, Verdict
 from policies.routing import Router
 from policies.types import Outcome, PoolSpec, RequestInfo, Status, WorkerView
@@ -78,7 +79,7 @@ class Gateway:
         self.recorder = recorder
         self.hooks = tuple(hooks)
         self.scrape_interval = scrape_interval
-        self._live: dict[str, tuple[RequestInfo, RequestRecord]] = {}
+        self._live: dict[str, tuple[RequestInfo, RequestRecord, WorkerSlot]] = {}
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
         self._views: dict[str, list[WorkerView]] = {}
@@ -160,27 +161,23 @@ class Gateway:
             for h in self.hooks:
                 h.on_complete(info, outcome, now)
             return
-        view = worker.view
-        view.in_flight += 1
-        view.outstanding_tokens += spec.prompt_tokens + spec.max_tokens
-        self._live[spec.id] = (info, record)
+        slot = WorkerSlot(worker.view, spec.prompt_tokens + spec.max_tokens)
+        self._live[spec.id] = (info, record, slot)
         for h in self.hooks:
             h.on_dispatch(info, worker.id, now)
 
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
         now = self.kernel.now()
-        info, record = self._live[request_id]
+        info, record, _ = self._live[request_id]
         record.first_token = now
         for h in self.hooks:
             h.on_first_token(info, now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
         now = self.kernel.now()
-        info, record = self._live.pop(done.id)
-        view = worker.view
-        view.in_flight -= 1
-        view.outstanding_tokens -= info.prompt_tokens + info.max_tokens
+        info, record, slot = self._live.pop(done.id)
+        slot.release()
         record.finish = now
         record.scheduled = done.scheduled
         record.completion_tokens = done.completion_tokens
