@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import aiohttp
 
-from gateway.upstream import Endpoint, Timeouts, UpstreamError
+from gateway.upstream import Endpoint, Timeouts
+from gateway.upstream_errors import ConnectFailed, ConnectionReset, IdleTimeout
 
 
 class _Response:
@@ -36,13 +37,13 @@ class _Response:
         try:
             return await self._resp.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamError("reset", str(exc), before_response=False) from None
+            raise ConnectionReset(str(exc), before_response=False) from None
 
     async def next_chunk(self) -> bytes | None:
         try:
             data, _ = await self._resp.content.readchunk()
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamError("idle_timeout", str(exc), before_response=False) from None
+            raise IdleTimeout(str(exc), before_response=False) from None
         return data or None
 
     def suspend_for_client(self, write_timeout_s: float, on_expire: Callable[[], object]) -> None:
@@ -88,9 +89,9 @@ class AiohttpUpstreamClient:
                 method.decode(), base + endpoint.base_path + path.decode(), data=body, headers=hdrs
             )
         except aiohttp.ClientConnectorError as exc:
-            raise UpstreamError("connect", str(exc), before_response=True) from None
+            raise ConnectFailed(str(exc), before_response=True) from None
         except (TimeoutError, aiohttp.ClientError) as exc:
-            raise UpstreamError("reset", str(exc), before_response=True) from None
+            raise ConnectionReset(str(exc), before_response=True) from None
         return _Response(resp)
 
     async def close(self) -> None:

@@ -37,7 +37,8 @@ from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
 from gateway.shaping import Shaped, Shaper
 from gateway.traffic import TrafficHistogram
-from gateway.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+from gateway.upstream import UpstreamClient, UpstreamResponse
+from gateway.upstream_errors import UpstreamError
 from gateway.workers import Fleet, WorkerState
 from policies.budget import BudgetConfig, TokenBudget
 from policies.leases import WorkerSlot
@@ -48,9 +49,6 @@ from policies.types import RequestInfo
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
-_RETRYABLE = frozenset({"connect", "connect_timeout"})
-# a busy worker (all its connections in use) or one over-long answer: not a sick worker
-_NOT_THE_WORKERS_FAULT = frozenset({"pool_timeout", "body_too_large"})
 
 
 _ID_PREFIX = os.urandom(4).hex()  # per process: ids from several replicas do not collide
@@ -259,11 +257,8 @@ class Pipeline:
                         worker.endpoint, b"POST", path, headers + worker.extra_headers, body
                     )
                 except UpstreamError as exc:
-                    self._failed(worker, att, exc.kind)
-                    retryable = exc.kind in _RETRYABLE or (
-                        exc.kind == "reset" and exc.before_response
-                    )
-                    if retryable and att.retries == 0:
+                    self._failed(worker, att, exc)
+                    if exc.retryable and att.retries == 0:
                         att.retries = 1
                         tried.add(worker.id)
                         last_error = exc
@@ -329,10 +324,13 @@ class Pipeline:
             return UpstreamTimeout(f"upstream {exc.kind.replace('_', ' ')}{detail}")
         return BadGateway(f"upstream failed ({exc.kind}){detail}")
 
-    def _failed(self, worker: WorkerState, att: _Attempt, kind: str) -> None:
+    def _failed(self, worker: WorkerState, att: _Attempt, exc: UpstreamError | int) -> None:
+        """Count a failed attempt; an engine 5xx (an int) or an error that is the worker's
+        fault counts against its circuit breaker."""
+        kind = f"http_{exc}" if isinstance(exc, int) else exc.kind
         att.error = kind
         self.metrics.upstream_errors.labels(worker.pool, worker.id, kind).inc()
-        if kind in _NOT_THE_WORKERS_FAULT:
+        if isinstance(exc, UpstreamError) and not exc.blames_worker:
             return
         b = self.config.breaker
         if worker.request_failed(self.loop.time(), b.failures, b.open_s):
@@ -362,10 +360,10 @@ class Pipeline:
         try:
             body = await up.read()
         except UpstreamError as exc:
-            self._failed(worker, att, exc.kind)
+            self._failed(worker, att, exc)
             raise self._map(exc) from None
         if up.status >= 500:
-            self._failed(worker, att, f"http_{up.status}")
+            self._failed(worker, att, up.status)
         else:
             worker.request_succeeded()
             if up.status == 200:
@@ -410,7 +408,7 @@ class Pipeline:
                 await responder.write(tail)
             worker.request_succeeded()
         except UpstreamError as exc:
-            self._failed(worker, att, exc.kind)
+            self._failed(worker, att, exc)
             err = self._map(exc)
             att.status = err.status
             await responder.write(sse_error_frame(err))

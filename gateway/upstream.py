@@ -26,8 +26,8 @@ not the engine's fault and never an `UpstreamError`); if the caller is still blo
 
 Limits (a misbehaving engine must not make the gateway buffer without bound): a response
 head is at most `MAX_HEAD_BYTES` (interim 1xx heads included) and `MAX_HEADER_LINES`
-header lines, else `UpstreamError("protocol")`; a body read whole with `read()` is at most
-`max_response_bytes`, else `UpstreamError("body_too_large")`. Interim 1xx responses (100
+header lines, else `ProtocolViolation`; a body read whole with `read()` is at most
+`max_response_bytes`, else `ResponseTooLarge`. Interim 1xx responses (100
 Continue, 103 Early Hints) are skipped. Bytes an engine sends when no request is
 outstanding (on an idle pooled connection, or after a complete response) close that
 connection: they are never taken for the next request's answer.
@@ -54,6 +54,18 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.upstream_errors import (
+    ConnectFailed,
+    ConnectionReset,
+    ConnectTimeout,
+    FirstByteTimeout,
+    IdleTimeout,
+    PoolTimeout,
+    ProtocolViolation,
+    ResponseTooLarge,
+    UpstreamError,
+)
+
 log = logging.getLogger("fleetgate.upstream")
 
 _READ_HIGH_WATER = 256 * 1024  # bytes buffered from an engine before we stop reading it
@@ -62,23 +74,6 @@ MAX_HEAD_BYTES = 64 * 1024  # status line + header lines of one answer (1xx head
 MAX_HEADER_LINES = 100  # header lines in one response head
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a body read whole with `read()`
 DEFAULT_MAX_CONNECTIONS_PER_WORKER = 512
-
-
-class UpstreamError(Exception):
-    """An engine could not be reached, stopped answering or answered out of bounds.
-
-    kind: connect | connect_timeout | pool_timeout | reset | first_byte_timeout |
-    idle_timeout | protocol | body_too_large
-    """
-
-    def __init__(self, kind: str, message: str, *, before_response: bool) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.before_response = before_response
-
-    @property
-    def is_timeout(self) -> bool:
-        return self.kind.endswith("timeout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +191,7 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         if not self.complete and self.error is None and self.deadline:
-            self.error = UpstreamError(
-                "reset",
+            self.error = ConnectionReset(
                 "the worker closed the connection"
                 + (" before answering" if not self.got_head else " mid-response"),
                 before_response=not self.got_head,
@@ -221,8 +215,8 @@ class _Conn(asyncio.Protocol):
                 return
             self.fail(
                 self._stop
-                or UpstreamError(
-                    "protocol", f"malformed response: {exc}", before_response=not self.got_head
+                or ProtocolViolation(
+                    f"malformed response: {exc}", before_response=not self.got_head
                 )
             )
             return
@@ -230,8 +224,7 @@ class _Conn(asyncio.Protocol):
             self.head_bytes += len(data)
             if self.head_bytes > MAX_HEAD_BYTES and self.transport is not None:
                 self.fail(
-                    UpstreamError(
-                        "protocol",
+                    ProtocolViolation(
                         f"response head larger than {MAX_HEAD_BYTES} bytes",
                         before_response=True,
                     )
@@ -246,8 +239,7 @@ class _Conn(asyncio.Protocol):
         headers = self.headers
         headers.append((name.lower(), value))
         if len(headers) > MAX_HEADER_LINES:
-            self._stop = UpstreamError(
-                "protocol",
+            self._stop = ProtocolViolation(
                 f"response head has more than {MAX_HEADER_LINES} header lines",
                 before_response=True,
             )
@@ -258,8 +250,8 @@ class _Conn(asyncio.Protocol):
         status = parser.get_status_code()
         if status < 200:
             if status == 101:
-                self._stop = UpstreamError(
-                    "protocol", "unexpected 101 Switching Protocols", before_response=True
+                self._stop = ProtocolViolation(
+                    "unexpected 101 Switching Protocols", before_response=True
                 )
                 raise _Stop
             self.headers = []  # interim (100 Continue, 103 Early Hints): the answer follows
@@ -320,8 +312,8 @@ class _Conn(asyncio.Protocol):
         self._reset()
         transport = self.transport
         if transport is None or transport.is_closing():
-            raise UpstreamError(
-                "reset", "the worker closed the connection before the request", before_response=True
+            raise ConnectionReset(
+                "the worker closed the connection before the request", before_response=True
             )
         self.deadline = self.loop.time() + self.pool.timeouts.first_byte
         transport.write(data)
@@ -440,15 +432,13 @@ class _Pool:
             )
         except TimeoutError:
             conn.close()
-            raise UpstreamError(
-                "connect_timeout",
+            raise ConnectTimeout(
                 f"connecting to {ep.host}:{ep.port} timed out",
                 before_response=True,
             ) from None
         except OSError as exc:
             conn.close()
-            raise UpstreamError(
-                "connect",
+            raise ConnectFailed(
                 f"cannot connect to {ep.host}:{ep.port}: {exc.strerror or exc}",
                 before_response=True,
             ) from None
@@ -508,15 +498,10 @@ class _Pool:
                 continue  # the caller is blocked writing to its client: not the engine's fault
             if conn.deadline and now > conn.deadline:
                 if conn.got_body:
-                    conn.fail(
-                        UpstreamError(
-                            "idle_timeout", "the worker stopped sending", before_response=False
-                        )
-                    )
+                    conn.fail(IdleTimeout("the worker stopped sending", before_response=False))
                 else:
                     conn.fail(
-                        UpstreamError(
-                            "first_byte_timeout",
+                        FirstByteTimeout(
                             "the worker did not answer in time",
                             before_response=not conn.got_head,
                         )
@@ -531,8 +516,7 @@ class _Pool:
             if not fut.done():
                 ep = self.endpoint
                 fut.set_exception(
-                    UpstreamError(
-                        "pool_timeout",
+                    PoolTimeout(
                         f"no free connection to {ep.host}:{ep.port} within "
                         f"{self.timeouts.pool_wait:g} s ({self.max_connections} in use)",
                         before_response=True,
@@ -544,7 +528,7 @@ class _Pool:
             fut, _ = self.waiters.popleft()
             if not fut.done():
                 fut.set_exception(
-                    UpstreamError("connect", "the upstream client is closed", before_response=True)
+                    ConnectFailed("the upstream client is closed", before_response=True)
                 )
         while self.idle:
             conn, _ = self.idle.popleft()
@@ -579,7 +563,7 @@ class UpstreamResponse:
 
     async def read(self, max_bytes: int | None = None) -> bytes:
         """The whole body; more than `max_bytes` (default: the client's
-        `max_response_bytes`) is `UpstreamError("body_too_large")`."""
+        `max_response_bytes`) is `ResponseTooLarge`."""
         limit = self._pool.client.max_response_bytes if max_bytes is None else max_bytes
         declared = self.header(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -595,8 +579,7 @@ class UpstreamResponse:
 
     def _too_large(self, limit: int) -> None:
         self._conn.close()  # stop reading it
-        raise UpstreamError(
-            "body_too_large",
+        raise ResponseTooLarge(
             f"the worker's response body is larger than max_response_bytes ({limit} bytes)",
             before_response=False,
         )
@@ -687,7 +670,12 @@ class UpstreamClient:
                 await conn.head()
             except UpstreamError as exc:
                 conn.close()
-                if attempt == 0 and conn.reused and exc.kind == "reset" and exc.before_response:
+                if (
+                    attempt == 0
+                    and conn.reused
+                    and isinstance(exc, ConnectionReset)
+                    and exc.before_response
+                ):
                     continue  # the keep-alive race: the engine closed it before reading ours
                 raise
             except BaseException:

@@ -4,7 +4,8 @@ import asyncio
 
 import pytest
 
-from gateway.upstream import Endpoint, Timeouts, UpstreamClient, UpstreamError
+from gateway.upstream import Endpoint, Timeouts, UpstreamClient
+from gateway.upstream_errors import UpstreamError
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
 

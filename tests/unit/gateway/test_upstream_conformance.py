@@ -22,13 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.relay import StreamScanner
-from gateway.upstream import (
-    MAX_HEAD_BYTES,
-    Endpoint,
-    Timeouts,
-    UpstreamClient,
-    UpstreamError,
-)
+from gateway.upstream import MAX_HEAD_BYTES, Endpoint, Timeouts, UpstreamClient
+from gateway.upstream_errors import UpstreamError
 from tests.misbehaving_engine import BOGUS, MisbehavingEngine, completion_json, sse_events
 
 STREAM_BODY = b'{"model":"m","stream":true,"messages":[]}'
