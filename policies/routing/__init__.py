@@ -5,7 +5,9 @@ a name so that configuration picks it (`routing.policy: least_loaded`). Routers 
 `WorkerView`s the driver has already merged (engine telemetry + the gateway's own
 in-flight counts); they hold no I/O and read no clock they were not given.
 
-Shared posture, applied by `eligible` before any router runs:
+Routers are built as profiles — filters → weighted scorers → picker
+(policies/routing/profile.py) — and the shared posture is the default filters, applied
+once per decision:
 - an unhealthy worker (failed health checks or an open circuit) is never chosen;
 - a stale worker (telemetry older than the bound) counts as saturated: it is chosen only
   when every healthy worker is stale, so a scrape outage degrades to blind balancing
@@ -29,10 +31,17 @@ class Router(Protocol):
 
 
 def eligible(candidates: Sequence[WorkerView]) -> list[WorkerView]:
-    """Healthy workers, fresh ones only unless every healthy worker is stale."""
-    healthy = [w for w in candidates if w.healthy]
-    fresh = [w for w in healthy if not w.stale]
-    return fresh or healthy
+    """Healthy workers, fresh ones only unless every healthy worker is stale: the default
+    filters of policies/routing/profile.py, for routers and tests that are not profiles."""
+    from policies.routing.profile import DEFAULT_FILTERS
+
+    workers = list(candidates)
+    for keep in DEFAULT_FILTERS:
+        workers = keep(_ANY, workers)
+    return workers
+
+
+_ANY = RequestInfo(id="", model="", arrival=0.0, prompt_tokens=0, max_tokens=0)
 
 
 RouterFactory = Callable[[Mapping[str, Any]], Router]

@@ -6,17 +6,18 @@ sees other replicas' traffic, ours sees dispatches newer than the last scrape. T
 round-robin, so a light load still spreads across the pool instead of piling onto the
 first worker.
 
+As a profile (policies/routing/profile.py): the default filters → `Load` → `LowestScore`.
 Reads: `healthy`, `stale`, `running`, `waiting`, `in_flight`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.routing import config_from, eligible, register
-from policies.types import RequestInfo, WorkerView
+from policies.routing import config_from, register
+from policies.routing.profile import Load, LowestScore, Profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,23 +25,13 @@ class LeastLoadedConfig:
     pass
 
 
-class LeastLoaded:
-    name = "least_loaded"
-
-    def __init__(self, config: LeastLoadedConfig | None = None) -> None:
-        self.config = config or LeastLoadedConfig()
-        self._turn = 0
-
-    def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
-        pool = eligible(candidates)
-        if not pool:
-            return None
-        least = min(w.load for w in pool)
-        tied = [w for w in pool if w.load == least]
-        self._turn += 1
-        return tied[self._turn % len(tied)]
+NAME = "least_loaded"
 
 
-@register(LeastLoaded.name)
-def _factory(params: Mapping[str, Any]) -> LeastLoaded:
-    return LeastLoaded(config_from(LeastLoadedConfig, params))
+def least_loaded(config: LeastLoadedConfig | None = None) -> Profile:
+    return Profile(NAME, LowestScore(), ((Load(), 1.0),))
+
+
+@register(NAME)
+def _factory(params: Mapping[str, Any]) -> Profile:
+    return least_loaded(config_from(LeastLoadedConfig, params))

@@ -4,18 +4,18 @@ Nearly as good as least-loaded on fresh telemetry and much less prone to herding
 many replicas act on the same stale snapshot. The sampler is seeded, so simulated runs
 are reproducible.
 
+As a profile (policies/routing/profile.py): the default filters → `Load` → `TwoChoices`.
 Reads: `healthy`, `stale`, `running`, `waiting`, `in_flight`.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.routing import config_from, eligible, register
-from policies.types import RequestInfo, WorkerView
+from policies.routing import config_from, register
+from policies.routing.profile import Load, Profile, TwoChoices
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,21 +23,14 @@ class PowerOfTwoConfig:
     seed: int = 0  # fixed so that a simulated run is reproducible bit for bit
 
 
-class PowerOfTwo:
-    name = "power_of_two"
-
-    def __init__(self, config: PowerOfTwoConfig | None = None) -> None:
-        self.config = config or PowerOfTwoConfig()
-        self._rng = random.Random(self.config.seed)
-
-    def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
-        pool = eligible(candidates)
-        if len(pool) <= 1:
-            return pool[0] if pool else None
-        a, b = self._rng.sample(pool, 2)
-        return a if a.load <= b.load else b
+NAME = "power_of_two"
 
 
-@register(PowerOfTwo.name)
-def _factory(params: Mapping[str, Any]) -> PowerOfTwo:
-    return PowerOfTwo(config_from(PowerOfTwoConfig, params))
+def power_of_two(config: PowerOfTwoConfig | None = None) -> Profile:
+    config = config or PowerOfTwoConfig()
+    return Profile(NAME, TwoChoices(config.seed), ((Load(), 1.0),))
+
+
+@register(NAME)
+def _factory(params: Mapping[str, Any]) -> Profile:
+    return power_of_two(config_from(PowerOfTwoConfig, params))

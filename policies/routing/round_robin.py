@@ -1,13 +1,16 @@
-"""Round-robin routing: each eligible worker in turn, blind to load. A baseline to compare with."""
+"""Round-robin routing: each eligible worker in turn, blind to load. A baseline to compare with.
+
+As a profile (policies/routing/profile.py): the default filters → no scorer → `InTurn`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.routing import config_from, eligible, register
-from policies.types import RequestInfo, WorkerView
+from policies.routing import config_from, register
+from policies.routing.profile import InTurn, Profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,21 +18,13 @@ class RoundRobinConfig:
     pass
 
 
-class RoundRobin:
-    name = "round_robin"
-
-    def __init__(self, config: RoundRobinConfig | None = None) -> None:
-        self.config = config or RoundRobinConfig()
-        self._turn = -1
-
-    def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
-        pool = eligible(candidates)
-        if not pool:
-            return None
-        self._turn += 1
-        return pool[self._turn % len(pool)]
+NAME = "round_robin"
 
 
-@register(RoundRobin.name)
-def _factory(params: Mapping[str, Any]) -> RoundRobin:
-    return RoundRobin(config_from(RoundRobinConfig, params))
+def round_robin(config: RoundRobinConfig | None = None) -> Profile:
+    return Profile(NAME, InTurn())
+
+
+@register(NAME)
+def _factory(params: Mapping[str, Any]) -> Profile:
+    return round_robin(config_from(RoundRobinConfig, params))

@@ -3,6 +3,16 @@ from collections import Counter
 import pytest
 
 from policies.routing import eligible, make_router, names
+from policies.routing.profile import (
+    DEFAULT_FILTERS,
+    InTurn,
+    Load,
+    LowestScore,
+    Profile,
+    TwoChoices,
+    fresh_unless_all_stale,
+    healthy,
+)
 from policies.types import RequestInfo, WorkerView
 
 REQ = RequestInfo(id="r", model="m", arrival=0.0, prompt_tokens=10, max_tokens=10)
@@ -70,3 +80,60 @@ def test_unknown_router_and_param_fail_at_start():
 def test_eligible_posture():
     assert [v.id for v in eligible([w(0, stale=True), w(1)])] == ["w1"]
     assert [v.id for v in eligible([w(0, stale=True), w(1, healthy=False)])] == ["w0"]
+
+
+# --- one conformance suite per extension point of a profile ------------------------------
+
+FILTERS = [healthy, fresh_unless_all_stale]
+PICKERS = [LowestScore, InTurn, TwoChoices]
+SCORERS = [Load]
+MIXED = [w(0, healthy=False), w(1, stale=True), w(2, running=3), w(3, waiting=1), w(4)]
+
+
+@pytest.mark.parametrize("keep", FILTERS, ids=lambda f: f.__name__)
+def test_filter_conformance(keep):
+    """A filter keeps a subset, in candidate order, and never invents or drops everything
+    it was not asked to (an empty input gives an empty output)."""
+    assert keep(REQ, []) == []
+    kept = keep(REQ, list(MIXED))
+    assert all(k in MIXED for k in kept)
+    assert [MIXED.index(k) for k in kept] == sorted(MIXED.index(k) for k in kept)
+    assert keep(REQ, list(MIXED)) == kept  # pure: the same input, the same output
+
+
+@pytest.mark.parametrize("make", SCORERS, ids=lambda c: c.__name__)
+def test_scorer_conformance(make):
+    import math
+
+    scorer = make()
+    assert scorer.name
+    for v in MIXED:
+        assert math.isfinite(scorer.score(REQ, v))
+
+
+@pytest.mark.parametrize("make", PICKERS, ids=lambda c: c.__name__)
+def test_picker_conformance(make):
+    picker = make()
+    assert picker.pick(REQ, []) is None
+    scored = [(float(i), v) for i, v in enumerate(MIXED)]
+    for _ in range(20):
+        assert picker.pick(REQ, scored) in MIXED
+    one = [(5.0, MIXED[2])]
+    assert picker.pick(REQ, one) is MIXED[2]
+
+
+def test_filters_run_once_before_scoring():
+    """The shared posture is applied by the profile, so a scorer never sees a sick worker."""
+    seen = []
+
+    class Spy:
+        name = "spy"
+
+        def score(self, request, worker):
+            seen.append(worker.id)
+            return 0.0
+
+    p = Profile("spy", LowestScore(), ((Spy(), 1.0),))
+    assert p.filters == DEFAULT_FILTERS
+    p.choose(REQ, MIXED)
+    assert set(seen) == {"w2", "w3", "w4"}  # not w0 (unhealthy) nor w1 (stale)
