@@ -119,3 +119,65 @@ def test_commented_vllm_profile_is_valid_yaml_once_uncommented():
         == 3
     )
     assert lens == {"vllm-short-1": 8192, "vllm-short-2": 8192, "vllm-long-1": 65536}
+
+
+# --- Grafana (deploy/grafana/) ----------------------------------------------------------------
+
+
+def _mounts(service: dict) -> dict[str, str]:
+    """container path -> host path (relative to the repository) of a service's bind mounts."""
+    out = {}
+    for volume in service["volumes"]:
+        host, container, *_ = volume.split(":")
+        out[container] = host
+    return out
+
+
+def test_grafana_service_mounts_provisioning_and_dashboards():
+    grafana = _compose()["services"]["grafana"]
+    assert grafana["image"].startswith("grafana/grafana:")
+    assert all(v.endswith(":ro") for v in grafana["volumes"])
+    mounts = _mounts(grafana)
+    for host in mounts.values():
+        assert (ROOT / host).exists(), f"{host} is mounted but missing"
+    provisioning = ROOT / mounts["/etc/grafana/provisioning"]
+    assert (provisioning / "datasources").is_dir() and (provisioning / "dashboards").is_dir()
+    # the provider reads the folder the dashboards are mounted at
+    providers = yaml.safe_load((provisioning / "dashboards" / "fleetgate.yml").read_text())
+    (provider,) = providers["providers"]
+    dash_dir = provider["options"]["path"]
+    assert sorted(p.name for p in (ROOT / mounts[dash_dir]).glob("*.json")) == [
+        "compress.json",
+        "fleet.json",
+        "overview.json",
+    ]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(dash_dir + "/") and (ROOT / mounts[dash_dir] / Path(home).name).exists()
+
+
+def test_grafana_is_read_only_for_anonymous_visitors_and_local_only():
+    grafana = _compose()["services"]["grafana"]
+    env = grafana["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
+    assert env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert env["GF_USERS_ALLOW_SIGN_UP"] == "false"
+    assert grafana["ports"] == ["127.0.0.1:3000:3000"]
+
+
+def test_every_published_port_is_bound_to_loopback():
+    for name, service in _compose()["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+
+
+def test_grafana_datasource_is_the_compose_prometheus():
+    services = _compose()["services"]
+    grafana = services["grafana"]
+    provisioning = ROOT / _mounts(grafana)["/etc/grafana/provisioning"]
+    (ds,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert ds["type"] == "prometheus" and ds["isDefault"] is True
+    url = urlsplit(ds["url"])
+    assert url.hostname in services and url.hostname in grafana["depends_on"]
+    assert any(p.endswith(f":{url.port}") for p in services[url.hostname]["ports"])
