@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from fleetgate import __version__
+from gateway import drain
 from gateway.api import build_api
 from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.edge import ProxyRoutes
@@ -57,6 +58,7 @@ class Gateway:
         self.fleet = Fleet(config)
         self.started_at = int(time.time())
         self.pipeline: Pipeline | None = None
+        self.draining = False  # SIGTERM received: refuse new work (gateway/drain.py)
         self._api_keys = tuple(k.encode() for k in config.auth.api_keys)
 
     def key_ok(self, key: str) -> bool:
@@ -65,8 +67,10 @@ class Gateway:
         return sum(hmac.compare_digest(given, k) for k in self._api_keys) > 0
 
     def ready(self) -> bool:
-        return self.pipeline is not None and self.fleet.any_routable(
-            asyncio.get_running_loop().time()
+        return (
+            not self.draining
+            and self.pipeline is not None
+            and self.fleet.any_routable(asyncio.get_running_loop().time())
         )
 
     async def start(self) -> None:
@@ -117,6 +121,7 @@ class Gateway:
             if threads
             else None
         )
+        drain.install(self, cfg.listen.drain_delay_s, loop)
         self.pipeline = Pipeline(
             cfg,
             self.fleet,

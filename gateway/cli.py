@@ -13,11 +13,11 @@ wins over the file. The same app runs under any ASGI server
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Any
 
+from gateway import logs
 from gateway.config import ConfigError, GatewayConfig, load_config
 
 # flag -> listen.<key>
@@ -32,6 +32,7 @@ _LISTEN_FLAGS = {
     "ssl_keyfile": "ssl_keyfile",
     "timeout_keep_alive": "keep_alive_s",
     "timeout_graceful_shutdown": "graceful_shutdown_s",
+    "drain_delay": "drain_delay_s",
     "limit_concurrency": "limit_concurrency",
     "backlog": "backlog",
     "access_log": "access_log",
@@ -54,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
         "--max-model-len", type=int, default=8192, help="with --upstream: the pool's context"
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-format", default="text", choices=["text", "json"], help="json: one object a line"
+    )
     s = p.add_argument_group("server (each overrides listen.* in the configuration)")
     s.add_argument("--host", help="listen address")
     s.add_argument("--port", type=int, help="listen port")
@@ -71,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout-keep-alive", type=float, help="idle client connections, seconds")
     s.add_argument(
         "--timeout-graceful-shutdown", type=float, help="in-flight requests on SIGTERM, seconds"
+    )
+    s.add_argument(
+        "--drain-delay", type=float, help="on SIGTERM: seconds of readiness 503 before stopping"
     )
     s.add_argument("--limit-concurrency", type=int, help="connections + tasks before 503")
     s.add_argument("--backlog", type=int, help="the listen socket's backlog")
@@ -141,19 +148,14 @@ def uvicorn_options(config: GatewayConfig, log_level: str) -> dict[str, Any]:
         "backlog": listen.backlog,
         "access_log": listen.access_log,
         "server_header": False,
-        "log_config": None,  # keep the process's logging (basicConfig below)
+        "log_config": None,  # keep the process's logging (gateway/logs.py)
         "log_level": log_level,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per scrape is noise
+    logs.configure(args.log_level, args.log_format)
     try:
         config = build_config(args)
     except ConfigError as exc:

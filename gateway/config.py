@@ -41,7 +41,10 @@ class Listen(_Section):
     ssl_certfile: str | None = None  # both set: serve HTTPS
     ssl_keyfile: str | None = None
     keep_alive_s: float = Field(75.0, gt=0)  # idle client connections are closed after this
-    graceful_shutdown_s: float = Field(30.0, ge=0)  # in-flight requests get this long on SIGTERM
+    # on SIGTERM: readiness 503 and new requests refused for this long (load balancers
+    # notice), then in-flight requests get graceful_shutdown_s to finish
+    drain_delay_s: float = Field(5.0, ge=0)
+    graceful_shutdown_s: float = Field(30.0, ge=0)
     limit_concurrency: int | None = Field(None, ge=1)  # connections + tasks before 503
     backlog: int = Field(2048, ge=1)
     access_log: bool = False  # uvicorn's access log (the request log is the detailed one)

@@ -195,9 +195,10 @@ class ProxyRoutes:
         await self.api(scope, receive, send)
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
-        pipeline = self.gateway.pipeline
-        if pipeline is None:
-            await _not_started(send)
+        gateway = self.gateway
+        pipeline = gateway.pipeline
+        if pipeline is None or gateway.draining:
+            await _refuse(send, gateway.draining)
             return
         auth = rid = length = encoding = None
         for name, value in scope["headers"]:
@@ -229,11 +230,24 @@ class ProxyRoutes:
             body.close()
 
 
-async def _not_started(send: Send) -> None:
-    body = ServiceUnavailable(
-        "the gateway is not started: serve it with an ASGI server that runs its lifespan",
-        code="not_started",
-    ).body()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+async def _refuse(send: Send, draining: bool) -> None:
+    if draining:
+        err = ServiceUnavailable(
+            "the gateway is shutting down; retry on another replica", code="shutting_down"
+        )
+    else:
+        err = ServiceUnavailable(
+            "the gateway is not started: serve it with an ASGI server that runs its lifespan",
+            code="not_started",
+        )
+    err.retry_after = 1
+    body = err.body()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        *err.headers(),
+    ]
+    if draining:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": 503, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway import logs
 from gateway.config import GatewayConfig
 from gateway.errors import (
     AuthenticationFailed,
@@ -170,6 +171,7 @@ class Pipeline:
         t0 = self.loop.time()
         arrival = time.time()
         rid = _safe_request_id(request_id)
+        logs.request_id.set(rid)  # this task's log lines name the request
         att = _Attempt()
         parsed: ParsedRequest | None = None
         shaped: Shaped | None = None

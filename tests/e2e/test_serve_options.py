@@ -122,3 +122,18 @@ def orjson_loads(data: bytes):
     import orjson
 
     return orjson.loads(data)
+
+
+def test_json_logs(emu, fresh_procs):
+    import json
+
+    _, e = emu
+    g = serve(fresh_procs, "jsonlogs", gateway_config([e.url], []), "--log-format", "json")
+    assert httpx.post(g.url + "/v1/chat/completions", json=CHAT).status_code == 200
+    g.stop()
+    lines = [ln for ln in g.output().splitlines() if ln.strip()]
+    assert lines, "no log lines"
+    for line in lines:
+        obj = json.loads(line)
+        assert {"ts", "level", "logger", "message"} <= set(obj), line
+    assert any(json.loads(ln)["logger"].startswith("uvicorn") for ln in lines)
