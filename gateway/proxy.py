@@ -36,7 +36,7 @@ from gateway.openai_request import CHAT, ParsedRequest, parse
 from gateway.relay import StreamScanner, usage_of
 from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
-from gateway.shaping import Shaped, Shaper
+from gateway.shaping import Shaped, Shaper, compressed_header, rewritten_body
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
@@ -236,10 +236,11 @@ class Pipeline:
         info = shaped.info
         pools = shaped.pools
         extra = [(b"x-fleetgate-tokens-estimated", b"%d" % shaped.estimated_prompt_tokens)]
-        if shaped.compressed_text is not None:
-            extra.append((b"x-fleetgate-compressed", shaped.compressed_text.encode()))
+        compressed = compressed_header(shaped)
+        if compressed is not None:
+            extra.append((b"x-fleetgate-compressed", compressed.encode()))
         att.extra_headers = extra
-        body, strip_usage = self._upstream_body(parsed, raw, shaped.body)
+        body, strip_usage = self._upstream_body(parsed, raw, rewritten_body(parsed, shaped))
         path = _PATHS[parsed.endpoint]
         headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % rid.encode("latin-1")
         tried: set[str] = set()
@@ -447,9 +448,8 @@ class Pipeline:
                 series.prompt_tokens.inc(att.prompt_tokens)
             if att.completion_tokens:
                 series.completion_tokens.inc(att.completion_tokens)
-            if shaped is not None and shaped.classified and shaped.size and att.prompt_tokens:
-                # ĉ_k learns from what was actually sent (the compressed text, if compressed)
-                self.budget.observe(shaped.size, shaped.info.category, att.prompt_tokens)
+            if shaped is not None:
+                self.shaper.intake.learn(shaped, att.prompt_tokens)
         if self.request_log.enabled:
             self.request_log.write(
                 {
@@ -465,7 +465,7 @@ class Pipeline:
                     "max_tokens": info.max_tokens if info else None,
                     "category": info.category.value if shaped and shaped.classified else None,
                     "placement": shaped.placement.reason if shaped else None,
-                    "compressed": shaped.compressed_text if shaped else None,
+                    "compressed": compressed_header(shaped) if shaped else None,
                     "prompt_tokens": att.prompt_tokens,
                     "completion_tokens": att.completion_tokens,
                     "ttft_s": None if att.ttft is None else round(att.ttft, 6),

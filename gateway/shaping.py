@@ -1,20 +1,14 @@
-"""Steps 3–4 of the pipeline: estimate the token budget, place the request, compress it.
+"""Steps 3–4 for the gateway: `policies/intake.py` on parsed HTTP requests.
 
-estimate (policies/budget: ⌈bytes/ĉ_k⌉ + template + max_tokens) → place
-(policies/pools: short, compress-then-short, long; 404/413) → for a placement with a
-target T_c, count exactly and compress (compressor/compress.fit_request) → the pools to
-try and the body to send.
+The decisions — estimate, place, apply an exact count or a compression — are the pure
+`Intake`'s, the same object the simulator drives. This module adds what only the
+gateway has: the request's JSON, the real compressor run off the event loop, HTTP
+refusals (404/413 in the OpenAI shape the SDK reads), and the `fleetgate_compress_*`
+metrics and observed-traffic histogram.
 
 Off the event loop: the exact count and compression (milliseconds of CPU) run on a thread
 pool (`placement.compress_workers`, default 1; 0 runs them inline), so a borderline
 request does not stall the streams the loop is relaying.
-
-Hot-path posture: a request whose L_total, estimated with the most pessimistic plausible
-bytes-per-token (`_FLOOR_BYTES_PER_TOKEN`), is clearly below the short pool's boundary is
-placed without running the content classifier (tens of µs) — its category cannot change
-where it goes. Those requests are not fed to the ĉ_k estimator either; the ones near or
-above the boundary, whose estimate matters, are. Compression (a few ms) runs inline only
-for the borderline band and for the near-boundary requests that need an exact count.
 
 Failure posture: compression that cannot reach T_c sends the original request to the
 placement's fallback (the long pool); with no fallback the answer is 413 naming why.
@@ -25,11 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
 from collections.abc import Collection
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
 from compressor.compress import Compression, fit_request
@@ -38,34 +30,38 @@ from gateway.errors import ContextLengthExceeded, ModelNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
 from gateway.traffic import TrafficHistogram
-from policies.budget import BudgetConfig, ChatSize, TokenBudget, measure_chat, measure_prompt
-from policies.pools import CompressAndRoute, Placement, ShortLongPlacement, Verdict
-from policies.types import Category, PoolSpec, RequestInfo
+from policies.budget import ChatSize, TokenBudget
+from policies.intake import Intake, Intaken, Prompt, Refusal
+from policies.pools import CompressAndRoute, ShortLongPlacement
+from policies.types import Category, PoolSpec
 
-# No cl100k text seen in the wild packs fewer than ~3 bytes per token outside CJK and
-# base64-like data; below this ratio the estimate is an upper bound for the fast path.
-_FLOOR_BYTES_PER_TOKEN = 3.0
+Shaped = Intaken
 
 
-@dataclass(slots=True)
-class Shaped:
-    """Where a request goes and what is sent there."""
+def compressed_header(shaped: Shaped) -> str | None:
+    """`before->after` prompt tokens, the x-fleetgate-compressed header's value."""
+    c = shaped.compressed
+    return None if c is None else f"{c[0]}->{c[1]}"
 
-    info: RequestInfo
-    placement: Placement
-    pools: tuple[str, ...]
-    body: dict[str, Any] | None = None  # the rewritten request body, when compressed
-    compressed: tuple[int, int] | None = None  # (tokens before, after)
-    classified: bool = False  # category came from the classifier (feeds ĉ_k)
-    size: ChatSize | None = None  # what was sent, for the ĉ_k update
-    estimated_prompt_tokens: int = 0
-    fit_target: int | None = None  # T_c to count (and compress) to before sending
-    param: str = "messages"  # the field a 413 names
 
-    @property
-    def compressed_text(self) -> str | None:
-        """`before->after` prompt tokens, the x-fleetgate-compressed header's value."""
-        return None if self.compressed is None else f"{self.compressed[0]}->{self.compressed[1]}"
+def rewritten_body(parsed: ParsedRequest, shaped: Shaped) -> dict[str, Any] | None:
+    """The request body to send when compression changed the text, else None."""
+    c = shaped.compression
+    if c is None:
+        return None
+    body = dict(parsed.body)
+    if c.messages is not None:
+        body["messages"] = c.messages
+    else:
+        body["prompt"] = c.prompt
+    return body
+
+
+def _classify(prompt: Prompt) -> Category:
+    if prompt.endpoint == CHAT:
+        return classify(messages=prompt.messages)
+    text = prompt.prompt
+    return classify(prompt=text if isinstance(text, str) else "\n".join(text or ()))
 
 
 class Shaper:
@@ -78,13 +74,10 @@ class Shaper:
         traffic: TrafficHistogram,
         executor: Executor | None = None,
     ) -> None:
-        self.placer = placer
-        self.executor = executor  # where compression runs; None: inline on the event loop
-        self.budget = budget
+        self.intake = Intake(placer, budget, _classify)
         self.metrics = metrics
         self.traffic = traffic
-        margin = getattr(placer, "verify_margin", 0.0)
-        self._fast_limit = (1.0 - margin) * b_short if isinstance(placer, CompressAndRoute) else 0.0
+        self.executor = executor  # where compression runs; None: inline on the event loop
 
     def shape(
         self,
@@ -95,62 +88,35 @@ class Shaper:
         healthy: Collection[str],
         known_models: Collection[str],
     ) -> Shaped:
-        cfg: BudgetConfig = self.budget.config
-        size = ChatSize(parsed.prompt_bytes, parsed.n_messages)
-        max_tokens = parsed.max_tokens or cfg.default_max_tokens
-        classified = False
-        if parsed.prompt_token_ids:
-            category, prompt_tokens = (
-                Category.CODE,
-                parsed.prompt_token_ids,
-            )  # exact; ids never compress
-        else:
-            upper = math.ceil(size.content_bytes / _FLOOR_BYTES_PER_TOKEN) + max_tokens + 16
-            if upper <= self._fast_limit:
-                category = Category.CHAT if parsed.endpoint == CHAT else Category.PROSE
-            else:
-                category = self._classify(parsed)
-                classified = True
-            prompt_tokens = self.budget.estimate(size, category, max_tokens).prompt_tokens
-        info = RequestInfo(
-            id=rid,
-            model=parsed.model,
-            arrival=now,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            category=category,
-            stream=parsed.stream,
+        chat = parsed.endpoint == CHAT
+        prompt = Prompt(
+            parsed.endpoint,
+            parsed.model,
+            ChatSize(parsed.prompt_bytes, parsed.n_messages),
+            parsed.max_tokens,
+            parsed.stream,
+            parsed.prompt_token_ids,
+            parsed.body["messages"] if chat else None,
+            None if chat else parsed.body["prompt"],
         )
-        placement = (
-            self.placer.place(info, specs, healthy)
-            if isinstance(self.placer, CompressAndRoute)
-            else self.placer.place(info, specs)
-        )
-        if placement.verdict is Verdict.NO_MODEL:
-            raise ModelNotFound(
-                f"The model `{parsed.model}` does not exist. Available models: {', '.join(sorted(known_models))}.",
-                param="model",
-            )
-        self.traffic.observe(info.total_tokens, info.prompt_tokens)
-        param = "messages" if parsed.endpoint == CHAT else "prompt"
-        if placement.verdict is Verdict.TOO_LONG:
+        taken = self.intake.take(prompt, rid, now, specs, healthy)
+        if isinstance(taken, Refusal):
+            if taken.kind == "no_model":
+                raise ModelNotFound(
+                    f"The model `{parsed.model}` does not exist. Available models: {', '.join(sorted(known_models))}.",
+                    param="model",
+                )
+            info = taken.info
+            assert info is not None
+            self.traffic.observe(info.total_tokens, info.prompt_tokens)
             raise ContextLengthExceeded(
                 f"This request needs about {info.total_tokens} tokens ({info.prompt_tokens} in the prompt, "
                 f"estimated, + {info.max_tokens} for the completion), more than the largest context serving "
-                f"`{parsed.model}` ({placement.limit} tokens). Shorten the prompt or lower max_tokens.",
-                param=param,
+                f"`{parsed.model}` ({taken.limit} tokens). Shorten the prompt or lower max_tokens.",
+                param=taken.param,
             )
-        shaped = Shaped(info, placement, placement.pools, classified=classified, size=size)
-        shaped.estimated_prompt_tokens = prompt_tokens
-        shaped.fit_target = placement.compress_to
-        shaped.param = param
-        return shaped
-
-    def _classify(self, parsed: ParsedRequest) -> Category:
-        if parsed.endpoint == CHAT:
-            return classify(messages=parsed.body["messages"])
-        prompt = parsed.body["prompt"]
-        return classify(prompt=prompt if isinstance(prompt, str) else "\n".join(prompt))
+        self.traffic.observe(taken.info.total_tokens, taken.info.prompt_tokens)
+        return taken
 
     async def fit(self, parsed: ParsedRequest, shaped: Shaped) -> None:
         """Count exactly and compress to `shaped.fit_target`, if placement asked for it.
@@ -160,7 +126,7 @@ class Shaper:
         target = shaped.fit_target
         if target is None:
             return
-        param = shaped.param
+        param = "messages" if parsed.endpoint == CHAT else "prompt"
         placement = shaped.placement
         m = self.metrics
         if placement.borderline:
@@ -188,34 +154,16 @@ class Shaper:
                     self.executor, call
                 )
             m.compress_seconds.observe(seconds)
-        if result.fits:
-            shaped.info.prompt_tokens = result.tokens_after  # exact from here on
-            if result.changed:
-                body = dict(parsed.body)
-                if result.messages is not None:
-                    body["messages"] = result.messages
-                    shaped.size = measure_chat(result.messages)
-                else:
-                    body["prompt"] = result.prompt
-                    shaped.size = measure_prompt(result.prompt or "")
-                shaped.body = body
-                shaped.compressed = (result.tokens_before, result.tokens_after)
-                m.compress_compressed.inc()
-                m.compress_tokens_removed.inc(result.tokens_removed)
-            if placement.borderline:
-                self.traffic.compression(True)
-            return
+        refusal = self.intake.fitted(shaped, result, param)
         if placement.borderline:
-            self.traffic.compression(False)
-        if not placement.fallback:
-            raise ContextLengthExceeded(
-                f"{placement.reason}: cannot fit {result.tokens_before} prompt tokens into {target} "
-                f"({result.detail or 'nothing left to drop'}), and no larger pool can take it.",
-                param=param,
-            )
-        m.compress_fallback.inc()
-        shaped.pools = placement.fallback
-        shaped.info.prompt_tokens = result.tokens_before
+            self.traffic.compression(result.fits)
+        if refusal is not None:
+            raise ContextLengthExceeded(refusal.reason, param=param)
+        if not result.fits:
+            m.compress_fallback.inc()
+        elif result.changed:
+            m.compress_compressed.inc()
+            m.compress_tokens_removed.inc(result.tokens_removed)
 
 
 def _timed_fit(

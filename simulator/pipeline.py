@@ -2,14 +2,18 @@
 
 For each arriving request, in virtual time, with the live gateway's policy objects:
 
-    on_arrival hooks → placement (policies.pools) → [admission, queueing: later issues]
+    on_arrival hooks → budget and placement (policies/intake.py, the gateway's own Intake)
+      → [compression: the scenario's compression model, where placement asks for it]
+      → [admission, queueing: later issues]
       → routing (policies.routing Router.choose over WorkerViews) → dispatch to the worker
-      → on_dispatch hooks … on_first_token hooks … on_complete hooks (settle)
+      → on_dispatch hooks … on_first_token hooks … on_complete hooks (settle: ĉ_k learns)
 
-The budget step is exact here: the simulator knows each request's true prompt length, so
-`RequestInfo.prompt_tokens` is the engine's count (a later issue can add estimation
-error). Placement's ordered pools are tried in turn: a pool whose router returns None
-(no eligible worker) spills to the next, as the gateway does.
+The budget is exact by default (`budget: exact`: the workload knows each prompt's length)
+or estimated from bytes as the gateway does (`budget: bytes`: a prompt's bytes are its
+tokens times its category's bytes per token, and ĉ_k learns from the engine's counts).
+Placement's ordered pools are tried in turn: a pool whose router returns None (no
+eligible worker) spills to the next, as the gateway does. A compressed request reaches
+the engine with its compressed length.
 
 Telemetry (scenario ``telemetry.scrape_interval``):
 - 0 (default) — *fresh*: a worker's engine stats are copied into its `WorkerView` just
@@ -35,11 +39,13 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from emulator.engine import EngineRequest, FinishedRequest
+from policies.budget import ChatSize
+from policies.intake import CHAT, Intake, Intaken, Prompt, Refusal
 from policies.leases import WorkerSlot
-from policies.pools import ShortLongPlacement, Verdict
 from policies.routing import Router
-from policies.types import Outcome, PoolSpec, RequestInfo, Status, WorkerView
+from policies.types import Category, Outcome, PoolSpec, RequestInfo, Status, WorkerView
 from simulator.cluster import Cluster, Worker
+from simulator.compression import CompressionModel
 from simulator.kernel import PRIO_TIMER, Kernel
 from simulator.records import Recorder, RequestRecord
 from simulator.workloads import RequestSpec
@@ -65,21 +71,26 @@ class Gateway:
         kernel: Kernel,
         cluster: Cluster,
         pool_specs: Sequence[PoolSpec],
-        placement: ShortLongPlacement,
+        intake: Intake,
         routers: Mapping[str, Router],
         recorder: Recorder,
         hooks: Sequence[Hook] = (),
         scrape_interval: float = 0.0,
+        compression: CompressionModel | None = None,
+        bytes_per_token: Mapping[Category, float] | None = None,
     ) -> None:
         self.kernel = kernel
         self.cluster = cluster
         self.pool_specs = tuple(pool_specs)
-        self.placement = placement
+        self.intake = intake
+        self.compression = compression or CompressionModel()
+        # None: the budget is exact; else a prompt's bytes per token, by category
+        self.bytes_per_token = bytes_per_token
         self.routers = dict(routers)
         self.recorder = recorder
         self.hooks = tuple(hooks)
         self.scrape_interval = scrape_interval
-        self._live: dict[str, tuple[RequestInfo, RequestRecord, WorkerSlot]] = {}
+        self._live: dict[str, tuple[Intaken, RequestRecord, WorkerSlot]] = {}
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
         self._views: dict[str, list[WorkerView]] = {}
@@ -115,39 +126,54 @@ class Gateway:
     # -- the pipeline ----------------------------------------------------------------
     def arrive(self, spec: RequestSpec) -> None:
         now = self.kernel.now()
-        info = RequestInfo(
-            id=spec.id,
-            model=spec.model,
-            arrival=now,
-            prompt_tokens=spec.prompt_tokens,
-            max_tokens=spec.max_tokens,
-            entitlement=spec.client,
+        bpt = self.bytes_per_token
+        prompt = Prompt(
+            CHAT,
+            spec.model,
+            ChatSize(round(spec.prompt_tokens * bpt[spec.category]) if bpt else 0, 1),
+            spec.max_tokens,
             category=spec.category,
-            prefix_hashes=spec.prefix_hashes,
-            slo_class=spec.slo_class,
+            exact_tokens=None if bpt else spec.prompt_tokens,
         )
         record = self.recorder.new(spec, now)
+        taken = self.intake.take(prompt, spec.id, now, self.pool_specs)
+        if isinstance(taken, Refusal):
+            record.status = "rejected_413" if taken.kind == "too_long" else "rejected_404"
+            return
+        info = taken.info
+        info.entitlement = spec.client
+        info.prefix_hashes = spec.prefix_hashes
+        info.slo_class = spec.slo_class
         for h in self.hooks:
             h.on_arrival(info, now)
-        placed = self.placement.place(info, self.pool_specs)
-        if placed.verdict is not Verdict.PLACED:
-            record.status = "rejected_413" if placed.verdict is Verdict.TOO_LONG else "rejected_404"
-            return
-        for pool in placed.pools:
+        if taken.fit_target is not None:
+            # what the gateway's exact count and compression give, from the true length
+            result = self.compression.fit(
+                info.category, spec.prompt_tokens, taken.fit_target, taken.placement.may_compress
+            )
+            refused = self.intake.fitted(taken, result)
+            if refused is not None:
+                record.status = "rejected_413"
+                return
+            if taken.compressed is not None:
+                record.compressed_to = taken.compressed[1]
+        for pool in taken.pools:
             chosen = self.routers[pool].choose(info, self.candidates(pool))
             if chosen is not None:
-                self.dispatch(info, record, spec, self.cluster.workers[chosen.id])
+                self.dispatch(taken, record, spec, self.cluster.workers[chosen.id])
                 return
         record.status = "rejected_503"
 
     def dispatch(
-        self, info: RequestInfo, record: RequestRecord, spec: RequestSpec, worker: Worker
+        self, taken: Intaken, record: RequestRecord, spec: RequestSpec, worker: Worker
     ) -> None:
         now = self.kernel.now()
+        info = taken.info
         record.pool, record.worker, record.dispatch = worker.pool, worker.id, now
+        sent = spec.prompt_tokens if taken.compressed is None else taken.compressed[1]
         request = EngineRequest(
             id=spec.id,
-            prompt_tokens=spec.prompt_tokens,
+            prompt_tokens=sent,
             max_tokens=spec.max_tokens,
             output_tokens=spec.output_tokens,
             block_hashes=spec.prefix_hashes,
@@ -161,22 +187,23 @@ class Gateway:
             for h in self.hooks:
                 h.on_complete(info, outcome, now)
             return
-        slot = WorkerSlot(worker.view, spec.prompt_tokens + spec.max_tokens)
-        self._live[spec.id] = (info, record, slot)
+        slot = WorkerSlot(worker.view, sent + spec.max_tokens)
+        self._live[spec.id] = (taken, record, slot)
         for h in self.hooks:
             h.on_dispatch(info, worker.id, now)
 
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
         now = self.kernel.now()
-        info, record, _ = self._live[request_id]
+        taken, record, _ = self._live[request_id]
         record.first_token = now
         for h in self.hooks:
-            h.on_first_token(info, now)
+            h.on_first_token(taken.info, now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
         now = self.kernel.now()
-        info, record, slot = self._live.pop(done.id)
+        taken, record, slot = self._live.pop(done.id)
+        info = taken.info
         slot.release()
         record.finish = now
         record.scheduled = done.scheduled
@@ -196,6 +223,8 @@ class Gateway:
             prefill_time=prefill,
             latency=now - record.arrival,
         )
+        if outcome.status is Status.OK:
+            self.intake.learn(taken, done.prompt_tokens)
         for h in self.hooks:
             h.on_complete(info, outcome, now)
 

@@ -35,6 +35,7 @@ class RequestRecord:
         "cached_tokens",
         "client",
         "completion_tokens",
+        "compressed_to",
         "dispatch",
         "finish",
         "first_token",
@@ -58,6 +59,7 @@ class RequestRecord:
         self.arrival = now
         self.pool: str | None = None
         self.worker: str | None = None
+        self.compressed_to: int | None = None  # prompt tokens sent, when compressed
         self.dispatch: float | None = None
         self.scheduled: float | None = None
         self.first_token: float | None = None

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from policies.pools import ShortLongPlacement
+from policies.budget import BudgetConfig, TokenBudget
+from policies.intake import Intake
+from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import Router, make_router
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, default_engine
+from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
 from simulator.families import CdfFamily
 from simulator.kernel import PRIO_ARRIVAL, Kernel
 from simulator.lengths import load_cdf
@@ -99,6 +102,25 @@ def build_workload(
     )
 
 
+def intake_for(scenario: Scenario) -> Intake:
+    """Steps 3–4 as the gateway builds them from its configuration (gateway/proxy.py)."""
+    p = scenario.policy.placement
+    placer: CompressAndRoute | ShortLongPlacement
+    if p.policy == "compress_and_route":
+        placer = CompressAndRoute(p.short_pool, p.b_short, p.gamma, verify_margin=p.verify_margin)
+    else:
+        placer = ShortLongPlacement(p.short_pool, p.b_short)
+    budget = TokenBudget(BudgetConfig(bytes_per_token=scenario.policy.budget.prior_bytes_per_token))
+    return Intake(placer, budget)
+
+
+def compression_for(scenario: Scenario, seed: int) -> CompressionModel:
+    spec = scenario.policy.compression
+    shortenable = dict(DEFAULT_SHORTENABLE)
+    shortenable.update({k: Shortenable(v.mean, v.sd) for k, v in spec.shortenable.items()})
+    return CompressionModel(shortenable, spec.granularity, seed)
+
+
 def run(
     scenario: Scenario,
     seed: int | None = None,
@@ -121,18 +143,21 @@ def run(
     for p in scenario.fleet.pools:
         rm = p.routing or scenario.policy.routing
         routers.setdefault(p.name, make_router(rm.policy, rm.params))
-    placement = ShortLongPlacement(
-        scenario.policy.placement.short_pool, scenario.policy.placement.b_short
-    )
     gateway = Gateway(
         kernel,
         cluster,
         pool_specs,
-        placement,
+        intake_for(scenario),
         routers,
         recorder,
         hooks,
         scenario.telemetry.scrape_interval,
+        compression_for(scenario, seed),
+        bytes_per_token=(
+            dict(scenario.policy.budget.bytes_per_token)
+            if scenario.policy.budget.estimate == "bytes"
+            else None
+        ),
     )
     for p in scenario.fleet.pools:
         cluster.add_pool(

@@ -8,8 +8,10 @@
         - {name: short, workers: 4, max_model_len: 8192}
         - {name: long, workers: 1, max_model_len: 65536, engine: {max_num_seqs: 16}}
     policy:
-      placement: {short_pool: short, b_short: 8192}
+      placement: {short_pool: short, b_short: 8192}   # policy: short_long | compress_and_route
       routing: {policy: least_loaded}    # policies.routing registry name + params
+      budget: {estimate: exact}          # or bytes: the gateway's estimate from bytes
+      compression: {}                    # C&R's compression model (simulator/compression.py)
     telemetry: {scrape_interval: 0}      # 0 = fresh telemetry at every decision
     workload:
       requests: 3000
@@ -85,13 +87,46 @@ class RoutingModel(_Strict):
 
 
 class PlacementModel(_Strict):
+    # the gateway's placement policies (gateway/config.py `placement.policy`)
+    policy: Literal["short_long", "compress_and_route"] = "short_long"
     short_pool: str = "short"
     b_short: int = Field(default=8192, ge=1)
+    gamma: float = Field(default=1.5, ge=1.0, le=4.0)  # C&R: the band B_short < L ≤ γ·B_short
+    verify_margin: float = Field(default=0.05, ge=0.0, lt=1.0)
+
+
+class ShortenableModel(_Strict):
+    mean: float = Field(ge=0.0, le=0.95)
+    sd: float = Field(default=0.0, ge=0.0)
+
+
+class CompressionSpecModel(_Strict):
+    """simulator/compression.py: the share of a prompt's tokens compression could remove."""
+
+    shortenable: dict[Category, ShortenableModel] = Field(default_factory=dict)
+    granularity: float = Field(default=0.01, ge=0.0, lt=1.0)
+
+
+class BudgetModel(_Strict):
+    # exact: the workload's prompt lengths; bytes: estimated from bytes as the gateway does
+    estimate: Literal["exact", "bytes"] = "exact"
+    # with `bytes`: each category's true bytes per token (what ĉ_k should learn)
+    bytes_per_token: dict[Category, float] = Field(
+        default_factory=lambda: {
+            Category.CHAT: 4.0,
+            Category.PROSE: 4.2,
+            Category.RAG: 4.0,
+            Category.CODE: 3.4,
+        }
+    )
+    prior_bytes_per_token: float = Field(default=4.0, gt=0)  # the gateway's budget prior
 
 
 class PolicyModel(_Strict):
     placement: PlacementModel = PlacementModel()
     routing: RoutingModel = RoutingModel()
+    budget: BudgetModel = BudgetModel()
+    compression: CompressionSpecModel = CompressionSpecModel()
 
 
 class TelemetryModel(_Strict):

@@ -1,0 +1,195 @@
+"""Steps 3–4 of the request pipeline, and the learning half of step 9, for both drivers.
+
+    estimate (policies/budget: ⌈bytes / ĉ_k⌉ + template + max_tokens)
+      → place (a placement policy: short, compress-then-short, long; or a refusal)
+      → [the driver counts exactly / compresses when `fit_target` is set — the gateway on a
+         thread with the real compressor, the simulator with a compression model]
+      → `fitted`: the pools to try, or a refusal
+    … after the answer: `learn` feeds the engine's prompt_tokens back into ĉ_k.
+
+The gateway (gateway/shaping.py, on parsed HTTP requests) and the simulator
+(simulator/pipeline.py, on workload specs) call the same `Intake` with the same objects,
+so what the simulator shows about budgets and placement holds for the gateway. Refusals
+are values (`Refusal`); each driver turns them into its own outcome (404/413, a
+rejected record).
+
+Hot-path posture: a request whose L_total, bounded with the most pessimistic plausible
+bytes per token (`floor_bytes_per_token`), is clearly below the short pool's boundary
+is placed without running the content classifier — its category cannot change where it
+goes — and is not fed to ĉ_k either (`classified` is False); the ones near or above the
+boundary are. A request whose category is already known (the simulator's workload)
+skips the classifier too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from compressor.compress import Compression
+from policies.budget import ChatSize, TokenBudget, measure_chat, measure_prompt
+from policies.pools import CompressAndRoute, Placement, ShortLongPlacement, Verdict
+from policies.types import Category, PoolSpec, RequestInfo
+
+CHAT = "chat"
+COMPLETIONS = "completions"
+
+Classifier = Callable[["Prompt"], Category]
+
+
+@dataclass(slots=True)
+class Prompt:
+    """What steps 3–4 need to know about a request."""
+
+    endpoint: str  # CHAT or COMPLETIONS
+    model: str
+    size: ChatSize  # content bytes and message count
+    max_tokens: int | None = None  # None: the configured default
+    stream: bool = False
+    token_ids: int = 0  # a completions prompt given as token ids: their exact count
+    messages: list[dict[str, Any]] | None = None  # the text, where there is text
+    prompt: str | list[str] | None = None
+    category: Category | None = None  # known already (a workload), else classified
+    # the prompt's exact token count, when known (the simulator's workload with
+    # `budget: exact`): used instead of the byte estimate, and ĉ_k learns nothing from it
+    exact_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class Intaken:
+    """A request placed: where it goes, and what the driver must count or compress first."""
+
+    info: RequestInfo
+    placement: Placement
+    pools: tuple[str, ...]
+    size: ChatSize  # of what is sent (the compressed text, once compressed)
+    estimated_prompt_tokens: int
+    classified: bool = False  # the category came from the classifier: feeds ĉ_k
+    fit_target: int | None = None  # T_c: count exactly (and compress) to this first
+    compression: Compression | None = None  # set by `fitted` when the text changed
+
+    @property
+    def compressed(self) -> tuple[int, int] | None:
+        """(prompt tokens before, after) when compression shortened the prompt."""
+        c = self.compression
+        return None if c is None else (c.tokens_before, c.tokens_after)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """No pool can serve the request: `kind` is "no_model" (404) or "too_long" (413)."""
+
+    kind: str
+    reason: str
+    info: RequestInfo | None = None
+    limit: int = 0
+    param: str = "messages"
+
+
+@dataclass(slots=True)
+class Intake:
+    placer: CompressAndRoute | ShortLongPlacement
+    budget: TokenBudget
+    classify: Classifier | None = None  # None: unknown categories count as chat/prose
+    # No cl100k text seen in the wild packs fewer than ~3 bytes per token outside CJK and
+    # base64-like data; below this ratio the estimate is an upper bound for the fast path.
+    floor_bytes_per_token: float = 3.0
+    _fast_limit: float = field(init=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.placer, CompressAndRoute):
+            self._fast_limit = (1.0 - self.placer.verify_margin) * self.placer.b_short
+
+    def take(
+        self,
+        prompt: Prompt,
+        request_id: str,
+        now: float,
+        pools: Sequence[PoolSpec],
+        healthy: Collection[str] | None = None,
+    ) -> Intaken | Refusal:
+        """Estimate and place one request."""
+        size = prompt.size
+        max_tokens = prompt.max_tokens or self.budget.config.default_max_tokens
+        classified = False
+        if prompt.token_ids:
+            category, prompt_tokens = Category.CODE, prompt.token_ids  # exact; never compressed
+        elif prompt.exact_tokens is not None:
+            category = prompt.category or Category.CHAT
+            prompt_tokens = prompt.exact_tokens
+        else:
+            category = prompt.category  # type: ignore[assignment]
+            if category is None:
+                upper = math.ceil(size.content_bytes / self.floor_bytes_per_token) + max_tokens + 16
+                if upper <= self._fast_limit or self.classify is None:
+                    category = Category.CHAT if prompt.endpoint == CHAT else Category.PROSE
+                else:
+                    category = self.classify(prompt)
+                    classified = True
+            else:
+                classified = True
+            prompt_tokens = self.budget.estimate(size, category, max_tokens).prompt_tokens
+        info = RequestInfo(
+            id=request_id,
+            model=prompt.model,
+            arrival=now,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            category=category,
+            stream=prompt.stream,
+        )
+        if isinstance(self.placer, CompressAndRoute):
+            placement = self.placer.place(info, pools, healthy)
+        else:
+            placement = self.placer.place(info, pools)
+        param = "messages" if prompt.endpoint == CHAT else "prompt"
+        if placement.verdict is Verdict.NO_MODEL:
+            return Refusal("no_model", placement.reason, info, param="model")
+        if placement.verdict is Verdict.TOO_LONG:
+            return Refusal("too_long", placement.reason, info, placement.limit, param)
+        return Intaken(
+            info,
+            placement,
+            placement.pools,
+            size,
+            prompt_tokens,
+            classified=classified,
+            fit_target=placement.compress_to,
+        )
+
+    def fitted(
+        self, taken: Intaken, result: Compression, param: str = "messages"
+    ) -> Refusal | None:
+        """Apply the exact count (and compression) the driver ran for `fit_target`."""
+        placement = taken.placement
+        if result.fits:
+            taken.info.prompt_tokens = result.tokens_after  # exact from here on
+            if result.changed:
+                taken.compression = result
+                if result.messages is not None:
+                    taken.size = measure_chat(result.messages)
+                elif result.prompt is not None:
+                    taken.size = measure_prompt(result.prompt)
+                else:  # a modelled compression (the simulator): the text shrank in proportion
+                    share = result.tokens_after / max(result.tokens_before, 1)
+                    taken.size = ChatSize(
+                        max(1, round(taken.size.content_bytes * share)), taken.size.n_messages
+                    )
+            return None
+        if not placement.fallback:
+            reason = (
+                f"{placement.reason}: cannot fit {result.tokens_before} prompt tokens into "
+                f"{result.target} ({result.detail or 'nothing left to drop'}), and no larger "
+                "pool can take it."
+            )
+            return Refusal("too_long", reason, taken.info, placement.limit, param)
+        taken.pools = placement.fallback
+        taken.info.prompt_tokens = result.tokens_before
+        return None
+
+    def learn(self, taken: Intaken, engine_prompt_tokens: int) -> None:
+        """ĉ_k learns from what was actually sent (the compressed text, if compressed)."""
+        if taken.classified and engine_prompt_tokens:
+            self.budget.observe(taken.size, taken.info.category, engine_prompt_tokens)
