@@ -64,9 +64,7 @@ class Gateway:
         return sum(hmac.compare_digest(given, k) for k in self._api_keys) > 0
 
     def ready(self) -> bool:
-        return self.pipeline is not None and self.fleet.any_routable(
-            asyncio.get_running_loop().time()
-        )
+        return self.pipeline is not None and self.fleet.any_ready(asyncio.get_running_loop().time())
 
     async def start(self) -> None:
         cfg = self.config
