@@ -81,8 +81,13 @@ class Gateway:
             max_connections_per_worker=cfg.upstream.max_connections_per_worker,
             max_response_bytes=cfg.upstream.max_response_bytes,
         )
+        rl = cfg.request_log
         self.request_log = RequestLog(
-            cfg.request_log.path, cfg.request_log.max_bytes, cfg.request_log.backups
+            rl.path,
+            rl.max_bytes,
+            rl.backups,
+            queue_max=rl.queue_max,
+            on_drop=lambda reason, n: self.metrics.request_log_dropped.labels(reason).inc(n),
         )
         self.traffic = TrafficHistogram(cfg.traffic.window_s, now)
         # httpx is right for the slow side: scrapes and health checks a few times a second

@@ -168,6 +168,8 @@ class RequestLog(_Section):
     path: str | None = None  # None: off; "-": stdout; else a file (rotated at max_bytes)
     max_bytes: int = Field(100 * 1024 * 1024, gt=0)
     backups: int = Field(3, ge=0)
+    # lines held in memory while the writer thread lags; beyond it entries are dropped
+    queue_max: int = Field(65_536, ge=1)
 
 
 class GatewayConfig(_Section):
