@@ -13,7 +13,9 @@ Several series of one name (data-parallel ranks, the `engine` label) are summed 
 counts and averaged for fractions. Failure posture: a failed scrape keeps the previous
 snapshot but not its freshness; once the last good scrape is older than
 `telemetry.stale_after_s` the worker is stale and routing treats it as saturated
-(`fleetgate_worker_telemetry_stale` = 1, `fleetgate_telemetry_scrape_errors_total` counts why).
+(`fleetgate_worker_telemetry_stale` = 1, `fleetgate_telemetry_scrape_errors_total` counts why:
+timeout, connect, http_<status>, empty, malformed, non_finite, internal). Only finite
+numbers become telemetry, and no answer an engine can give ends the scrape loop.
 """
 
 from __future__ import annotations
