@@ -121,12 +121,14 @@ def parse(text: str) -> Parsed:
             sums[k] = sums.get(k, 0.0) + value
         else:
             means.setdefault(k, []).append(value)
-    for k, v in sums.items():
-        if k not in poisoned:
+    combined = {**sums, **{k: sum(vs) / len(vs) for k, vs in means.items()}}
+    for k, v in combined.items():
+        if k in poisoned:
+            continue
+        if math.isfinite(v):
             out.fields[k] = v
-    for k, vs in means.items():
-        if k not in poisoned:
-            out.fields[k] = sum(vs) / len(vs)
+        else:  # finite samples whose sum overflowed
+            out.non_finite += 1
     return out
 
 

@@ -200,6 +200,9 @@ def test_parse_counts_bad_lines_and_drops_non_finite_fields():
         'vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_running{engine="1"} NaN\n'
     )
     assert "running" not in p.fields
+    # finite samples whose sum overflows are no better than an Inf
+    p = parse('vllm:num_requests_running{engine="0"} 1e308\nvllm:num_requests_running 1e308\n')
+    assert p.fields == {} and p.problem == "non_finite"
     # a timestamp and an OpenMetrics exemplar are not mistaken for the value
     p = parse(
         "vllm:num_requests_running 4 1700000000000\n"
@@ -222,6 +225,7 @@ def test_parse_counts_bad_lines_and_drops_non_finite_fields():
                     "+Inf",
                     "-inf",
                     "1e999",
+                    "1e308",
                     "{",
                     "}",
                     " ",
