@@ -70,7 +70,7 @@ class Gateway:
         return (
             not self.draining
             and self.pipeline is not None
-            and self.fleet.any_routable(asyncio.get_running_loop().time())
+            and self.fleet.any_ready(asyncio.get_running_loop().time())
         )
 
     async def start(self) -> None:
@@ -88,8 +88,13 @@ class Gateway:
             max_connections_per_worker=cfg.upstream.max_connections_per_worker,
             max_response_bytes=cfg.upstream.max_response_bytes,
         )
+        rl = cfg.request_log
         self.request_log = RequestLog(
-            cfg.request_log.path, cfg.request_log.max_bytes, cfg.request_log.backups
+            rl.path,
+            rl.max_bytes,
+            rl.backups,
+            queue_max=rl.queue_max,
+            on_drop=lambda reason, n: self.metrics.request_log_dropped.labels(reason).inc(n),
         )
         self.traffic = TrafficHistogram(cfg.traffic.window_s, now)
         # httpx is right for the slow side: scrapes and health checks a few times a second

@@ -8,6 +8,7 @@ Environment variables override the file: `FLEETGATE_LISTEN__PORT=9000` sets
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -173,6 +174,8 @@ class RequestLog(_Section):
     path: str | None = None  # None: off; "-": stdout; else a file (rotated at max_bytes)
     max_bytes: int = Field(100 * 1024 * 1024, gt=0)
     backups: int = Field(3, ge=0)
+    # lines held in memory while the writer thread lags; beyond it entries are dropped
+    queue_max: int = Field(65_536, ge=1)
 
 
 class GatewayConfig(_Section):
@@ -206,6 +209,20 @@ class GatewayConfig(_Section):
                 if w.id in ids:
                     raise ValueError(f"pools.{pname}.workers.{i}: worker {w.id!r} appears twice")
                 ids.add(w.id)
+        # placement names the short pool: a typo would silently turn Compress-and-Route off
+        # (no pool matches, so every request goes to the long pool, uncompressed)
+        pl = self.placement
+        short = self.pools.get(pl.short_pool)
+        if short is None:
+            raise ValueError(
+                f"placement.short_pool: no pool named {pl.short_pool!r}"
+                f" (the pools are {', '.join(map(repr, self.pools))})"
+            )
+        if pl.b_short is not None and pl.b_short > short.max_model_len:
+            raise ValueError(
+                f"placement.b_short: {pl.b_short} is larger than the context of the short pool"
+                f" {pl.short_pool!r} (max_model_len {short.max_model_len})"
+            )
         return self
 
     @property
@@ -251,10 +268,18 @@ def load_config(
 
 
 def _deepcopy(data: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in data.items():
-        out[k] = _deepcopy(v) if isinstance(v, Mapping) else (list(v) if isinstance(v, list) else v)
-    return out
+    """A copy that environment overrides can change without touching the caller's data:
+    mappings become dicts and lists new lists, all the way down (a worker's dict inside a
+    pool's `workers` list included)."""
+    return {k: _copy(v) for k, v in data.items()}
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return _deepcopy(value)
+    if isinstance(value, list | tuple):
+        return [_copy(v) for v in value]
+    return copy.deepcopy(value)
 
 
 def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
@@ -288,5 +313,10 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
+            head, sep, rest = msg.partition(": ")
+            if loc == "(top level)" and sep and " " not in head:  # a check across sections
+                loc, msg = head, rest  # names its own key path
         lines.append(f"  {loc}: {msg}")
     return f"{where} is invalid:\n" + "\n".join(lines)

@@ -5,7 +5,9 @@ they cannot (WIRE_SPEC §1). Posture: a worker is routable from the start (so a 
 that starts before its workers recovers as soon as they answer), becomes unhealthy after
 `unhealthy_after` failed checks in a row and healthy again after `healthy_after` good
 ones. `fleetgate_worker_healthy` shows the result, `fleetgate_health_check_failures_total`
-the failures.
+the failures. Readiness (/readyz, /health) is stricter than routability: it needs a
+routable worker that has passed a health check (or a scrape) since start, so a gateway in
+front of a dead fleet answers 503 from its first request (`Fleet.any_ready`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class HealthChecker:
             r = await self.client.get(worker.url + "/health", timeout=self.config.timeout_s)
             ok = r.status_code == 200
         except httpx.HTTPError:
+            ok = False
+        except Exception:  # never fatal to the start-up round or the loop
+            log.exception("health check of %s failed", worker.id)
             ok = False
         was = worker.healthy
         worker.health_result(ok, self.config.unhealthy_after, self.config.healthy_after)

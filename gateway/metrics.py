@@ -25,7 +25,10 @@ from prometheus_client.registry import Collector
 from gateway.workers import Fleet
 from policies.budget import TokenBudget
 
-disable_created_metrics()  # `_created` series double the exposition and no dashboard reads them
+# `_created` series double the exposition and no dashboard reads them (prometheus_client
+# leaves this function unannotated: typed here, so that strict mypy accepts the call)
+_disable_created: Callable[[], None] = disable_created_metrics
+_disable_created()
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -244,6 +247,12 @@ class GatewayMetrics:
             "fleetgate_health_check_failures",
             "Failed active health checks.",
             ["worker"],
+            registry=r,
+        )
+        self.request_log_dropped = Counter(
+            "fleetgate_request_log_dropped",
+            "Request-log entries not written, by reason (queue_full, write_error, closed).",
+            ["reason"],
             registry=r,
         )
         self.circuit_opens = Counter(

@@ -26,7 +26,7 @@ class _Open(BaseModel):
 
 
 # stream_options (an object) only with stream: true, as vLLM requires
-_STREAM_OPTIONS_NEED_STREAM = {
+_STREAM_OPTIONS_NEED_STREAM: dict[str, Any] = {
     "if": {"properties": {"stream_options": {"type": "object"}}, "required": ["stream_options"]},
     "then": {"properties": {"stream": {"const": True}}, "required": ["stream"]},
 }

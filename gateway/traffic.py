@@ -3,9 +3,11 @@
 Every placed request adds its L_total (estimated prompt tokens + max_tokens, the figure
 placement decides on) to a histogram whose bucket bounds are the breakpoints of the
 shipped workload CDFs (64 … 65,536 tokens), so an observed CDF compares directly with
-them. Two windows rotate: the document covers the last complete window plus the current
-one, so it never describes fewer than `window_s` seconds once the gateway has run that
-long. The hot-path cost is one bisect and four additions.
+them. Two windows rotate, tiling time in steps of `window_s` from start: the document
+covers the last complete window plus the current one, so it describes between `window_s`
+and 2·`window_s` seconds once the gateway has run that long, and never traffic older than
+that (after a quiet spell both windows are empty: 0 requests, rate 0). The hot-path cost
+is one bisect and four additions.
 
 The document is `fleetgate.plan_histogram/v1` (policies/planner/live.py), served at
 GET /admin/plan/histogram and planned on at GET /admin/plan.
@@ -72,9 +74,18 @@ class TrafficHistogram:
 
     def _window(self) -> _Window:
         t = self.now()
-        if t - self._current.start >= self.window_s:
-            self._previous = self._current
-            self._current = _Window(t)
+        elapsed = t - self._current.start
+        if elapsed >= self.window_s:
+            # windows tile time from the first one's start, so a window never stretches
+            # over a quiet spell: after n ≥ 2 windows without traffic the previous window
+            # is an empty one, not the last window that saw requests
+            n = int(elapsed // self.window_s)
+            start = self._current.start + n * self.window_s
+            if n == 1:
+                self._previous = self._current
+            else:
+                self._previous = _Window(start - self.window_s)
+            self._current = _Window(start)
         return self._current
 
     def observe(self, total_tokens: int, prompt_tokens: int) -> None:

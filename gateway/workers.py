@@ -47,6 +47,9 @@ class WorkerState:
     outstanding_tokens: int = 0
     telemetry: Telemetry = field(default_factory=Telemetry)
     healthy: bool = True
+    # answered a health check or a scrape since start: until then `healthy` is only the
+    # benefit of the doubt, and readiness does not count the worker
+    proven: bool = False
     health_fails: int = 0
     health_oks: int = 0
     breaker_fails: int = 0
@@ -89,6 +92,7 @@ class WorkerState:
 
     def health_result(self, ok: bool, unhealthy_after: int, healthy_after: int) -> None:
         if ok:
+            self.proven = True
             self.health_fails = 0
             self.health_oks += 1
             if not self.healthy and self.health_oks >= healthy_after:
@@ -158,3 +162,9 @@ class Fleet:
 
     def any_routable(self, now: float) -> bool:
         return any(w.routable(now) for w in self.workers.values())
+
+    def any_ready(self, now: float) -> bool:
+        """Readiness: a routable worker that has answered a health check or a scrape since
+        start (a fleet nobody has heard from is not ready, whatever the benefit of the doubt
+        routing gives it)."""
+        return any(w.proven and w.routable(now) for w in self.workers.values())
