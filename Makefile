@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fleetgate-installed
 
-.PHONY: run test deps redis lint fmt unit e2e bench clean
+.PHONY: run test deps redis prometheus lint fmt unit e2e bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -20,6 +20,15 @@ redis:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 
+# Tests run promtool (config, rules, rule unit tests) and a real prometheus on a free port;
+# Debian's package provides both. Its service is not needed: tests start their own.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing prometheus and promtool (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq prometheus >/dev/null; }
+
 run: deps
 	$(PY) -m fleetgate demo
 
@@ -33,7 +42,7 @@ fmt: deps
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: deps redis lint
+test: deps redis prometheus lint
 	$(PY) -m pytest -q
 
 unit: deps

@@ -3,7 +3,8 @@
 Docker cannot run here, so these checks stand in for `docker compose config`: the compose
 gateway config validates, docker-compose.yml parses and mounts that config where the image's
 default command reads it, every worker URL names a compose service listening on that port,
-and Prometheus scrapes the gateway and every worker.
+and Prometheus scrapes the gateway and every worker (labelled by its pool) and loads the
+rules in deploy/prometheus/rules/.
 """
 
 import json
@@ -16,6 +17,7 @@ import yaml
 from gateway.config import load_config
 
 ROOT = Path(__file__).resolve().parents[3]
+PROM_DIR = ROOT / "deploy" / "prometheus"
 
 
 def _compose() -> dict:
@@ -82,7 +84,7 @@ def test_every_worker_is_an_emulator_service_with_the_pool_context():
 
 
 def test_prometheus_scrapes_gateway_and_every_worker():
-    prom = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    prom = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     targets = {
         t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]
     }
@@ -91,6 +93,28 @@ def test_prometheus_scrapes_gateway_and_every_worker():
     assert f"gateway:{cfg.listen.port}" in targets
     assert workers <= targets
     assert {t.split(":")[0] for t in targets} <= set(_compose()["services"])
+    # the engine recording rules sum by the scrape job's `pool`: each worker under its own pool
+    pool_of = {
+        t: sc.get("labels", {}).get("pool")
+        for job in prom["scrape_configs"]
+        if job["job_name"] == "engines"
+        for sc in job["static_configs"]
+        for t in sc["targets"]
+    }
+    for name, pool in cfg.pools.items():
+        for w in pool.workers:
+            assert pool_of[urlsplit(w.url).netloc] == name
+
+
+def test_prometheus_service_mounts_the_config_directory_and_loads_the_rules():
+    prom_service = _compose()["services"]["prometheus"]
+    assert "./deploy/prometheus:/etc/prometheus:ro" in prom_service["volumes"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prom_service["command"]
+    prom = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
+    # rule_files are relative to the config file, inside the mounted directory
+    loaded = {p for pattern in prom["rule_files"] for p in PROM_DIR.glob(pattern)}
+    assert loaded == set((PROM_DIR / "rules").glob("*.yml"))
+    assert len(loaded) >= 3
 
 
 def test_commented_vllm_profile_is_valid_yaml_once_uncommented():

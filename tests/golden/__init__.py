@@ -1,0 +1,111 @@
+"""The golden list of the gateway's metrics (tests/golden/gateway_metrics.txt).
+
+One line per sample name the gateway's /metrics exposes: the name, its family's type and its
+label names (`-` for none). Alerts, recording rules and dashboards depend on these names, so a
+rename breaks a test here first: tests/unit/gateway/test_metrics_golden.py compares the golden
+list with the metrics built in-process (every labelled series touched), tests/e2e/
+test_prometheus.py with a live gateway's /metrics, and tests/unit/gateway/
+test_prometheus_rules.py checks every metric name the rules use against it.
+
+After an intended change, regenerate it and update deploy/prometheus/rules, the dashboards
+and README.md's Metrics table:
+
+    python -m tests.golden > tests/golden/gateway_metrics.txt
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.parser import text_string_to_metric_families
+
+GOLDEN = Path(__file__).with_name("gateway_metrics.txt")
+
+HEADER = """\
+# The gateway's /metrics: sample name, family type, label names (- for none).
+# Regenerate after an intended change: python -m tests.golden > tests/golden/gateway_metrics.txt
+# (then update deploy/prometheus/rules, the dashboards and README.md's Metrics table).
+"""
+
+# sample name -> (family type, label names)
+Catalogue = dict[str, tuple[str, frozenset[str]]]
+
+
+def parse_exposition(text: str) -> Catalogue:
+    """Every sample name of a Prometheus text exposition, with its family type and labels.
+
+    A family without samples (a labelled counter nothing has touched yet) contributes no
+    sample names; `families` lists those too."""
+    out: Catalogue = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            entry = (fam.type, frozenset(s.labels))
+            if out.setdefault(s.name, entry) != entry:
+                raise ValueError(f"{s.name}: label sets {out[s.name]} and {entry} both exposed")
+    return out
+
+
+def families(text: str) -> dict[str, str]:
+    """Family name -> type, whether or not the family has samples."""
+    return {fam.name: fam.type for fam in text_string_to_metric_families(text)}
+
+
+def family_of(sample: str, kind: str) -> str:
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "summary": ("_sum", "_count"),
+    }.get(kind, ())
+    for suffix in suffixes:
+        if sample.endswith(suffix):
+            return sample[: -len(suffix)]
+    return sample
+
+
+def format_catalogue(cat: Catalogue) -> str:
+    lines = [
+        f"{name} {kind} {','.join(sorted(labels)) or '-'}"
+        for name, (kind, labels) in sorted(cat.items())
+    ]
+    return HEADER + "\n".join(lines) + "\n"
+
+
+def read_golden(path: Path = GOLDEN) -> Catalogue:
+    out: Catalogue = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, kind, labels = line.split()
+        out[name] = (kind, frozenset() if labels == "-" else frozenset(labels.split(",")))
+    return out
+
+
+def in_process_exposition() -> str:
+    """The gateway's metrics built in-process, every labelled series touched once."""
+    from gateway.config import load_config
+    from gateway.metrics import GatewayMetrics
+    from gateway.workers import Fleet
+    from policies.budget import TokenBudget
+
+    def pool(url: str, max_model_len: int) -> dict[str, object]:
+        return {"max_model_len": max_model_len, "models": ["m"], "workers": [{"url": url}]}
+
+    cfg = load_config(
+        data={
+            "pools": {
+                "short": pool("http://127.0.0.1:9/", 8192),
+                "long": pool("http://127.0.0.1:10/", 65536),
+            }
+        },
+        environ={},
+    )
+    metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
+    metrics.watch_budget(TokenBudget())
+    for m in vars(metrics).values():
+        if isinstance(m, MetricWrapperBase):
+            names = m._labelnames  # prometheus_client keeps them private
+            if names:
+                m.labels(*["x"] * len(names))
+    return metrics.render().decode()
