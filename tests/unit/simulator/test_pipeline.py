@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import pytest
 
 from policies.routing import eligible, make_router
-from policies.types import Outcome, RequestInfo, Status, WorkerView
+from policies.types import Category, Outcome, RequestInfo, Status, WorkerView
 from simulator.run import run
 from simulator.workloads import RequestSpec
 
@@ -162,3 +162,44 @@ def test_scrape_interval_refreshes_between_decisions() -> None:
     lagging = sum(r + q != f for views in spy.seen for r, q, f in views)
     assert lagging > 0  # between scrapes the engine's figure trails ours
     assert any(r > 0 for views in spy.seen for r, _, _ in views)  # but scrapes do land
+
+
+def test_compress_and_route_runs_in_the_simulator_with_the_gateways_intake() -> None:
+    """The band B_short < L_total ≤ γ·B_short is compressed onto the short pool; code never
+    compresses and goes long; beyond the band goes long."""
+    pools = [
+        {"name": "short", "workers": 2, "max_model_len": 4096},
+        {"name": "long", "workers": 1, "max_model_len": 16384},
+    ]
+    placement = {"policy": "compress_and_route", "short_pool": "short", "b_short": 4096,
+                 "gamma": 2.0}  # fmt: skip
+    specs = [
+        _spec(0, 0.1, 1000, 100),  # short
+        _spec(1, 0.2, 6000, 100),  # band, compressible (chat)
+        _spec(2, 0.3, 7000, 100),  # band, but code: long, uncompressed
+        _spec(3, 0.4, 10000, 100),  # beyond the band: long
+    ]
+    sc = small(
+        pools=pools,
+        policy={
+            "placement": placement,
+            "compression": {"shortenable": {"chat": {"mean": 0.5, "sd": 0.0}}},
+        },
+    )
+    lowered = [s if s.id != "q2" else _with(s, category=Category.CODE) for s in specs]
+    res = run(sc, specs=lowered)
+    got = {r.id: (r.status, r.pool, r.compressed_to is not None) for r in res.records}
+    assert got == {
+        "q0": ("ok", "short", False),
+        "q1": ("ok", "short", True),
+        "q2": ("ok", "long", False),  # code: never compressed
+        "q3": ("ok", "long", False),
+    }
+    q1 = next(r for r in res.records if r.id == "q1")
+    assert q1.compressed_to <= 4096 - 100  # T_c = B_short − max_tokens
+
+
+def _with(spec: RequestSpec, **changes: object) -> RequestSpec:
+    from dataclasses import replace
+
+    return replace(spec, **changes)
