@@ -32,26 +32,46 @@ class ParsedRequest:
     prompt_bytes: int  # UTF-8 bytes of the prompt text (messages' text content)
     n_messages: int
     prompt_token_ids: int  # completions given as token ids: their exact count
+    prompt_ascii: bool = True  # every character of the prompt text is ASCII
 
 
 def _text_bytes(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
 
 
-def _content_bytes(content: Any, where: str) -> int:
+class _Text:
+    """UTF-8 bytes of the prompt's text, and whether all of it is ASCII (str.isascii() is
+    O(1) in CPython): non-ASCII text can pack fewer bytes into a token than any bound
+    the budget's fast path assumes for ASCII."""
+
+    __slots__ = ("ascii", "bytes")
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.ascii = True
+
+    def add(self, s: str) -> None:
+        if s.isascii():
+            self.bytes += len(s)
+        else:
+            self.ascii = False
+            self.bytes += len(s.encode("utf-8", "surrogatepass"))
+
+
+def _content_bytes(content: Any, where: str, text: _Text) -> None:
     if content is None:
-        return 0
+        return
     if isinstance(content, str):
-        return _text_bytes(content)
+        text.add(content)
+        return
     if isinstance(content, list):
-        total = 0
         for part in content:
             if not isinstance(part, dict):
                 raise InvalidRequest(f"{where} parts must be objects", param=where)
-            text = part.get("text")
-            if isinstance(text, str):
-                total += _text_bytes(text)
-        return total
+            value = part.get("text")
+            if isinstance(value, str):
+                text.add(value)
+        return
     raise InvalidRequest(f"{where} must be a string, a list of content parts or null", param=where)
 
 
@@ -123,6 +143,7 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
         if mct is not None:
             max_tokens = mct
 
+    text = _Text()
     prompt_bytes = 0
     n_messages = 0
     token_ids = 0
@@ -140,8 +161,9 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
                 raise InvalidRequest(
                     f"messages[{i}].role must be a non-empty string", param=f"messages[{i}].role"
                 )
-            prompt_bytes += _content_bytes(m.get("content"), f"messages[{i}].content")
+            _content_bytes(m.get("content"), f"messages[{i}].content", text)
         n_messages = len(messages)
+        prompt_bytes = text.bytes
     else:
         prompt = body.get("prompt")
         if prompt is None:
@@ -149,10 +171,12 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
         if isinstance(prompt, str):
             if not prompt:
                 raise InvalidRequest("'prompt' must not be empty", param="prompt")
-            prompt_bytes = _text_bytes(prompt)
+            text.add(prompt)
+            prompt_bytes = text.bytes
         elif isinstance(prompt, list) and prompt:
             if all(isinstance(p, str) for p in prompt):
                 prompt_bytes = max(_text_bytes(p) for p in prompt)
+                text.ascii = all(p.isascii() for p in prompt)
             elif _token_ids(prompt):
                 token_ids = len(prompt)
             elif all(isinstance(p, list) and p and _token_ids(p) for p in prompt):
@@ -165,5 +189,14 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
         else:
             raise InvalidRequest("'prompt' must be a non-empty string or list", param="prompt")
     return ParsedRequest(
-        endpoint, body, model, stream, wants_usage, max_tokens, prompt_bytes, n_messages, token_ids
+        endpoint,
+        body,
+        model,
+        stream,
+        wants_usage,
+        max_tokens,
+        prompt_bytes,
+        n_messages,
+        token_ids,
+        text.ascii,
     )

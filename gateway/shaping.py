@@ -98,6 +98,7 @@ class Shaper:
             parsed.prompt_token_ids,
             parsed.body["messages"] if chat else None,
             None if chat else parsed.body["prompt"],
+            ascii=parsed.prompt_ascii,
         )
         taken = self.intake.take(prompt, rid, now, specs, healthy)
         if isinstance(taken, Refusal):

@@ -52,6 +52,7 @@ class Prompt:
     messages: list[dict[str, Any]] | None = None  # the text, where there is text
     prompt: str | list[str] | None = None
     category: Category | None = None  # known already (a workload), else classified
+    ascii: bool = True  # all of the text is ASCII (else the fast path has no useful bound)
     # the prompt's exact token count, when known (the simulator's workload with
     # `budget: exact`): used instead of the byte estimate, and ĉ_k learns nothing from it
     exact_tokens: int | None = None
@@ -93,8 +94,9 @@ class Intake:
     placer: CompressAndRoute | ShortLongPlacement
     budget: TokenBudget
     classify: Classifier | None = None  # None: unknown categories count as chat/prose
-    # No cl100k text seen in the wild packs fewer than ~3 bytes per token outside CJK and
-    # base64-like data; below this ratio the estimate is an upper bound for the fast path.
+    # ASCII text seen in the wild packs no fewer than ~3 bytes into a cl100k token, so
+    # bytes / 3 bounds its tokens for the fast path. Non-ASCII text packs far fewer
+    # (Chinese ~2.5, emoji ~1.5 bytes per token): there only bytes / 1 is a bound.
     floor_bytes_per_token: float = 3.0
     _fast_limit: float = field(init=False, default=0.0)
 
@@ -122,7 +124,8 @@ class Intake:
         else:
             category = prompt.category  # type: ignore[assignment]
             if category is None:
-                upper = math.ceil(size.content_bytes / self.floor_bytes_per_token) + max_tokens + 16
+                floor = self.floor_bytes_per_token if prompt.ascii else 1.0
+                upper = math.ceil(size.content_bytes / floor) + max_tokens + 16
                 if upper <= self._fast_limit or self.classify is None:
                     category = Category.CHAT if prompt.endpoint == CHAT else Category.PROSE
                 else:

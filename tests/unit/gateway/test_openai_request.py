@@ -76,3 +76,11 @@ def test_completions_prompt_forms():
     ):
         with pytest.raises(InvalidRequest, match="prompt"):
             parse(bad, COMPLETIONS)
+
+
+def test_prompt_text_ascii_flag():
+    assert parse(b'{"model":"m","messages":[{"role":"user","content":"hello"}]}', CHAT).prompt_ascii
+    zh = '{"model":"m","messages":[{"role":"user","content":"你好"}]}'.encode()
+    p = parse(zh, CHAT)
+    assert not p.prompt_ascii and p.prompt_bytes == 6
+    assert not parse('{"model":"m","prompt":["a","é"]}'.encode(), "completions").prompt_ascii

@@ -80,3 +80,17 @@ def test_learning_only_from_requests_whose_category_is_known():
         i.learn(known, 6000)  # the engine counted twice the tokens the prior said
     after = i.budget.estimate(ChatSize(12000, 1), Category.PROSE, 0).prompt_tokens
     assert after > 1.5 * before
+
+
+def test_non_ascii_text_never_takes_the_fast_path_on_an_ascii_bound():
+    """Was: bytes / 3 was taken as a bound on tokens for every text, so a 20 KB Chinese
+    chat (≈ 8K cl100k tokens at ~2.5 bytes per token) skipped the classifier and went to
+    the short pool on an estimate."""
+    seen = []
+    i = intake(classify=lambda p: seen.append(p) or Category.PROSE)
+    chinese = Prompt(CHAT, "m", ChatSize(20_000, 1), 256, ascii=False)
+    i.take(chinese, "zh", 0.0, POOLS)
+    assert seen, "20 KB of non-ASCII text must be classified and estimated, not fast-pathed"
+    seen.clear()
+    i.take(Prompt(CHAT, "m", ChatSize(20_000, 1), 256), "en", 0.0, POOLS)
+    assert not seen  # the same bytes of ASCII: provably short, fast path
