@@ -7,7 +7,8 @@ plain ASGI; with one it gets three things plain ASGI cannot give cheaply:
   (plain ASGI says so only through `receive()`, which costs a watcher task per request);
 - **backpressure seen beforehand**: `write_paused` says the next write will wait for the
   client, so the relay pauses the engine's idle timer only then;
-- **one write per answer**: `respond` writes the status line, headers and body in one
+- **one write per answer** (when no middleware wraps the app): `respond` writes the status
+  line, headers and body in one
   transport write, and a stream's chunks are framed here, where uvicorn's ASGI `send`
   writes head and body separately and re-validates every header with two regexes. The
   fast path's headers need no validation: fixed names, values it made itself (request
@@ -71,13 +72,15 @@ class ClientLink:
         return self._protocol.flow.write_paused
 
     # --- writing ------------------------------------------------------------------------
-    @property
-    def direct(self) -> bool:
-        """Whether answers may bypass uvicorn's ASGI send (not with its access log on, which
-        that send writes; not for HTTP/1.0, whose streams uvicorn frames its own way)."""
+    def direct(self, send: object) -> bool:
+        """Whether answers may bypass uvicorn's ASGI send: only when the app was handed that
+        send itself — a middleware wrapping the gateway (CORS, the user's own) wraps send
+        and must see every message; not with uvicorn's access log on, which that send
+        writes; not for HTTP/1.0, whose streams uvicorn frames its own way."""
         cycle = self._cycle
         return (
             cycle is not None
+            and send == cycle.send
             and not cycle.access_log
             and cycle.scope["http_version"] == "1.1"
             and not cycle.response_started

@@ -25,7 +25,7 @@ class Responder:
 
     def __init__(self, send: Send, link: ClientLink | None = None) -> None:
         self._send = send
-        self._link = link if link is not None and link.direct else None
+        self._link = link if link is not None and link.direct(send) else None
         self.started = False
         self.finished = False
         self.status = 0

@@ -137,3 +137,26 @@ def test_json_logs(emu, fresh_procs):
         obj = json.loads(line)
         assert {"ts", "level", "logger", "message"} <= set(obj), line
     assert any(json.loads(ln)["logger"].startswith("uvicorn") for ln in lines)
+
+
+def test_cors_from_configuration(emu, fresh_procs):
+    _, e = emu
+    origin = "https://app.example"
+    cfg = gateway_config([e.url], [], cors={"allow_origins": [origin]})
+    g = serve(fresh_procs, "cors", cfg)
+    pre = httpx.options(
+        g.url + "/v1/chat/completions",
+        headers={
+            "origin": origin,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type, authorization",
+        },
+    )
+    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == origin
+    r = httpx.post(g.url + "/v1/chat/completions", json=CHAT, headers={"origin": origin})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == origin
+    assert "x-fleetgate-pool" in r.headers["access-control-expose-headers"]
+    other = httpx.post(
+        g.url + "/v1/chat/completions", json=CHAT, headers={"origin": "https://evil.example"}
+    )
+    assert "access-control-allow-origin" not in other.headers
