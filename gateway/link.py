@@ -7,10 +7,10 @@ plain ASGI; with one it gets three things plain ASGI cannot give cheaply:
   (plain ASGI says so only through `receive()`, which costs a watcher task per request);
 - **backpressure seen beforehand**: `write_paused` says the next write will wait for the
   client, so the relay pauses the engine's idle timer only then;
-- **one write per answer** (when no middleware wraps the app): `respond` writes the status
-  line, headers and body in one
-  transport write, and a stream's chunks are framed here, where uvicorn's ASGI `send`
-  writes head and body separately and re-validates every header with two regexes. The
+- **one write per answer** (when no middleware wraps the app's `send`): `respond` writes
+  the status line, headers and body in one transport write, and a stream's chunks are
+  framed here, where uvicorn's ASGI `send` writes head and body separately and
+  re-validates every header with two regexes. The
   fast path's headers need no validation: fixed names, values it made itself (request
   ids are printable ASCII, pool and worker names are checked at start) or that llhttp
   parsed from the engine (no CR or LF can be in them).
