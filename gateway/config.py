@@ -86,6 +86,7 @@ class Worker(_Section):
     engine: Literal["vllm", "sglang"] = "vllm"
     name: str | None = None  # defaults to host:port
     max_model_len: int | None = Field(None, gt=0)  # defaults to the pool's
+    max_num_seqs: int | None = Field(None, ge=1)  # defaults to the pool's
     api_key: str | None = None  # sent upstream as a bearer token
 
     @field_validator("url")
@@ -102,6 +103,9 @@ class Worker(_Section):
 
 class Pool(_Section):
     max_model_len: int = Field(gt=0)
+    # requests a worker takes at once (the engine's --max-num-seqs); beyond it a request
+    # waits in the gateway for room (`dispatch`); None: no limit, the engine queues
+    max_num_seqs: int | None = Field(None, ge=1)
     models: list[str] = Field(min_length=1)
     workers: list[Worker] = Field(min_length=1)
 
@@ -118,6 +122,13 @@ class Placement(_Section):
     verify_margin: float = Field(0.05, ge=0.0, lt=1.0)
     # threads that count and compress borderline prompts off the event loop; 0: inline
     compress_workers: int = Field(1, ge=0, le=64)
+
+
+class Dispatch(_Section):
+    """Requests that find every worker of their pools at max_num_seqs wait here (FIFO)."""
+
+    max_waiting: int = Field(1024, ge=0)  # beyond this: 429 at once
+    timeout_s: float = Field(30.0, gt=0)  # longer than this without room: 503 queue_timeout
 
 
 class Budget(_Section):
@@ -183,6 +194,7 @@ class GatewayConfig(_Section):
     auth: Auth = Field(default_factory=Auth)
     pools: dict[str, Pool] = Field(min_length=1)
     placement: Placement = Field(default_factory=Placement)
+    dispatch: Dispatch = Field(default_factory=Dispatch)
     budget: Budget = Field(default_factory=Budget)
     routing: Routing = Field(default_factory=Routing)
     telemetry: Telemetry = Field(default_factory=Telemetry)

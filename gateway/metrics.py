@@ -237,6 +237,17 @@ class GatewayMetrics:
             ["pool"],
             registry=r,
         )
+        self.queue_waits = Counter(
+            "fleetgate_dispatch_waits",
+            "Requests that found every worker of their pools at capacity and waited for room.",
+            registry=r,
+        )
+        self.queue_wait_seconds = Histogram(
+            "fleetgate_dispatch_wait_seconds",
+            "How long a request waited for a worker with room.",
+            buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
         self.scrape_errors = Counter(
             "fleetgate_telemetry_scrape_errors",
             "Failed /metrics scrapes, by reason.",

@@ -13,9 +13,11 @@ engine aborts the request).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import time
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
@@ -27,6 +29,7 @@ from gateway.errors import (
     AuthenticationFailed,
     BadGateway,
     GatewayError,
+    RateLimited,
     ServiceUnavailable,
     UpstreamTimeout,
     sse_error_frame,
@@ -42,6 +45,7 @@ from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
 from gateway.workers import Fleet, WorkerState
 from policies.budget import BudgetConfig, TokenBudget
+from policies.dispatch import FifoDispatcher
 from policies.leases import WorkerSlot
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import make_router
@@ -132,6 +136,7 @@ class Pipeline:
         self.expose_worker = config.expose.worker_header
         self.expose_detail = config.expose.upstream_detail
         self.write_timeout = config.limits.client_write_timeout_s
+        self.dispatcher = FifoDispatcher(config.dispatch.max_waiting, config.dispatch.timeout_s)
         self.fleet = fleet
         self.client = client
         self.metrics = metrics
@@ -245,16 +250,21 @@ class Pipeline:
         headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % rid.encode("latin-1")
         tried: set[str] = set()
         last_error: UpstreamError | None = None
+        if len(self.dispatcher) and any(self.dispatcher.waiting(p) for p in pools):
+            await self._wait_for_room(rid, pools, att)  # first come, first served
         while True:
             worker = self._route(info, pools, tried, att)
             if worker is None:
                 if last_error is not None:
                     raise self._map(last_error)
-                raise self._no_worker(pools)
+                if not self._any_routable(pools, tried):
+                    raise self._no_worker(pools)
+                await self._wait_for_room(rid, pools, att)  # every such worker is full
+                continue
             att.worker = worker.id
             self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
             # the worker's slot is held for this attempt only: a retry releases it first
-            with WorkerSlot(worker, info.total_tokens):
+            with WorkerSlot(worker, info.total_tokens), self._room_freed(worker.pool):
                 try:
                     up = await self.client.request(
                         worker.endpoint, b"POST", path, headers + worker.extra_headers, body
@@ -308,6 +318,52 @@ class Pipeline:
                 att.pool = pool
                 return self.fleet.workers[view.id]
         return None
+
+    def _any_routable(self, pools: tuple[str, ...], tried: set[str]) -> bool:
+        now = self.loop.time()
+        return any(
+            w.routable(now) and w.id not in tried for p in pools for w in self.fleet.pools[p]
+        )
+
+    async def _wait_for_room(self, rid: str, pools: tuple[str, ...], att: _Attempt) -> None:
+        """Step 6: wait (FIFO) until a slot frees in one of `pools`, or refuse."""
+        now = self.loop.time()
+        waiter = self.dispatcher.wait(rid, pools, now)
+        if waiter is None:
+            raise RateLimited(
+                "every worker is at capacity and the wait queue is full; retry shortly",
+                code="queue_full",
+                retry_after=1,
+            )
+        woken = waiter.token = self.loop.create_future()
+        self.metrics.queue_waits.inc()
+        try:
+            await asyncio.wait_for(asyncio.shield(woken), waiter.deadline - now)
+        except TimeoutError:
+            if not (woken.done() and not woken.cancelled()):
+                self.dispatcher.cancel(waiter)
+                att.error = "queue_timeout"
+                raise ServiceUnavailable(
+                    f"no worker of pool(s) {', '.join(pools)} had room within "
+                    f"{self.config.dispatch.timeout_s:g} s (dispatch.timeout_s)",
+                    code="queue_timeout",
+                    retry_after=self.config.dispatch.timeout_s,
+                ) from None
+        finally:
+            self.dispatcher.cancel(waiter)  # a no-op once woken or expired
+            self.metrics.queue_wait_seconds.observe(self.loop.time() - now)
+
+    @contextlib.contextmanager
+    def _room_freed(self, pool: str) -> Iterator[None]:
+        """When a request leaves a worker of `pool`, the first waiter for it is woken."""
+        try:
+            yield
+        finally:
+            if len(self.dispatcher):
+                waiter = self.dispatcher.wake(pool)
+                woken = None if waiter is None else waiter.token
+                if isinstance(woken, asyncio.Future) and not woken.done():
+                    woken.set_result(None)
 
     def _no_worker(self, pools: tuple[str, ...]) -> ServiceUnavailable:
         now = self.loop.time()

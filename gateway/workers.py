@@ -45,6 +45,7 @@ class WorkerState:
     id_header: bytes = b""
     in_flight: int = 0
     outstanding_tokens: int = 0
+    capacity: int | None = None  # max_num_seqs from configuration; None: unbounded
     telemetry: Telemetry = field(default_factory=Telemetry)
     healthy: bool = True
     # answered a health check or a scrape since start: until then `healthy` is only the
@@ -75,6 +76,7 @@ class WorkerState:
             prefix_hit_rate=t.prefix_hit_rate,
             in_flight=self.in_flight,
             outstanding_tokens=self.outstanding_tokens,
+            capacity=self.capacity,
         )
 
     # breaker bookkeeping, called on every request outcome
@@ -130,6 +132,7 @@ class Fleet:
                     extra_headers=headers,
                     pool_header=pname.encode(),
                     id_header=w.id.encode(),
+                    capacity=w.max_num_seqs or pool.max_num_seqs,
                 )
                 states.append(state)
                 self.workers[state.id] = state

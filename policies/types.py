@@ -65,6 +65,11 @@ class WorkerView:
     prefix_hit_rate: float = 0.0
     in_flight: int = 0
     outstanding_tokens: int = 0
+    capacity: int | None = None  # requests it takes at once (max_num_seqs); None: unbounded
+
+    @property
+    def has_room(self) -> bool:
+        return self.capacity is None or self.in_flight < self.capacity
 
     @property
     def load(self) -> int:

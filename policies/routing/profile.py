@@ -8,7 +8,9 @@ than repeated inside each router:
 - `healthy`: a worker that failed health checks or whose circuit is open is never chosen;
 - `fresh_unless_all_stale`: a worker whose telemetry is older than the bound counts as
   saturated — chosen only when every healthy worker is stale, so a scrape outage degrades
-  to blind balancing instead of refusing traffic.
+  to blind balancing instead of refusing traffic;
+- `has_room`: a worker at its capacity (max_num_seqs) is not chosen; when none has room
+  the request waits in the dispatcher (policies/dispatch.py).
 Later filters (per-worker capacity, prefill/decode roles) and scorers (queue depth, KV
 pressure, prefix affinity, predicted tail latency) plug in the same way. A `Profile` is a
 `Router`: configuration still picks routers by name (policies/routing/__init__.py).
@@ -36,7 +38,12 @@ def fresh_unless_all_stale(request: RequestInfo, workers: list[WorkerView]) -> l
     return fresh or workers
 
 
-DEFAULT_FILTERS: tuple[Filter, ...] = (healthy, fresh_unless_all_stale)
+def has_room(request: RequestInfo, workers: list[WorkerView]) -> list[WorkerView]:
+    """Workers below their capacity (policies/dispatch.py: the rest wait for room)."""
+    return [w for w in workers if w.has_room]
+
+
+DEFAULT_FILTERS: tuple[Filter, ...] = (healthy, fresh_unless_all_stale, has_room)
 
 
 class Scorer(Protocol):

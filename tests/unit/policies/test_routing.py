@@ -11,6 +11,7 @@ from policies.routing.profile import (
     Profile,
     TwoChoices,
     fresh_unless_all_stale,
+    has_room,
     healthy,
 )
 from policies.types import RequestInfo, WorkerView
@@ -84,7 +85,7 @@ def test_eligible_posture():
 
 # --- one conformance suite per extension point of a profile ------------------------------
 
-FILTERS = [healthy, fresh_unless_all_stale]
+FILTERS = [healthy, fresh_unless_all_stale, has_room]
 PICKERS = [LowestScore, InTurn, TwoChoices]
 SCORERS = [Load]
 MIXED = [w(0, healthy=False), w(1, stale=True), w(2, running=3), w(3, waiting=1), w(4)]

@@ -1,0 +1,111 @@
+"""Step 6: a request that finds no worker with room waits in the gateway, first come first
+served, until a completion frees a slot in one of its pools or its deadline passes.
+
+Why in the gateway: a worker's engine would queue the request itself, but then it is
+committed to that worker; waiting here keeps the choice open until a slot frees anywhere
+in the pool, and gives the queue an order the gateway controls (the fair, size-aware
+QUARTZ queue replaces this FIFO behind the same `Dispatcher` protocol).
+
+A worker's room is its capacity (`WorkerView.capacity`: the engine's `max_num_seqs` from
+configuration, None = unbounded) less the gateway's own in-flight count; routing's
+`has_room` filter keeps only workers with room. The driver asks `wait` when routing
+found no worker *with room* while some are healthy (none healthy is still a 503), then
+calls `wake(pool)` whenever a slot in `pool` is released and `expire(now)` as time
+passes; `cancel` removes a waiter whose client left. Each waiter leaves the queue exactly
+once: woken, expired or cancelled.
+
+Failure posture: a full queue (`max_waiting`) refuses at once (the driver answers 429
+with Retry-After); a waiter past `timeout_s` is expired (503 `queue_timeout`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(slots=True, eq=False)
+class Waiter:
+    """One request waiting for room in any of `pools` (in preference order)."""
+
+    key: str
+    pools: tuple[str, ...]
+    since: float
+    deadline: float
+    done: bool = False  # woken, expired or cancelled: out of the queue
+    token: object = None  # the driver's handle (the gateway: a future to resolve)
+
+
+class Dispatcher(Protocol):
+    def wait(self, key: str, pools: tuple[str, ...], now: float) -> Waiter | None:
+        """Queue a request; None when the queue is full."""
+        ...
+
+    def wake(self, pool: str) -> Waiter | None:
+        """The waiter that takes the slot just freed in `pool`, if any."""
+        ...
+
+    def expire(self, now: float) -> list[Waiter]:
+        """Waiters whose deadline has passed, removed from the queue."""
+        ...
+
+    def cancel(self, waiter: Waiter) -> None: ...
+
+    def waiting(self, pool: str) -> int:
+        """Requests queued that could use `pool` (a newcomer for it queues behind them)."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
+@dataclass(slots=True)
+class FifoDispatcher:
+    max_waiting: int = 1024  # beyond this a request is refused at once (429)
+    timeout_s: float = 30.0  # a request waits at most this long for room (then 503)
+    _queue: deque[Waiter] = field(default_factory=deque)
+    _live: int = 0
+
+    def wait(self, key: str, pools: tuple[str, ...], now: float) -> Waiter | None:
+        if self._live >= self.max_waiting:
+            return None
+        waiter = Waiter(key, pools, now, now + self.timeout_s)
+        self._queue.append(waiter)
+        self._live += 1
+        return waiter
+
+    def wake(self, pool: str) -> Waiter | None:
+        queue = self._queue
+        while queue and queue[0].done:  # cancelled or expired ones left at the head
+            queue.popleft()
+        for waiter in queue:
+            if not waiter.done and pool in waiter.pools:
+                self._leave(waiter)
+                return waiter
+        return None
+
+    def expire(self, now: float) -> list[Waiter]:
+        gone = [w for w in self._queue if not w.done and w.deadline <= now]
+        for waiter in gone:
+            self._leave(waiter)
+        return gone
+
+    def cancel(self, waiter: Waiter) -> None:
+        if not waiter.done:
+            self._leave(waiter)
+
+    def waiting(self, pool: str) -> int:
+        if not self._live:
+            return 0
+        return sum(1 for w in self._queue if not w.done and pool in w.pools)
+
+    def _leave(self, waiter: Waiter) -> None:
+        waiter.done = True
+        self._live -= 1
+        if self._queue and self._queue[0] is waiter:
+            self._queue.popleft()
+        elif len(self._queue) > 4 * max(self._live, 16):
+            self._queue = deque(w for w in self._queue if not w.done)
+
+    def __len__(self) -> int:
+        return self._live

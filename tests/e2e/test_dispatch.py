@@ -1,0 +1,68 @@
+"""Step 6 in the gateway: a request that finds every worker at `max_num_seqs` waits for
+room first come first served, is refused at once when the wait queue is full, and gets
+503 `queue_timeout` after `dispatch.timeout_s`."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import httpx
+import pytest
+
+from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway
+
+pytestmark = pytest.mark.e2e
+
+
+def stream(url: str, tokens: int) -> httpx.Response:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    return httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+
+
+def test_requests_wait_for_room_and_the_engine_never_sees_more(fresh_procs):
+    emu = emulator(fresh_procs, "cap-emu", 8192, "--time-scale", "0.2").wait_ready()
+    cfg = gateway_config([emu.url], [])
+    cfg["pools"]["short"]["max_num_seqs"] = 2
+    gw = start_gateway(fresh_procs, cfg)
+    peak = [0.0]
+    done = threading.Event()
+
+    def watch() -> None:  # the engine's own view of how many it runs at once
+        while not done.is_set():
+            running = metric(httpx.get(emu.url + "/metrics").text, "vllm:num_requests_running")
+            peak[0] = max(peak[0], running)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: stream(gw.url, 60), range(8)))
+    done.set()
+    watcher.join(10)
+    assert [a.status_code for a in answers] == [200] * 8
+    assert all(a.text.rstrip().endswith("data: [DONE]") for a in answers)
+    text = httpx.get(gw.url + "/metrics").text
+    assert metric(text, "fleetgate_dispatch_waits_total") >= 6  # 8 requests, 2 slots
+    assert 1 <= peak[0] <= 2
+
+
+def test_full_queue_is_429_and_a_long_wait_is_503(fresh_procs):
+    emu = emulator(fresh_procs, "cap-emu2", 8192, "--time-scale", "0.5").wait_ready()
+    cfg = gateway_config([emu.url], [], dispatch={"max_waiting": 1, "timeout_s": 0.5})
+    cfg["pools"]["short"]["max_num_seqs"] = 1
+    gw = start_gateway(fresh_procs, cfg)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: stream(gw.url, 200), range(3)))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200, 429, 503], statuses
+    by_status = {a.status_code: a for a in answers}
+    assert by_status[429].json()["error"]["code"] == "queue_full"
+    assert by_status[429].headers["retry-after"] == "1"
+    assert by_status[503].json()["error"]["code"] == "queue_timeout"
+    assert "retry-after" in by_status[503].headers
