@@ -40,6 +40,7 @@ from typing import Protocol
 
 from emulator.engine import EngineRequest, FinishedRequest
 from policies.budget import ChatSize
+from policies.dispatch import FifoDispatcher, Waiter
 from policies.intake import CHAT, Intake, Intaken, Prompt, Refusal
 from policies.leases import WorkerSlot
 from policies.routing import Router
@@ -77,6 +78,7 @@ class Gateway:
         hooks: Sequence[Hook] = (),
         scrape_interval: float = 0.0,
         compression: CompressionModel | None = None,
+        dispatcher: FifoDispatcher | None = None,
         bytes_per_token: Mapping[Category, float] | None = None,
     ) -> None:
         self.kernel = kernel
@@ -84,6 +86,10 @@ class Gateway:
         self.pool_specs = tuple(pool_specs)
         self.intake = intake
         self.compression = compression or CompressionModel()
+        # (an empty dispatcher is falsy: it has a length)
+        self.dispatcher = (
+            dispatcher if dispatcher is not None else FifoDispatcher(1_000_000, 3600.0)
+        )
         # None: the budget is exact; else a prompt's bytes per token, by category
         self.bytes_per_token = bytes_per_token
         self.routers = dict(routers)
@@ -93,6 +99,7 @@ class Gateway:
         self._live: dict[str, tuple[Intaken, RequestRecord, WorkerSlot]] = {}
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
+        self._waiting = 0  # requests queued for room (they keep the run alive)
         self._views: dict[str, list[WorkerView]] = {}
 
     def bind(self) -> None:
@@ -157,12 +164,50 @@ class Gateway:
                 return
             if taken.compressed is not None:
                 record.compressed_to = taken.compressed[1]
+        d = self.dispatcher
+        if len(d) and any(d.waiting(p) for p in taken.pools):
+            self._wait(taken, record, spec)  # first come, first served
+        elif not self._route(taken, record, spec):
+            if any(w.view.healthy for p in taken.pools for w in self.cluster.pools[p]):
+                self._wait(taken, record, spec)  # every healthy worker is at capacity
+            else:
+                record.status = "rejected_503"
+
+    def _route(self, taken: Intaken, record: RequestRecord, spec: RequestSpec) -> bool:
         for pool in taken.pools:
-            chosen = self.routers[pool].choose(info, self.candidates(pool))
+            chosen = self.routers[pool].choose(taken.info, self.candidates(pool))
             if chosen is not None:
                 self.dispatch(taken, record, spec, self.cluster.workers[chosen.id])
-                return
-        record.status = "rejected_503"
+                return True
+        return False
+
+    # -- step 6: waiting for room (policies/dispatch.py) ------------------------------
+    def _wait(self, taken: Intaken, record: RequestRecord, spec: RequestSpec) -> None:
+        now = self.kernel.now()
+        waiter = self.dispatcher.wait(spec.id, taken.pools, now)
+        if waiter is None:
+            record.status = "rejected_429"
+            return
+        waiter.token = (taken, record, spec)
+        self._waiting += 1
+        self.kernel.at(waiter.deadline, PRIO_TIMER, self._expire, waiter)
+
+    def _expire(self, waiter: Waiter) -> None:
+        if not waiter.done:
+            self.dispatcher.cancel(waiter)
+            self._waiting -= 1
+            _, record, _ = waiter.token  # type: ignore[misc]
+            record.status = "queue_timeout"
+
+    def _room_freed(self, pool: str) -> None:
+        if not len(self.dispatcher):
+            return
+        waiter = self.dispatcher.wake(pool)
+        if waiter is not None:
+            self._waiting -= 1
+            taken, record, spec = waiter.token  # type: ignore[misc]
+            if not self._route(taken, record, spec):
+                self._wait(taken, record, spec)  # the room went elsewhere: wait again
 
     def dispatch(
         self, taken: Intaken, record: RequestRecord, spec: RequestSpec, worker: Worker
@@ -205,6 +250,7 @@ class Gateway:
         taken, record, slot = self._live.pop(done.id)
         info = taken.info
         slot.release()
+        self._room_freed(worker.pool)
         record.finish = now
         record.scheduled = done.scheduled
         record.completion_tokens = done.completion_tokens
@@ -233,4 +279,4 @@ class Gateway:
 
     def active(self) -> bool:
         """Anything left to happen: arrivals to come or requests in flight."""
-        return self.arrivals_left > 0 or bool(self._live)
+        return self.arrivals_left > 0 or bool(self._live) or self._waiting > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from policies.budget import BudgetConfig, TokenBudget
+from policies.dispatch import FifoDispatcher
 from policies.intake import Intake
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import Router, make_router
@@ -153,6 +154,7 @@ def run(
         hooks,
         scenario.telemetry.scrape_interval,
         compression_for(scenario, seed),
+        FifoDispatcher(scenario.policy.dispatch.max_waiting, scenario.policy.dispatch.timeout_s),
         bytes_per_token=(
             dict(scenario.policy.budget.bytes_per_token)
             if scenario.policy.budget.estimate == "bytes"
@@ -163,6 +165,9 @@ def run(
         cluster.add_pool(
             p.name, p.workers, scenario.engine_config(p), kernel, gateway, engine_factory
         )
+    if scenario.policy.dispatch.capacity == "engine":
+        for w in cluster.workers.values():
+            w.view.capacity = w.config.max_num_seqs
     gateway.bind()
 
     feed = iter(specs)

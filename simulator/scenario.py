@@ -122,8 +122,18 @@ class BudgetModel(_Strict):
     prior_bytes_per_token: float = Field(default=4.0, gt=0)  # the gateway's budget prior
 
 
+class DispatchModel(_Strict):
+    """Step 6 (policies/dispatch.py): with `capacity: engine` a worker takes at most its
+    engine's max_num_seqs from the gateway and the rest wait in the gateway's FIFO."""
+
+    capacity: Literal["none", "engine"] = "none"
+    max_waiting: int = Field(default=1_000_000, ge=0)
+    timeout_s: float = Field(default=3600.0, gt=0)
+
+
 class PolicyModel(_Strict):
     placement: PlacementModel = PlacementModel()
+    dispatch: DispatchModel = DispatchModel()
     routing: RoutingModel = RoutingModel()
     budget: BudgetModel = BudgetModel()
     compression: CompressionSpecModel = CompressionSpecModel()

@@ -203,3 +203,30 @@ def _with(spec: RequestSpec, **changes: object) -> RequestSpec:
     from dataclasses import replace
 
     return replace(spec, **changes)
+
+
+def test_requests_wait_in_the_gateway_for_room_first_come_first_served() -> None:
+    """With `dispatch.capacity: engine` a worker never holds more than its max_num_seqs;
+    the rest wait (FIFO) and are dispatched as completions free slots; past the timeout a
+    waiter gives up."""
+    sc = small(
+        workers=1,
+        engine={"max_num_seqs": 2},
+        policy={"dispatch": {"capacity": "engine", "timeout_s": 1000.0}},
+    )
+    specs = [_spec(i, 0.1 + 0.001 * i, 500, 50) for i in range(6)]
+    res = run(sc, specs=specs)
+    assert all(r.status == "ok" for r in res.records)
+    spans = sorted((r.dispatch, r.finish) for r in res.records)
+    for t, _ in spans:  # at every dispatch, at most 2 requests are on the worker
+        assert sum(1 for a, b in spans if a <= t < b) <= 2
+    order = [r.id for r in sorted(res.records, key=lambda r: r.dispatch)]
+    assert order == [f"q{i}" for i in range(6)]  # dispatched in arrival order
+    quick = small(
+        workers=1,
+        engine={"max_num_seqs": 1},
+        policy={"dispatch": {"capacity": "engine", "timeout_s": 0.01}},
+    )
+    res = run(quick, specs=specs[:3])
+    statuses = sorted(r.status for r in res.records)
+    assert statuses == ["ok", "queue_timeout", "queue_timeout"]
