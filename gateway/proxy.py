@@ -46,10 +46,11 @@ from gateway.upstream_errors import UpstreamError
 from gateway.workers import Fleet, WorkerState
 from policies.budget import BudgetConfig, TokenBudget
 from policies.dispatch import FifoDispatcher
+from policies.hooks import Hook
 from policies.leases import WorkerSlot
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import make_router
-from policies.types import RequestInfo
+from policies.types import Outcome, RequestInfo, Status
 
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
 _JSON = b"application/json"
@@ -90,9 +91,11 @@ class _Attempt:
     """What the settle step needs to know about the request, filled in along the way."""
 
     __slots__ = (
+        "arrived",
         "completion_tokens",
         "error",
         "extra_headers",
+        "info",
         "pool",
         "prompt_tokens",
         "retries",
@@ -113,6 +116,8 @@ class _Attempt:
         self.error: str | None = None
         self.extra_headers: Headers = []
         self.stream: StreamScanner | None = None  # set once a stream is being relayed
+        self.arrived = False  # hooks saw on_arrival: they get on_complete too
+        self.info: RequestInfo | None = None
 
 
 class KeyCheck(Protocol):
@@ -136,6 +141,7 @@ class Pipeline:
         self.expose_worker = config.expose.worker_header
         self.expose_detail = config.expose.upstream_detail
         self.write_timeout = config.limits.client_write_timeout_s
+        self.hooks: tuple[Hook, ...] = ()  # policies/hooks.py: what policies see of requests
         self.dispatcher = FifoDispatcher(config.dispatch.max_waiting, config.dispatch.timeout_s)
         self.fleet = fleet
         self.client = client
@@ -187,6 +193,10 @@ class Pipeline:
             shaped = self.shaper.shape(
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
+            if self.hooks:
+                att.arrived = True
+                for h in self.hooks:
+                    h.on_arrival(shaped.info, self.loop.time())
             await self.shaper.fit(parsed, shaped)
             await self._serve(parsed, raw, shaped, responder, att, rid, t0, source)
         except GatewayError as exc:
@@ -238,7 +248,7 @@ class Pipeline:
         t0: float,
         source: BodySource,
     ) -> None:
-        info = shaped.info
+        info = att.info = shaped.info
         pools = shaped.pools
         extra = [(b"x-fleetgate-tokens-estimated", b"%d" % shaped.estimated_prompt_tokens)]
         compressed = compressed_header(shaped)
@@ -265,6 +275,8 @@ class Pipeline:
             self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
             # the worker's slot is held for this attempt only: a retry releases it first
             with WorkerSlot(worker, info.total_tokens), self._room_freed(worker.pool):
+                for h in self.hooks:
+                    h.on_dispatch(info, worker.id, self.loop.time())
                 try:
                     up = await self.client.request(
                         worker.endpoint, b"POST", path, headers + worker.extra_headers, body
@@ -427,6 +439,8 @@ class Pipeline:
             worker.request_succeeded()
             if up.status == 200:
                 self._count_usage(usage_of(body), att)
+                for h in self.hooks:  # a whole answer: its first token arrives with it
+                    h.on_first_token(att.info, self.loop.time())  # type: ignore[arg-type]
         att.status = up.status
         await responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
 
@@ -451,6 +465,8 @@ class Pipeline:
             while (chunk := await up.next_chunk()) is not None:
                 if att.ttft is None:
                     att.ttft = self.loop.time() - t0
+                    for h in self.hooks:
+                        h.on_first_token(att.info, self.loop.time())  # type: ignore[arg-type]
                 out = scanner.feed(chunk)
                 if not out:
                     continue
@@ -491,6 +507,20 @@ class Pipeline:
     ) -> None:
         latency = self.loop.time() - t0
         info = shaped.info if shaped else None
+        if att.arrived and info is not None:
+            outcome = Outcome(
+                Status.OK
+                if att.status == 200
+                else Status.DISCONNECT
+                if att.status == 499
+                else Status.ERROR,
+                prompt_tokens=att.prompt_tokens,
+                completion_tokens=att.completion_tokens,
+                ttft=att.ttft,
+                latency=latency,
+            )
+            for h in self.hooks:
+                h.on_complete(info, outcome, self.loop.time())
         m = self.metrics
         pool = att.pool
         if att.status != 499:
@@ -519,7 +549,9 @@ class Pipeline:
                     "status": att.status,
                     "est_prompt_tokens": shaped.estimated_prompt_tokens if shaped else None,
                     "max_tokens": info.max_tokens if info else None,
-                    "category": info.category.value if shaped and shaped.classified else None,
+                    "category": shaped.info.category.value
+                    if shaped and shaped.classified
+                    else None,
                     "placement": shaped.placement.reason if shaped else None,
                     "compressed": compressed_header(shaped) if shaped else None,
                     "prompt_tokens": att.prompt_tokens,

@@ -36,32 +36,20 @@ every dispatched request gets exactly one on_complete, whatever its outcome.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from emulator.engine import EngineRequest, FinishedRequest
 from policies.budget import ChatSize
 from policies.dispatch import FifoDispatcher, Waiter
+from policies.hooks import Hook
 from policies.intake import CHAT, Intake, Intaken, Prompt, Refusal
 from policies.leases import WorkerSlot
 from policies.routing import Router
-from policies.types import Category, Outcome, PoolSpec, RequestInfo, Status, WorkerView
+from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.compression import CompressionModel
 from simulator.kernel import PRIO_TIMER, Kernel
 from simulator.records import Recorder, RequestRecord
 from simulator.workloads import RequestSpec
-
-
-class Hook(Protocol):
-    """A policy's view of a request's life (ARCHITECTURE.md, "Policies are plug-ins")."""
-
-    def on_arrival(self, request: RequestInfo, now: float) -> None: ...
-
-    def on_dispatch(self, request: RequestInfo, worker: str, now: float) -> None: ...
-
-    def on_first_token(self, request: RequestInfo, now: float) -> None: ...
-
-    def on_complete(self, request: RequestInfo, outcome: Outcome, now: float) -> None: ...
 
 
 class Gateway:

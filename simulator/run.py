@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from policies.budget import BudgetConfig, TokenBudget
 from policies.dispatch import FifoDispatcher
+from policies.hooks import Hook
 from policies.intake import Intake
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import Router, make_router
@@ -20,7 +21,7 @@ from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shorten
 from simulator.families import CdfFamily
 from simulator.kernel import PRIO_ARRIVAL, Kernel
 from simulator.lengths import load_cdf
-from simulator.pipeline import Gateway, Hook
+from simulator.pipeline import Gateway
 from simulator.records import Recorder, RequestRecord, Sampler, Series
 from simulator.scenario import FAMILIES, Scenario
 from simulator.workloads import (
