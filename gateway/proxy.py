@@ -13,11 +13,9 @@ engine aborts the request).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import time
-from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
@@ -47,7 +45,7 @@ from gateway.workers import Fleet, WorkerState
 from policies.budget import BudgetConfig, TokenBudget
 from policies.dispatch import FifoDispatcher
 from policies.hooks import Hook
-from policies.leases import WorkerSlot
+from policies.leases import Load, WorkerSlot
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.routing import make_router
 from policies.types import Outcome, RequestInfo, Status
@@ -142,6 +140,7 @@ class Pipeline:
         self.expose_detail = config.expose.upstream_detail
         self.write_timeout = config.limits.client_write_timeout_s
         self.hooks: tuple[Hook, ...] = ()  # policies/hooks.py: what policies see of requests
+        self._slot_released = self._room_freed  # bound once: one per attempt otherwise
         self.dispatcher = FifoDispatcher(config.dispatch.max_waiting, config.dispatch.timeout_s)
         self.fleet = fleet
         self.client = client
@@ -274,7 +273,7 @@ class Pipeline:
             att.worker = worker.id
             self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
             # the worker's slot is held for this attempt only: a retry releases it first
-            with WorkerSlot(worker, info.total_tokens), self._room_freed(worker.pool):
+            with WorkerSlot(worker, info.total_tokens, self._slot_released):
                 for h in self.hooks:
                     h.on_dispatch(info, worker.id, self.loop.time())
                 try:
@@ -365,17 +364,13 @@ class Pipeline:
             self.dispatcher.cancel(waiter)  # a no-op once woken or expired
             self.metrics.queue_wait_seconds.observe(self.loop.time() - now)
 
-    @contextlib.contextmanager
-    def _room_freed(self, pool: str) -> Iterator[None]:
-        """When a request leaves a worker of `pool`, the first waiter for it is woken."""
-        try:
-            yield
-        finally:
-            if len(self.dispatcher):
-                waiter = self.dispatcher.wake(pool)
-                woken = None if waiter is None else waiter.token
-                if isinstance(woken, asyncio.Future) and not woken.done():
-                    woken.set_result(None)
+    def _room_freed(self, worker: Load) -> None:
+        """A request left a worker of its pool: the first waiter for that pool is woken."""
+        if len(self.dispatcher):
+            waiter = self.dispatcher.wake(worker.pool)
+            woken = None if waiter is None else waiter.token
+            if isinstance(woken, asyncio.Future) and not woken.done():
+                woken.set_result(None)
 
     def _no_worker(self, pools: tuple[str, ...]) -> ServiceUnavailable:
         now = self.loop.time()

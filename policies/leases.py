@@ -13,6 +13,7 @@ when the response is dropped) and llm-d's reserve → settle / release bookkeepi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
 
@@ -26,6 +27,7 @@ class Lease(Protocol):
 class Load(Protocol):
     """What a worker slot counts on: the gateway's own view of one worker's load."""
 
+    pool: str
     in_flight: int
     outstanding_tokens: int
 
@@ -50,13 +52,17 @@ class _Releasing:
 
 class WorkerSlot(_Releasing):
     """One request on one worker: a slot in its in-flight count and its tokens (L_total)
-    in its outstanding work, from dispatch until the answer ends."""
+    in its outstanding work, from dispatch until the answer ends. `on_release(load)` runs
+    once the slot is given back (the driver wakes a request waiting for room)."""
 
-    __slots__ = ("load", "released", "tokens")
+    __slots__ = ("load", "on_release", "released", "tokens")
 
-    def __init__(self, load: Load, tokens: int) -> None:
+    def __init__(
+        self, load: Load, tokens: int, on_release: Callable[[Load], object] | None = None
+    ) -> None:
         self.load = load
         self.tokens = tokens
+        self.on_release = on_release
         self.released = False
         load.in_flight += 1
         load.outstanding_tokens += tokens
@@ -66,6 +72,8 @@ class WorkerSlot(_Releasing):
             self.released = True
             self.load.in_flight -= 1
             self.load.outstanding_tokens -= self.tokens
+            if self.on_release is not None:
+                self.on_release(self.load)
 
 
 L = TypeVar("L", bound=Lease)

@@ -15,6 +15,7 @@ from policies.leases import Leases, WorkerSlot
 
 @dataclass
 class Load:
+    pool: str = "short"
     in_flight: int = 0
     outstanding_tokens: int = 0
 
