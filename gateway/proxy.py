@@ -46,7 +46,7 @@ from policies.budget import BudgetConfig, TokenBudget
 from policies.dispatch import FifoDispatcher
 from policies.hooks import Hook
 from policies.leases import Load, WorkerSlot
-from policies.pools import CompressAndRoute, ShortLongPlacement
+from policies.pools import make_placement
 from policies.routing import make_router
 from policies.types import Outcome, RequestInfo, Status
 
@@ -149,13 +149,7 @@ class Pipeline:
         self.traffic = traffic
         self.loop = asyncio.get_running_loop()
         p = config.placement
-        placer: CompressAndRoute | ShortLongPlacement
-        if p.policy == "compress_and_route":
-            placer = CompressAndRoute(
-                p.short_pool, config.b_short, p.gamma, verify_margin=p.verify_margin
-            )
-        else:
-            placer = ShortLongPlacement(short_pool=p.short_pool, b_short=config.b_short)
+        placer = make_placement(p.policy, p.short_pool, config.b_short, p.gamma, p.verify_margin)
         self.router = make_router(config.routing.policy, config.routing.params)
         self.budget = TokenBudget(
             BudgetConfig(

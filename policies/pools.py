@@ -184,3 +184,23 @@ class CompressAndRoute:
                 extra = f"; max_tokens {request.max_tokens} leaves no room to compress into"
             return _too_long(request, limit, extra)
         return Placement(Verdict.PLACED, uncompressed, limit, category=category, reason="long")
+
+
+Placer = CompressAndRoute | ShortLongPlacement
+
+PLACEMENTS = ("short_long", "compress_and_route")
+
+
+def make_placement(
+    name: str,
+    short_pool: str,
+    b_short: int,
+    gamma: float = 1.5,
+    verify_margin: float = 0.05,
+) -> Placer:
+    """A placement policy by its configuration name; an unknown name fails at start."""
+    if name == "compress_and_route":
+        return CompressAndRoute(short_pool, b_short, gamma, verify_margin=verify_margin)
+    if name == "short_long":
+        return ShortLongPlacement(short_pool, b_short)
+    raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(PLACEMENTS)}")

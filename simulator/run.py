@@ -13,7 +13,7 @@ from policies.budget import BudgetConfig, TokenBudget
 from policies.dispatch import FifoDispatcher
 from policies.hooks import Hook
 from policies.intake import Intake
-from policies.pools import CompressAndRoute, ShortLongPlacement
+from policies.pools import make_placement
 from policies.routing import Router, make_router
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, default_engine
@@ -107,11 +107,7 @@ def build_workload(
 def intake_for(scenario: Scenario) -> Intake:
     """Steps 3–4 as the gateway builds them from its configuration (gateway/proxy.py)."""
     p = scenario.policy.placement
-    placer: CompressAndRoute | ShortLongPlacement
-    if p.policy == "compress_and_route":
-        placer = CompressAndRoute(p.short_pool, p.b_short, p.gamma, verify_margin=p.verify_margin)
-    else:
-        placer = ShortLongPlacement(p.short_pool, p.b_short)
+    placer = make_placement(p.policy, p.short_pool, p.b_short, p.gamma, p.verify_margin)
     budget = TokenBudget(BudgetConfig(bytes_per_token=scenario.policy.budget.prior_bytes_per_token))
     return Intake(placer, budget)
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from policies.pools import CompressAndRoute, Placement, ShortLongPlacement, Verdict
+from policies.pools import (
+    PLACEMENTS,
+    CompressAndRoute,
+    Placement,
+    ShortLongPlacement,
+    Verdict,
+    make_placement,
+)
 from policies.types import Category, PoolSpec, RequestInfo
 
 SHORT = PoolSpec("short", 8192)
@@ -117,3 +124,43 @@ def test_short_pool_context_caps_b_short_and_config_is_checked() -> None:
     assert p.borderline and p.compress_to == 8192 - 256
     with pytest.raises(ValueError):
         CompressAndRoute(gamma=0.9)
+
+
+# --- one conformance suite every placement policy passes ---------------------------------
+
+_POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, frozenset({"m"}))]
+
+
+def _req(prompt: int, max_tokens: int = 256, model: str = "m", category=Category.PROSE):
+    return RequestInfo("r", model, 0.0, prompt, max_tokens, category=category)
+
+
+@pytest.mark.parametrize("name", PLACEMENTS)
+def test_placement_conformance(name: str) -> None:
+    placer = make_placement(name, "short", 8192, 1.5, 0.05)
+
+    def place(r: RequestInfo):
+        return placer.place(r, _POOLS)
+
+    assert place(_req(100, model="other")).verdict is Verdict.NO_MODEL
+    too = place(_req(70_000))
+    assert too.verdict is Verdict.TOO_LONG and too.limit == 65536 and too.reason
+    short = place(_req(1000))
+    assert short.verdict is Verdict.PLACED and short.pools[0] == "short"
+    long = place(_req(20_000))
+    assert long.pools == ("long",)
+    for prompt in range(100, 66_000, 997):  # every placement is coherent
+        got = place(_req(prompt, category=Category.CODE))
+        if got.verdict is not Verdict.PLACED:
+            continue
+        assert len(set(got.pools)) == len(got.pools)
+        sizes = {p.name: p.max_model_len for p in _POOLS}
+        for pool in got.pools:  # code is never compressed: every pool holds it as it is
+            assert prompt + 256 <= sizes[pool]
+        if got.compress_to is not None:
+            assert got.compress_to <= 8192 - 256
+
+
+def test_unknown_placement_fails_at_start() -> None:
+    with pytest.raises(ValueError, match="unknown placement policy 'nope'"):
+        make_placement("nope", "short", 8192)
