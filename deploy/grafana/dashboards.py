@@ -11,8 +11,9 @@ Three dashboards, the ones a person opens first:
 - `compress.json`   Compress-and-Route: borderline / compressed / fallen back, tokens removed,
                     compressor latency, learnt bytes per token by category.
 - `fleet.json`      Fleet: engine running / waiting, KV usage and prefix-cache hit rate (scraped
-                    from the engines: vLLM `vllm:*`, SGLang `sglang:*`), the gateway's own view
-                    of each worker (telemetry age and staleness, health, circuit breakers).
+                    from the engines: vLLM `vllm:*`, SGLang `sglang:*` or `sglang_*`), the
+                    gateway's own view of each worker (telemetry age and staleness, health,
+                    circuit breakers).
 
 Every query reads the `${datasource}` variable (a Prometheus data source) and sums over
 gateway replicas, so one dashboard serves one process or N pods. Do not edit the JSON by
@@ -144,6 +145,14 @@ def states(
     )
     _targets(p, [query])
     return p
+
+
+def sglang(name: str, sel: str = POOL) -> str:
+    """An SGLang series selector matching both spellings of its name. SGLang serves its
+    /metrics through prometheus_client's content negotiation: in the text format a sample is
+    `sglang:<name>`, but when the scraper asks for OpenMetrics (Prometheus does by default)
+    prometheus_client ≥ 0.26 escapes the colon and Prometheus stores `sglang_<name>`."""
+    return f'{{__name__=~"sglang[:_]{name}", {sel}}}'
 
 
 def quantiles(metric: str, by: str = "pool", sel: str = POOL) -> list[Query]:
@@ -560,7 +569,7 @@ def fleet() -> db.Dashboard:
             "short",
             (
                 f"sum by ({inst}) (vllm:num_requests_running{{{POOL}}}) or "
-                f"sum by ({inst}) (sglang:num_running_reqs{{{POOL}}})",
+                f"sum by ({inst}) ({sglang('num_running_reqs')})",
                 legend,
             ),
         )
@@ -572,7 +581,7 @@ def fleet() -> db.Dashboard:
             "short",
             (
                 f"sum by ({inst}) (vllm:num_requests_waiting{{{POOL}}}) or "
-                f"sum by ({inst}) (sglang:num_queue_reqs{{{POOL}}})",
+                f"sum by ({inst}) ({sglang('num_queue_reqs')})",
                 legend,
             ),
         )
@@ -584,7 +593,7 @@ def fleet() -> db.Dashboard:
             "percentunit",
             (
                 f"max by ({inst}) (vllm:kv_cache_usage_perc{{{POOL}}}) or "
-                f"max by ({inst}) (sglang:token_usage{{{POOL}}})",
+                f"max by ({inst}) ({sglang('token_usage')})",
                 legend,
             ),
         )
@@ -598,8 +607,8 @@ def fleet() -> db.Dashboard:
             (
                 f"sum by ({inst}) (rate(vllm:prefix_cache_hits_total{{{POOL}}}{RATE})) / "
                 f"sum by ({inst}) (rate(vllm:prefix_cache_queries_total{{{POOL}}}{RATE})) or "
-                f"sum by ({inst}) (rate(sglang:cached_tokens_total{{{POOL}}}{RATE})) / "
-                f"sum by ({inst}) (rate(sglang:prompt_tokens_total{{{POOL}}}{RATE}))",
+                f"sum by ({inst}) (rate({sglang('cached_tokens_total')}{RATE})) / "
+                f"sum by ({inst}) (rate({sglang('prompt_tokens_total')}{RATE}))",
                 legend,
             ),
         )

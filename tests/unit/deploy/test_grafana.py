@@ -66,8 +66,16 @@ def engine_series() -> set[str]:
     return _sample_names(vllm.exposition.registry) | _sample_names(sglang.exposition.registry)
 
 
+# a name matcher the dashboards use for SGLang's two spellings (dashboards.sglang): the
+# text format's `sglang:x`, and `sglang_x` when Prometheus negotiated OpenMetrics
+_NAME_MATCHER = re.compile(r'__name__=~"(\w+)\[:_\](\w+)"')
+
+
 def metric_names(expr: str) -> set[str]:
-    """The series names a PromQL expression selects (not functions, labels or keywords)."""
+    """The series names a PromQL expression selects (not functions, labels or keywords); a
+    `{__name__=~"a[:_]b"}` matcher selects `a:b` as the exporter's registry names it."""
+    found = {f"{a}:{b}" for a, b in _NAME_MATCHER.findall(expr)}
+    assert "__name__" not in _NAME_MATCHER.sub("", expr), f"unsupported name matcher: {expr}"
     e = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
     e = re.sub(r"\{[^}]*\}", " ", e)  # label matchers
     e = re.sub(r"\[[^\]]*\]", " ", e)  # range selectors
@@ -81,7 +89,7 @@ def metric_names(expr: str) -> set[str]:
         if e[m.end() :].lstrip().startswith("(") or m.group() in _KEYWORDS:
             continue
         names.add(m.group())
-    return names
+    return names | found
 
 
 def test_metric_names_parses_the_shapes_the_dashboards_use():
@@ -90,6 +98,8 @@ def test_metric_names_parses_the_shapes_the_dashboards_use():
         "[$__rate_interval]))) / on (pool) group_left sum(b:c) or vector(1e3) and d offset 5m"
     )
     assert metric_names(expr) == {"a_bucket", "b:c", "d"}
+    expr = 'sum(rate({__name__=~"sglang[:_]x_total", pool=~"$pool"}[$__rate_interval])) or e'
+    assert metric_names(expr) == {"sglang:x_total", "e"}
 
 
 def _panels(board: dict[str, Any]) -> Iterator[dict[str, Any]]:
