@@ -110,12 +110,17 @@ _KEYWORDS |= {"unless", "bool", "offset", "inf", "nan", "atan2"}
 
 
 def metric_names(expr: str) -> set[str]:
-    """The metric names a PromQL expression selects (not functions, labels or keywords)."""
+    """The metric names a PromQL expression selects (not functions, labels or keywords).
+
+    `{__name__=~"sglang[:_]X"}` (SGLang's names, colon or underscore as scraped) reads as
+    `sglang:X`; any other `__name__` matcher is refused, so no name escapes the check."""
+    names = {f"sglang:{n}" for n in re.findall(r'__name__=~"sglang\[:_\](\w+)"', expr)}
+    if "__name__" in re.sub(r'__name__=~"sglang\[:_\]\w+"', "", expr):
+        raise ValueError(f"a __name__ matcher this check cannot read: {expr}")
     e = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)  # string literals
     e = re.sub(r"\{[^}]*\}", " ", e)  # label matchers
     e = re.sub(r"\[[^\]]*\]", " ", e)  # range and subquery durations
     e = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
-    names = set()
     for m in re.finditer(r"(?<![\w.:])[A-Za-z_:][\w:]*", e):
         if m.group().lower() in _KEYWORDS or e[m.end() :].lstrip().startswith("("):
             continue
@@ -250,3 +255,13 @@ def test_ttft_slo_threshold_and_objective_agree_everywhere():
         # every window an alert reads is recorded
         assert set(re.findall(r"ratio_rate(\w+)", a["expr"])) <= windows
     assert f'le="{threshold}"' in (PROM / "rules" / "fleetgate-slo.yml").read_text()
+
+
+def test_sglang_names_in_either_spelling():
+    """SGLang scraped as OpenMetrics has `sglang_x` for `sglang:x` (WIRE_SPEC §6): the rules
+    match both, and the check reads that as the engine's documented name."""
+    assert metric_names('sum({__name__=~"sglang[:_]num_running_reqs"})') == {
+        "sglang:num_running_reqs"
+    }
+    with pytest.raises(ValueError):
+        metric_names('sum({__name__=~".+"})')
