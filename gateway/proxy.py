@@ -254,30 +254,34 @@ class Pipeline:
             att.worker = worker.id
             self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
             # the worker's slot is held for this attempt only: a retry releases it first
-            with WorkerSlot(worker, info.total_tokens):
-                try:
-                    up = await self.client.request(
-                        worker.endpoint, b"POST", path, headers + worker.extra_headers, body
-                    )
-                except UpstreamError as exc:
-                    self._failed(worker, att, exc)
-                    if exc.retryable and att.retries == 0:
-                        att.retries = 1
-                        tried.add(worker.id)
-                        last_error = exc
-                        self.metrics.retries.labels(att.pool).inc()
-                        continue
-                    raise self._map(exc) from None
-                try:
-                    if parsed.stream and up.status == 200:
-                        await self._relay_stream(
-                            up, responder, att, worker, rid, strip_usage, t0, source
+            try:
+                with WorkerSlot(worker, info.total_tokens):
+                    try:
+                        up = await self.client.request(
+                            worker.endpoint, b"POST", path, headers + worker.extra_headers, body
                         )
-                    else:
-                        await self._relay_whole(up, responder, att, worker, rid)
-                finally:
-                    up.release()
-                return
+                    except UpstreamError as exc:
+                        self._failed(worker, att, exc)
+                        if exc.retryable and att.retries == 0:
+                            att.retries = 1
+                            tried.add(worker.id)
+                            last_error = exc
+                            self.metrics.retries.labels(att.pool).inc()
+                            continue
+                        raise self._map(exc) from None
+                    try:
+                        if parsed.stream and up.status == 200:
+                            await self._relay_stream(
+                                up, responder, att, worker, rid, strip_usage, t0, source
+                            )
+                        else:
+                            await self._relay_whole(up, responder, att, worker, rid)
+                    finally:
+                        up.release()
+                    return
+            finally:
+                if worker.draining:  # its last request may have ended: it leaves the fleet
+                    self.fleet.released(worker)
 
     def _upstream_body(
         self, parsed: ParsedRequest, raw: bytes, rewritten: dict[str, Any] | None
@@ -312,7 +316,10 @@ class Pipeline:
     def _no_worker(self, pools: tuple[str, ...]) -> ServiceUnavailable:
         now = self.loop.time()
         waits = [
-            w.open_until - now for p in pools for w in self.fleet.pools[p] if w.open_until > now
+            w.open_until - now
+            for p in pools
+            for w in self.fleet.pools.get(p, ())
+            if w.open_until > now
         ]
         retry = min(waits) if waits else self.config.health.interval_s
         return ServiceUnavailable(
