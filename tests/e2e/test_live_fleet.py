@@ -148,6 +148,7 @@ class Load:
         self.statuses: Counter[int] = Counter()
         self.failures: list[str] = []
         self.workers: Counter[str] = Counter()
+        self.first: dict[str, float] = {}  # monotonic time each worker's first answer arrived
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
 
@@ -163,7 +164,9 @@ class Load:
                 with self.lock:
                     self.statuses[r.status_code] += 1
                     if r.status_code == 200:
-                        self.workers[r.headers["x-fleetgate-worker"]] += 1
+                        worker = r.headers["x-fleetgate-worker"]
+                        self.workers[worker] += 1
+                        self.first.setdefault(worker, time.monotonic())
                     else:
                         self.failures.append(f"{r.status_code} {r.text[:200]}")
 
@@ -192,9 +195,11 @@ def test_fleet_changes_under_steady_load_drop_no_request(fresh_procs):
     path = fresh_procs.dir / "gateway.yaml"
     assert gw.popen is not None
     with Load(gw.url) as load:
+        started = time.monotonic()
         assert wait_until(lambda: load.served_by(_id(w0)) > 20 and load.served_by(_id(w1)) > 20)
 
         # 1. through the admin API: add w2, remove w0
+        added_at = time.monotonic()
         r = httpx.post(
             gw.url + "/admin/workers", headers=ADMIN, json={"pool": "short", "url": w2.url}
         )
@@ -207,16 +212,19 @@ def test_fleet_changes_under_steady_load_drop_no_request(fresh_procs):
         # the new worker serves (its first scrape and health check run when it joins)
         assert wait_until(lambda: load.served_by(_id(w2)) > 0, timeout=5)
         assert wait_until(lambda: _served(w2) > 0, timeout=5)
+        print(f"w2 first answered {load.first[_id(w2)] - added_at:.3f} s after the add")
 
         # 2. through the file: w1 and w3 (w2 drained and removed, w3 added), SIGHUP
         new = dict(cfg)
         new["pools"] = gateway_config([w1.url, w3.url], [])["pools"]
         path.write_text(yaml.safe_dump(new))
+        hup_at = time.monotonic()
         gw.popen.send_signal(signal.SIGHUP)
         assert wait_until(lambda: set(_workers(gw)) == {_id(w1), _id(w3)}, timeout=15)
         time.sleep(0.3)
         w2_done = _served(w2)
         assert wait_until(lambda: load.served_by(_id(w3)) > 0, timeout=5)
+        print(f"w3 first answered {load.first[_id(w3)] - hup_at:.3f} s after SIGHUP")
 
         # 3. a bad file: refused, the fleet stays, requests still 200
         bad = dict(new)
@@ -236,7 +244,10 @@ def test_fleet_changes_under_steady_load_drop_no_request(fresh_procs):
         assert set(_workers(gw)) == {_id(w1), _id(w3)}
         before = load.served_by(_id(w1)) + load.served_by(_id(w3))
         assert wait_until(lambda: load.served_by(_id(w1)) + load.served_by(_id(w3)) > before + 20)
+        while time.monotonic() - started < 10:  # at least ~10 s of steady load in all
+            time.sleep(0.1)
 
+    print(f"requests: {dict(load.statuses)}, by worker: {dict(load.workers)}")
     assert load.failures == [], load.failures[:5]
     assert set(load.statuses) == {200}
     # the removed workers received nothing after their drain completed
@@ -247,3 +258,19 @@ def test_fleet_changes_under_steady_load_drop_no_request(fresh_procs):
     assert metric(text, "fleetgate_config_reloads_total", result="error") == 1
     assert "pools.short.max_model_len" in gw.output()
     assert gw.popen.poll() is None  # SIGHUP did not end the process
+
+
+def test_a_changed_file_is_reloaded_by_the_poll(fresh_procs):
+    emus, gw, cfg = _start(fresh_procs, 3, listen={"reload_poll_s": 0.2})
+    a, _, c = emus
+    path = fresh_procs.dir / "gateway.yaml"
+    new = dict(cfg)
+    new["pools"] = gateway_config([a.url, c.url], [])["pools"]
+    path.write_text(yaml.safe_dump(new))
+    assert wait_until(lambda: set(_workers(gw)) == {_id(a), _id(c)})
+    text = httpx.get(gw.url + "/metrics").text
+    assert metric(text, "fleetgate_config_reloads_total", result="ok") == 1
+    # the file unchanged: no further reload
+    time.sleep(0.6)
+    text = httpx.get(gw.url + "/metrics").text
+    assert metric(text, "fleetgate_config_reloads_total", result="ok") == 1
