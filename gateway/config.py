@@ -312,6 +312,13 @@ def live_merge(running: GatewayConfig, new: GatewayConfig) -> tuple[GatewayConfi
                 " running configuration (whose other sections need a restart to change)",
             )
         ) from None
+    if merged.b_short != running.b_short:
+        short = running.placement.short_pool
+        raise ConfigError(
+            f"pools.{short}.max_model_len: {merged.b_short} would change B_short (the"
+            f" placement boundary, {running.b_short}), which needs a restart; or set"
+            " placement.b_short"
+        )
     return merged, _differences(running.model_dump(), new.model_dump(), "", LIVE_SECTIONS)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import GatewayConfig, Worker, load_config
+from gateway.config import ConfigError, GatewayConfig, Worker, live_merge, load_config
 from gateway.metrics import GatewayMetrics
 from gateway.periodic import PerWorkerLoops
 from gateway.workers import Fleet, FleetError, WorkerState
@@ -216,3 +216,29 @@ async def test_per_worker_loops_start_and_stop_with_the_worker():
     assert loops.running() == {"127.0.0.1:10", "127.0.0.1:11"}
     await loops.stop()
     assert loops.running() == frozenset()
+
+
+def test_live_merge_applies_only_the_fleet_and_lists_the_other_changes():
+    running = load_config(
+        data={"pools": {"short": _pool(9)}, "breaker": {"failures": 3}}, environ={}
+    )
+    new = load_config(
+        data={"pools": {"short": _pool(9, 10)}, "breaker": {"failures": 5}}, environ={}
+    )
+    merged, not_applied = live_merge(running, new)
+    assert len(merged.pools["short"].workers) == 2
+    assert merged.breaker.failures == 3 and not_applied == ["breaker.failures"]
+
+
+def test_live_merge_refuses_what_the_running_placement_cannot_take():
+    running = _config(short=_pool(9))
+    with pytest.raises(ConfigError, match=r"placement\.short_pool"):
+        live_merge(
+            running,
+            load_config(
+                data={"pools": {"other": _pool(9)}, "placement": {"short_pool": "other"}},
+                environ={},
+            ),
+        )
+    with pytest.raises(ConfigError, match=r"pools\.short\.max_model_len"):
+        live_merge(running, _config(short=_pool(9, max_model_len=4096)))
