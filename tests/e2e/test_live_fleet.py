@@ -37,8 +37,10 @@ def _workers(gw: Proc) -> dict[str, dict[str, object]]:
     return {w["id"]: w for w in r.json()["data"]}
 
 
-def _start(ps: Procs, n: int, **overrides: object) -> tuple[list[Proc], Proc, dict[str, object]]:
-    emus = [emulator(ps, f"e{i}", 8192) for i in range(n)]
+def _start(
+    ps: Procs, n: int, *emulator_args: str, **overrides: object
+) -> tuple[list[Proc], Proc, dict[str, object]]:
+    emus = [emulator(ps, f"e{i}", 8192, *emulator_args) for i in range(n)]
     for e in emus:
         e.wait_ready()
     cfg = gateway_config([e.url for e in emus[:2]], [], auth={"admin_key": KEY}, **overrides)
@@ -274,3 +276,30 @@ def test_a_changed_file_is_reloaded_by_the_poll(fresh_procs):
     time.sleep(0.6)
     text = httpx.get(gw.url + "/metrics").text
     assert metric(text, "fleetgate_config_reloads_total", result="ok") == 1
+
+
+def test_a_draining_worker_finishes_its_stream_then_leaves(fresh_procs):
+    # engines in real time: 300 tokens take a few seconds, long enough to drain mid-stream
+    emus, gw, _ = _start(fresh_procs, 2, "--time-scale", "1", listen={"reload_poll_s": 0})
+    body = {**BODY, "max_tokens": 300, "stream": True}
+    with (
+        httpx.Client(timeout=60) as client,
+        client.stream("POST", gw.url + "/v1/chat/completions", json=body) as r,
+    ):
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        first = next(lines)
+        assert first.startswith("data: ")
+        busy = r.headers["x-fleetgate-worker"]
+        other = ({_id(e) for e in emus} - {busy}).pop()
+        d = httpx.post(gw.url + f"/admin/workers/{busy}/drain", headers=ADMIN)
+        assert d.status_code == 202
+        assert d.json() == {"id": busy, "pool": "short", "state": "draining", "in_flight": 1}
+        assert _workers(gw)[busy]["state"] == "draining"
+        # no new request goes to it while its stream runs
+        for _ in range(5):
+            n = httpx.post(gw.url + "/v1/chat/completions", json=BODY, timeout=10)
+            assert n.status_code == 200 and n.headers["x-fleetgate-worker"] == other
+        rest = list(lines)
+    assert "data: [DONE]" in rest  # the stream ran to its end
+    assert wait_until(lambda: busy not in _workers(gw))
