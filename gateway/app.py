@@ -46,7 +46,7 @@ from gateway.requestlog import RequestLog
 from gateway.telemetry import Scraper
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import Timeouts, UpstreamClient
-from gateway.workers import Fleet
+from gateway.workers import Fleet, WorkerState
 
 log = logging.getLogger("fleetgate.gateway")
 
@@ -131,7 +131,7 @@ class Gateway:
         self.scraper.start()
         self.health.start()
         # from here on the loops and the metrics follow the fleet's changes
-        self.fleet.listeners[:] = [self.scraper, self.health, self.metrics]
+        self.fleet.listeners[:] = [self.scraper, self.health, self.metrics, self]
         if self.source is not None:
             self.reloader = Reloader(
                 self.source,
@@ -177,6 +177,14 @@ class Gateway:
             len(workers),
             sum(w.routable(now()) for w in workers),
         )
+
+    # FleetListener: a worker that left closes its idle engine connections
+    def worker_added(self, worker: WorkerState) -> None:
+        pass
+
+    def worker_removed(self, worker: WorkerState) -> None:
+        if not any(w.endpoint == worker.endpoint for w in self.fleet.workers.values()):
+            self.client.forget(worker.endpoint)
 
     def _set_config(self, config: GatewayConfig) -> None:
         self.config = config

@@ -242,3 +242,16 @@ def test_live_merge_refuses_what_the_running_placement_cannot_take():
         )
     with pytest.raises(ConfigError, match=r"pools\.short\.max_model_len"):
         live_merge(running, _config(short=_pool(9, max_model_len=4096)))
+
+
+async def test_the_upstream_client_forgets_an_idle_endpoint_only():
+    from gateway.upstream import Endpoint, UpstreamClient
+
+    client = UpstreamClient()
+    try:
+        ep = Endpoint.from_url("http://127.0.0.1:9")
+        assert not client.forget(ep)  # never used
+        client._pool(ep)
+        assert client.forget(ep) and ep not in client._pools
+    finally:
+        await client.close()
