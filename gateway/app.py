@@ -213,17 +213,25 @@ class Gateway:
 
 def _config_from_environment() -> tuple[GatewayConfig, ConfigSource | None]:
     if CONFIG_JSON_ENV in os.environ:
-        source = None
-        if os.environ.get(CONFIG_SOURCE_ENV):
-            raw = orjson.loads(os.environ[CONFIG_SOURCE_ENV])
-            source = ConfigSource(raw["path"], raw.get("listen") or {})
-        return GatewayConfig.model_validate_json(os.environ[CONFIG_JSON_ENV]), source
+        config = GatewayConfig.model_validate_json(os.environ[CONFIG_JSON_ENV])
+        if not os.environ.get(CONFIG_SOURCE_ENV):
+            return config, None
+        raw = orjson.loads(os.environ[CONFIG_SOURCE_ENV])
+        source = ConfigSource(raw["path"], raw.get("listen") or {}).stamped()
+        # a --workers child started later (uvicorn restarts its processes on SIGHUP) reads
+        # the file as it is now; one that cannot keeps the configuration the server had
+        try:
+            return source.load(), source
+        except ConfigError as exc:
+            log.error("%s; keeping the configuration the server started with", exc)
+            return config, source
     path = os.environ.get(CONFIG_ENV)
     if not path:
         raise ConfigError(
             f"no configuration: call create_app(config) or set {CONFIG_ENV} to a YAML file"
         )
-    return load_config(path), ConfigSource(path)
+    source = ConfigSource(path).stamped()
+    return load_config(path), source
 
 
 def create_app(config: GatewayConfig | None = None, source: ConfigSource | None = None) -> Any:

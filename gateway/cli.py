@@ -104,7 +104,7 @@ def config_source(args: argparse.Namespace) -> ConfigSource | None:
     """The file a reload re-reads, with the same command-line overrides."""
     if not args.config:
         return None
-    return ConfigSource(os.path.abspath(args.config), _listen_overrides(args))
+    return ConfigSource(os.path.abspath(args.config), _listen_overrides(args)).stamped()
 
 
 def _listen_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -168,13 +168,14 @@ def uvicorn_options(config: GatewayConfig, log_level: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logs.configure(args.log_level, args.log_format)
+    source = config_source(args)  # stamped before the read: a change after it is reloaded
     try:
         config = build_config(args)
     except ConfigError as exc:
         print(f"fleetgate serve: {exc}", file=sys.stderr)
         return 2
 
-    run(config, args.log_level, config_source(args))
+    run(config, args.log_level, source)
     return 0
 
 

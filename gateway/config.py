@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any, Literal
@@ -284,6 +284,13 @@ class ConfigSource:
 
     path: str
     listen_overrides: Mapping[str, Any] = dc_field(default_factory=dict)
+    # the file's (mtime, size) just before the running configuration was read from it: a
+    # change after that point is a change the file poll must notice
+    stamp: tuple[int, int] | None = None
+
+    def stamped(self) -> ConfigSource:
+        """This source with the file's stamp as of now (take it before `load`)."""
+        return replace(self, stamp=file_stamp(self.path))
 
     def load(self) -> GatewayConfig:
         config = load_config(self.path)
@@ -294,6 +301,15 @@ class ConfigSource:
             except ValidationError as exc:
                 raise ConfigError(_describe(exc, "command line")) from None
         return config
+
+
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """(mtime in ns, size) of a file, None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 def live_merge(running: GatewayConfig, new: GatewayConfig) -> tuple[GatewayConfig, list[str]]:

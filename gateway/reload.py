@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import threading
 from collections.abc import Awaitable, Callable
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from gateway.config import ConfigError, ConfigSource, GatewayConfig, live_merge
+from gateway.config import ConfigError, ConfigSource, GatewayConfig, file_stamp, live_merge
 from gateway.workers import Fleet, FleetDiff, FleetError
 
 log = logging.getLogger("fleetgate.reload")
@@ -57,7 +56,8 @@ class Reloader:
         self.set_config = set_config
         self.count = count
         self._lock = asyncio.Lock()
-        self._stamp = _stamp(source.path)
+        # as of the read the running configuration came from (else as of now)
+        self._stamp = source.stamp if source.stamp is not None else file_stamp(source.path)
         self._poll: asyncio.Task[None] | None = None
         self._previous_hup: Any = None
         self._hup_installed = False
@@ -65,7 +65,7 @@ class Reloader:
     async def reload(self, why: str) -> ReloadResult:
         """Raises ConfigError (the file) or FleetError (the change) and changes nothing."""
         async with self._lock:
-            self._stamp = _stamp(self.source.path)
+            self._stamp = file_stamp(self.source.path)
             try:
                 new = await asyncio.to_thread(self.source.load)
                 # from here to the end of `apply` there is no await: one atomic change
@@ -113,7 +113,7 @@ class Reloader:
     async def _watch(self, poll_s: float) -> None:
         while True:
             await asyncio.sleep(poll_s)
-            stamp = _stamp(self.source.path)
+            stamp = file_stamp(self.source.path)
             if stamp != self._stamp and stamp is not None:
                 await self._quiet(f"{self.source.path} changed")
 
@@ -139,11 +139,3 @@ def _spawn(loop: asyncio.AbstractEventLoop, coro: Awaitable[None]) -> None:
     task = loop.create_task(run())
     _background.add(task)  # held until done (the loop keeps only a weak reference)
     task.add_done_callback(_background.discard)
-
-
-def _stamp(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size)

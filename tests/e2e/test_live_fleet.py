@@ -303,3 +303,26 @@ def test_a_draining_worker_finishes_its_stream_then_leaves(fresh_procs):
         rest = list(lines)
     assert "data: [DONE]" in rest  # the stream ran to its end
     assert wait_until(lambda: busy not in _workers(gw))
+
+
+def test_every_process_of_workers_n_reloads_the_changed_file(fresh_procs):
+    """Under --workers 2 each process has its own fleet: the file poll reloads each."""
+    emus = [emulator(fresh_procs, f"e{i}", 8192) for i in range(3)]
+    for e in emus:
+        e.wait_ready()
+    a, b, c = emus
+    cfg = gateway_config([a.url, b.url], [], auth={"admin_key": KEY}, listen={"reload_poll_s": 0.2})
+    path = fresh_procs.dir / "multi.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    gw = fresh_procs.fleetgate(
+        "multi", "serve", "--config", str(path), "--port", "{port}", "--workers", "2"
+    ).wait_ready("/healthz")
+    new = dict(cfg)
+    new["pools"] = gateway_config([a.url, c.url], [])["pools"]
+    path.write_text(yaml.safe_dump(new))
+
+    def all_reloaded() -> bool:
+        # new connections are spread over the processes: every answer must show the new fleet
+        return all(set(_workers(gw)) == {_id(a), _id(c)} for _ in range(20))
+
+    assert wait_until(all_reloaded, timeout=15)
