@@ -18,13 +18,13 @@ from gateway.config import GatewayConfig
 from gateway.errors import InvalidRequest
 
 
-def current(cfg: GatewayConfig) -> dict[str, Any]:
-    """The deployed fleet, as the planner compares it."""
-    short = cfg.pools.get(cfg.placement.short_pool)
-    n_short = len(short.workers) if short else 0
-    n_long = sum(
-        len(p.workers) for name, p in cfg.pools.items() if name != cfg.placement.short_pool
-    )
+def current(cfg: GatewayConfig, counts: dict[str, int] | None = None) -> dict[str, Any]:
+    """The deployed fleet, as the planner compares it (`counts`: the live workers per pool,
+    when the fleet has changed since the configuration was read)."""
+    if counts is None:
+        counts = {name: len(p.workers) for name, p in cfg.pools.items()}
+    n_short = counts.get(cfg.placement.short_pool, 0)
+    n_long = sum(n for name, n in counts.items() if name != cfg.placement.short_pool)
     return {
         "b_short": cfg.b_short,
         "gamma": cfg.placement.gamma,

@@ -26,9 +26,11 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import admin
+from gateway.config import ConfigError, Worker
 from gateway.edge import PROXY_PATHS
 from gateway.errors import (
     AuthenticationFailed,
+    Conflict,
     GatewayError,
     InvalidRequest,
     MethodNotAllowed,
@@ -38,15 +40,21 @@ from gateway.errors import (
 )
 from gateway.metrics import CONTENT_TYPE
 from gateway.schemas import (
+    AddWorker,
     ChatCompletionRequest,
     CompletionRequest,
+    DrainResult,
     LivePlan,
     ModelCard,
     ModelList,
     PlanHistogram,
+    ReloadResult,
     Status,
+    WorkerInfo,
+    WorkerList,
     proxy_responses,
 )
+from gateway.workers import FleetError, worker_dicts
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -255,7 +263,10 @@ def build_api(gateway: Gateway) -> FastAPI:
     )
     async def plan_histogram() -> Any:
         # returned as built, documented by the model (no re-serialisation through it)
-        return JSONResponse(gateway.traffic.document(admin.current(config)))
+        return JSONResponse(gateway.traffic.document(_current()))
+
+    def _current() -> dict[str, Any]:
+        return admin.current(gateway.config, gateway.fleet.active_counts())
 
     @api.get(
         "/admin/plan",
@@ -271,11 +282,130 @@ def build_api(gateway: Gateway) -> FastAPI:
         pc: Annotated[float, Query(ge=0, le=1, description="compressible fraction")] = 1.0,
         explain: Annotated[bool, Query(description="include the candidate grid")] = False,
     ) -> Any:
-        doc = gateway.traffic.document(admin.current(config))
+        doc = gateway.traffic.document(_current())
         if doc["requests"] == 0:
             raise InvalidRequest("no traffic observed yet: nothing to plan on", code="no_traffic")
         result = await asyncio.to_thread(admin.run_planner, doc, slo_ms / 1000.0, pc, explain)
         return JSONResponse(result)
+
+    # --- admin: the fleet, changed live (gateway/workers.py) --------------------------------
+    def fleet_error(exc: FleetError) -> GatewayError:
+        if exc.status == 404:
+            return NotFound(str(exc), param=exc.param, code="worker_not_found")
+        if exc.status == 409:
+            return Conflict(str(exc), param=exc.param)
+        return InvalidRequest(str(exc), param=exc.param)
+
+    def now() -> float:
+        return asyncio.get_running_loop().time()
+
+    @api.get(
+        "/admin/workers",
+        tags=["admin"],
+        summary="The fleet's workers: pool, id, URL, state (active or draining), health",
+        dependencies=[Depends(admin_key)],
+        response_model=WorkerList,
+        responses={403: admin_errors[403]},
+    )
+    async def list_workers() -> Any:
+        return {"object": "list", "data": worker_dicts(gateway.fleet.workers, now())}
+
+    @api.post(
+        "/admin/workers",
+        tags=["admin"],
+        summary="Add a worker to a pool; it takes traffic at once",
+        dependencies=[Depends(admin_key)],
+        status_code=201,
+        response_model=WorkerInfo,
+        responses={
+            400: {"description": "bad worker configuration or an unknown pool"},
+            403: admin_errors[403],
+            409: {"description": "a worker of that id is in the fleet"},
+        },
+    )
+    async def add_worker(body: AddWorker) -> Any:
+        worker = Worker.model_validate(body.model_dump(exclude={"pool"}))
+        try:
+            state = gateway.fleet.add_worker(body.pool, worker)
+        except FleetError as exc:
+            raise fleet_error(exc) from None
+        return worker_dicts({state.id: state}, now())[0]
+
+    def drain(worker_id: str) -> Response:
+        try:
+            state = gateway.fleet.drain_worker(worker_id)
+        except FleetError as exc:
+            raise fleet_error(exc) from None
+        gone = gateway.fleet.workers.get(state.id) is not state
+        result = DrainResult(
+            id=state.id,
+            pool=state.pool,
+            state="removed" if gone else "draining",
+            in_flight=state.in_flight,
+        )
+        return JSONResponse(result.model_dump(), status_code=202)
+
+    drain_doc: dict[int | str, dict[str, Any]] = {
+        202: {"model": DrainResult},
+        403: admin_errors[403],
+        404: {"description": "no worker of that id"},
+    }
+
+    @api.post(
+        "/admin/workers/{worker_id}/drain",
+        tags=["admin"],
+        summary="Stop routing to a worker; it leaves the fleet when its last request ends",
+        dependencies=[Depends(admin_key)],
+        status_code=202,
+        response_model=DrainResult,
+        responses=drain_doc,
+    )
+    async def drain_worker(worker_id: str) -> Response:
+        return drain(worker_id)
+
+    @api.delete(
+        "/admin/workers/{worker_id}",
+        tags=["admin"],
+        summary="Remove a worker: drained first, so no request in flight is cut",
+        dependencies=[Depends(admin_key)],
+        status_code=202,
+        response_model=DrainResult,
+        responses=drain_doc,
+    )
+    async def remove_worker(worker_id: str) -> Response:
+        return drain(worker_id)
+
+    @api.post(
+        "/admin/reload",
+        tags=["admin"],
+        summary="Re-read the configuration file and apply its fleet (pools, workers, models)",
+        dependencies=[Depends(admin_key)],
+        response_model=ReloadResult,
+        responses={
+            400: {
+                "description": "the file is invalid (the message names the key path), or"
+                " there is no file"
+            },
+            403: admin_errors[403],
+            409: {"description": "a worker changed its URL, engine, key or pool under one id"},
+        },
+    )
+    async def reload() -> Any:
+        try:
+            result = await gateway.reload("POST /admin/reload")
+        except ConfigError as exc:
+            raise InvalidRequest(str(exc), code="invalid_config") from None
+        except FleetError as exc:
+            raise fleet_error(exc) from None
+        d = result.diff
+        return ReloadResult(
+            added=list(d.added),
+            draining=list(d.draining),
+            kept=list(d.kept),
+            pools_added=list(d.pools_added),
+            pools_removed=list(d.pools_removed),
+            not_applied=result.not_applied,
+        ).model_dump()
 
     _document_models(api, sorted(gateway.fleet.models))
     return api

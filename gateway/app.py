@@ -11,6 +11,11 @@ FLEETGATE_CONFIG. Wrap the returned app in your own ASGI middleware to extend it
 whole app: FastAPI's own middleware does not see the two proxy routes). When mounting it
 inside another app whose server does not run its lifespan, run `app.gateway.start()` and
 `app.gateway.stop()` from your own lifespan.
+
+The fleet changes live (gateway/workers.py `Fleet`): the admin API adds and drains
+workers, and with a configuration file (`source`) SIGHUP, the file's modification time or
+POST /admin/reload re-read it and apply its fleet (gateway/reload.py). The scrape and
+health loops and the metrics listen to the fleet, so they follow every change.
 """
 
 from __future__ import annotations
@@ -25,35 +30,41 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import orjson
 
 from fleetgate import __version__
 from gateway import drain
 from gateway.api import build_api
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config import ConfigError, ConfigSource, GatewayConfig, load_config
 from gateway.edge import ProxyRoutes
 from gateway.health import HealthChecker
 from gateway.metrics import GatewayMetrics
 from gateway.protocol import HeadLimits
 from gateway.proxy import Pipeline
+from gateway.reload import Reloader, ReloadResult
 from gateway.requestlog import RequestLog
 from gateway.telemetry import Scraper
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import Timeouts, UpstreamClient
-from gateway.workers import Fleet
+from gateway.workers import Fleet, WorkerState
 
 log = logging.getLogger("fleetgate.gateway")
 
 _YOUNG_GC_THRESHOLD = 10_000
 CONFIG_ENV = "FLEETGATE_CONFIG"  # a YAML file, for `uvicorn --factory gateway.app:create_app`
 CONFIG_JSON_ENV = "FLEETGATE_CONFIG_JSON"  # the validated config, handed to --workers children
+# where that config came from ({"path", "listen"}), so that --workers children can reload it
+CONFIG_SOURCE_ENV = "FLEETGATE_CONFIG_SOURCE"
 
 
 class Gateway:
     """Everything one gateway process runs: the fleet's soft state, the upstream client,
     the scrapers and health checks, metrics, the request log and the pipeline."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, source: ConfigSource | None = None) -> None:
         self.config = config
+        self.source = source  # the file a reload re-reads; None: nothing to reload
+        self.reloader: Reloader | None = None
         self.version = __version__
         self.fleet = Fleet(config)
         self.started_at = int(time.time())
@@ -119,6 +130,17 @@ class Gateway:
         await asyncio.gather(self.health.check_all(), *(self.scraper.scrape(w) for w in workers))
         self.scraper.start()
         self.health.start()
+        # from here on the loops and the metrics follow the fleet's changes
+        self.fleet.listeners[:] = [self.scraper, self.health, self.metrics, self]
+        if self.source is not None:
+            self.reloader = Reloader(
+                self.source,
+                self.fleet,
+                lambda: self.config,
+                self._set_config,
+                lambda result: self.metrics.config_reloads.labels(result).inc(),
+            )
+            self.reloader.start(cfg.listen.reload_poll_s, loop)
         self.request_log.start()
         threads = cfg.placement.compress_workers
         self.compress_pool = (
@@ -156,10 +178,30 @@ class Gateway:
             sum(w.routable(now()) for w in workers),
         )
 
+    # FleetListener: a worker that left closes its idle engine connections
+    def worker_added(self, worker: WorkerState) -> None:
+        pass
+
+    def worker_removed(self, worker: WorkerState) -> None:
+        if not any(w.endpoint == worker.endpoint for w in self.fleet.workers.values()):
+            self.client.forget(worker.endpoint)
+
+    def _set_config(self, config: GatewayConfig) -> None:
+        self.config = config
+
+    async def reload(self, why: str) -> ReloadResult:
+        """Re-read the configuration file and apply its fleet (ConfigError, FleetError)."""
+        if self.reloader is None:
+            raise ConfigError("no configuration file to reload (started without --config)")
+        return await self.reloader.reload(why)
+
     async def stop(self) -> None:
         if self.pipeline is None:
             return
         self.pipeline = None
+        if self.reloader is not None:
+            await self.reloader.stop()
+        self.fleet.listeners.clear()
         await self.scraper.stop()
         await self.health.stop()
         await self.client.close()
@@ -169,25 +211,38 @@ class Gateway:
             self.compress_pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _config_from_environment() -> GatewayConfig:
+def _config_from_environment() -> tuple[GatewayConfig, ConfigSource | None]:
     if CONFIG_JSON_ENV in os.environ:
-        return GatewayConfig.model_validate_json(os.environ[CONFIG_JSON_ENV])
+        config = GatewayConfig.model_validate_json(os.environ[CONFIG_JSON_ENV])
+        if not os.environ.get(CONFIG_SOURCE_ENV):
+            return config, None
+        raw = orjson.loads(os.environ[CONFIG_SOURCE_ENV])
+        source = ConfigSource(raw["path"], raw.get("listen") or {}).stamped()
+        # a --workers child started later (uvicorn restarts its processes on SIGHUP) reads
+        # the file as it is now; one that cannot keeps the configuration the server had
+        try:
+            return source.load(), source
+        except ConfigError as exc:
+            log.error("%s; keeping the configuration the server started with", exc)
+            return config, source
     path = os.environ.get(CONFIG_ENV)
     if not path:
         raise ConfigError(
             f"no configuration: call create_app(config) or set {CONFIG_ENV} to a YAML file"
         )
-    return load_config(path)
+    source = ConfigSource(path).stamped()
+    return load_config(path), source
 
 
-def create_app(config: GatewayConfig | None = None) -> Any:
-    """The gateway's ASGI app (its `.gateway` attribute is the `Gateway`)."""
+def create_app(config: GatewayConfig | None = None, source: ConfigSource | None = None) -> Any:
+    """The gateway's ASGI app (its `.gateway` attribute is the `Gateway`). With `source`
+    (the file `config` was read from) the fleet can be reloaded from it."""
     if config is None:
-        config = _config_from_environment()
+        config, source = _config_from_environment()
     # the HTTP protocol's limits are per process: uvicorn builds protocols after the app
     HeadLimits.max_bytes = config.limits.max_header_bytes
     HeadLimits.timeout_s = config.limits.head_timeout_s
-    gateway = Gateway(config)
+    gateway = Gateway(config, source)
     app: Any = ProxyRoutes(build_api(gateway), gateway)
     if config.cors.allow_origins:
         from starlette.middleware.cors import CORSMiddleware

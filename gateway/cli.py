@@ -13,12 +13,13 @@ wins over the file. The same app runs under any ASGI server
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from typing import Any
 
 from gateway import logs
-from gateway.config import ConfigError, GatewayConfig, load_config
+from gateway.config import ConfigError, ConfigSource, GatewayConfig, load_config
 
 # flag -> listen.<key>
 _LISTEN_FLAGS = {
@@ -99,6 +100,21 @@ def quick_config(upstreams: list[str], model: str, max_model_len: int) -> dict[s
     }
 
 
+def config_source(args: argparse.Namespace) -> ConfigSource | None:
+    """The file a reload re-reads, with the same command-line overrides."""
+    if not args.config:
+        return None
+    return ConfigSource(os.path.abspath(args.config), _listen_overrides(args)).stamped()
+
+
+def _listen_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        key: getattr(args, flag)
+        for flag, key in _LISTEN_FLAGS.items()
+        if getattr(args, flag, None) is not None
+    }
+
+
 def build_config(args: argparse.Namespace) -> GatewayConfig:
     if args.config and args.upstream:
         raise ConfigError("give either --config or --upstream, not both")
@@ -110,11 +126,7 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         raise ConfigError(
             "no configuration: pass --config FILE (see config/gateway.yaml) or --upstream URL"
         )
-    overrides = {
-        key: getattr(args, flag)
-        for flag, key in _LISTEN_FLAGS.items()
-        if getattr(args, flag, None) is not None
-    }
+    overrides = _listen_overrides(args)
     if overrides:
         listen = config.listen.model_dump() | overrides
         data = config.model_dump() | {"listen": listen}
@@ -156,27 +168,32 @@ def uvicorn_options(config: GatewayConfig, log_level: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logs.configure(args.log_level, args.log_format)
+    source = config_source(args)  # stamped before the read: a change after it is reloaded
     try:
         config = build_config(args)
     except ConfigError as exc:
         print(f"fleetgate serve: {exc}", file=sys.stderr)
         return 2
 
-    run(config, args.log_level)
+    run(config, args.log_level, source)
     return 0
 
 
-def run(config: GatewayConfig, log_level: str = "info") -> None:
+def run(config: GatewayConfig, log_level: str = "info", source: ConfigSource | None = None) -> None:
     """Serve `config` with uvicorn until SIGINT/SIGTERM (what `fleetgate serve` and
     `fleetgate demo` do once the configuration is settled)."""
     import uvicorn
 
-    from gateway.app import CONFIG_JSON_ENV, create_app
+    from gateway.app import CONFIG_JSON_ENV, CONFIG_SOURCE_ENV, create_app
 
     options = uvicorn_options(config, log_level)
     if config.listen.workers > 1:
         # each child process imports the factory and validates the same configuration
         os.environ[CONFIG_JSON_ENV] = config.model_dump_json()
+        if source is not None:
+            os.environ[CONFIG_SOURCE_ENV] = json.dumps(
+                {"path": source.path, "listen": dict(source.listen_overrides)}
+            )
         uvicorn.run("gateway.app:create_app", factory=True, **options)
     else:
-        uvicorn.run(create_app(config), **options)
+        uvicorn.run(create_app(config, source), **options)

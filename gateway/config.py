@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +51,9 @@ class Listen(_Section):
     limit_concurrency: int | None = Field(None, ge=1)  # connections + tasks before 503
     backlog: int = Field(2048, ge=1)
     access_log: bool = False  # uvicorn's access log (the request log is the detailed one)
+    # with a config file: check its modification time this often and reload the fleet when
+    # it changes (SIGHUP and POST /admin/reload reload at once); 0: no polling
+    reload_poll_s: float = Field(5.0, ge=0)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Listen:
@@ -211,10 +216,10 @@ class GatewayConfig(_Section):
     def _consistent(self) -> GatewayConfig:
         ids: set[str] = set()
         for pname, pool in self.pools.items():
-            if not _header_safe(pname):
+            if not header_safe(pname):
                 raise ValueError(f"pools.{pname}: a pool name is printable ASCII, no spaces")
             for i, w in enumerate(pool.workers):
-                if not _header_safe(w.id):
+                if not header_safe(w.id):
                     raise ValueError(
                         f"pools.{pname}.workers.{i}.name: printable ASCII, no spaces (a header value)"
                     )
@@ -245,7 +250,7 @@ class GatewayConfig(_Section):
         return short.max_model_len if short else 0
 
 
-def _header_safe(name: str) -> bool:
+def header_safe(name: str) -> bool:
     """Pool and worker names go into x-fleetgate-pool / x-fleetgate-worker as they are."""
     return bool(name) and name.isascii() and name.isprintable() and " " not in name
 
@@ -277,6 +282,87 @@ def load_config(
         return GatewayConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path)) from None
+
+
+# the sections a reload applies live; every other change needs a restart
+LIVE_SECTIONS = frozenset({"pools"})
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where the running configuration came from, so that a reload reads it the same way:
+    the file (with FLEETGATE_* environment overrides) and the command line's `listen.*`
+    flags on top."""
+
+    path: str
+    listen_overrides: Mapping[str, Any] = dc_field(default_factory=dict)
+    # the file's (mtime, size) just before the running configuration was read from it: a
+    # change after that point is a change the file poll must notice
+    stamp: tuple[int, int] | None = None
+
+    def stamped(self) -> ConfigSource:
+        """This source with the file's stamp as of now (take it before `load`)."""
+        return replace(self, stamp=file_stamp(self.path))
+
+    def load(self) -> GatewayConfig:
+        config = load_config(self.path)
+        if self.listen_overrides:
+            listen = config.listen.model_dump() | dict(self.listen_overrides)
+            try:
+                config = GatewayConfig.model_validate(config.model_dump() | {"listen": listen})
+            except ValidationError as exc:
+                raise ConfigError(_describe(exc, "command line")) from None
+        return config
+
+
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """(mtime in ns, size) of a file, None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def live_merge(running: GatewayConfig, new: GatewayConfig) -> tuple[GatewayConfig, list[str]]:
+    """The running configuration with `new`'s live sections (the fleet), and the key paths
+    of everything else that differs (not applied: those need a restart). Raises ConfigError
+    when the merged configuration does not hold together (say the pools no longer include
+    `placement.short_pool`)."""
+    merged_data = running.model_dump() | {k: new.model_dump()[k] for k in LIVE_SECTIONS}
+    try:
+        merged = GatewayConfig.model_validate(merged_data)
+    except ValidationError as exc:
+        raise ConfigError(
+            _describe(exc, None).replace(
+                "config is invalid",
+                "the new fleet does not fit the"
+                " running configuration (whose other sections need a restart to change)",
+            )
+        ) from None
+    if merged.b_short != running.b_short:
+        short = running.placement.short_pool
+        raise ConfigError(
+            f"pools.{short}.max_model_len: {merged.b_short} would change B_short (the"
+            f" placement boundary, {running.b_short}), which needs a restart; or set"
+            " placement.b_short"
+        )
+    return merged, _differences(running.model_dump(), new.model_dump(), "", LIVE_SECTIONS)
+
+
+def _differences(old: Any, new: Any, prefix: str, skip: frozenset[str]) -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            if not prefix and k in skip:
+                continue
+            path = f"{prefix}.{k}" if prefix else str(k)
+            if k not in old or k not in new:
+                out.append(path)
+            else:
+                out.extend(_differences(old[k], new[k], path, skip))
+        return out
+    return [] if old == new else [prefix]
 
 
 def _deepcopy(data: Mapping[str, Any]) -> dict[str, Any]:

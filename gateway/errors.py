@@ -111,6 +111,12 @@ class MethodNotAllowed(GatewayError):
     code = "method_not_allowed"
 
 
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
 class ContextLengthExceeded(GatewayError):
     status = 413
     type = "invalid_request_error"

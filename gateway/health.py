@@ -42,6 +42,16 @@ class HealthChecker:
     def start(self) -> None:
         self._loops.start()
 
+    # FleetListener: the loop starts and stops with the worker
+    def worker_added(self, worker: WorkerState) -> None:
+        self._loops.add(worker)
+
+    def worker_removed(self, worker: WorkerState) -> None:
+        self._loops.remove(worker)
+
+    def looping(self) -> frozenset[str]:
+        return self._loops.running()
+
     async def check(self, worker: WorkerState) -> bool:
         try:
             r = await self.client.get(worker.url + "/health", timeout=self.config.timeout_s)

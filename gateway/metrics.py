@@ -3,7 +3,9 @@
 Hot-path series (counters and histograms) are updated per request through label children
 bound once per (pool, status) pair. Per-worker gauges (in-flight, health, staleness,
 breaker) are not updated on the hot path at all: a collector reads them from the fleet's
-state when Prometheus scrapes.
+state when Prometheus scrapes. A worker that leaves the fleet (gateway/workers.py) takes its
+label sets with it: the collector no longer sees it, and `worker_removed` drops its
+counters' children, so a removed worker stops being exported.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from gateway.workers import Fleet
+from gateway.workers import Fleet, WorkerState
 from policies.budget import TokenBudget
 
 # `_created` series double the exposition and no dashboard reads them (prometheus_client
@@ -298,6 +300,12 @@ class GatewayMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1),
             registry=r,
         )
+        self.config_reloads = Counter(
+            "fleetgate_config_reloads",
+            "Configuration reloads (SIGHUP, file change, POST /admin/reload), by result (ok, error).",
+            ["result"],
+            registry=r,
+        )
         r.register(_FleetCollector(fleet, now))
         self._requests_children: dict[tuple[str, int], Counter] = {}
         self._pools: dict[str, PoolSeries] = {}
@@ -326,6 +334,21 @@ class GatewayMetrics:
     def watch_budget(self, budget: TokenBudget) -> None:
         """Expose ĉ_k, the learnt bytes per token of each content category."""
         self.registry.register(_BudgetCollector(budget))
+
+    # FleetListener: a removed worker's label sets stop being exported
+    def worker_added(self, worker: WorkerState) -> None:
+        pass
+
+    def worker_removed(self, worker: WorkerState) -> None:
+        for counter, position in (
+            (self.upstream_errors, 1),
+            (self.scrape_errors, 0),
+            (self.health_failures, 0),
+            (self.circuit_opens, 0),
+        ):
+            # prometheus_client lists a metric's children only in its private `_metrics`
+            for labels in [k for k in list(counter._metrics) if k[position] == worker.id]:
+                counter.remove(*labels)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -3,6 +3,10 @@
 Loops start at a random phase within the first interval, so that a fleet is not probed
 in lockstep (and a hundred scrapes do not land in the same event-loop tick).
 
+Loops follow the fleet: `add` starts one for a worker that joined (its first probe at
+once, so that a new worker is known within one interval), `remove` cancels the loop of a
+worker that left (synchronously; the task ends on the loop's next turn).
+
 No exception ends a loop: a probe that raises is logged (with its traceback the first time
 in a row, then at debug level until a probe succeeds again) and the loop goes on; only
 `stop()` ends it.
@@ -28,17 +32,40 @@ class PerWorkerLoops:
         interval: float,
         probe: Callable[[WorkerState], Awaitable[object]],
     ) -> None:
-        self.workers = workers
+        self.workers = list(workers)
         self.interval = interval
         self.probe = probe
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._started = False
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._loop(w)) for w in self.workers]
+        self._started = True
+        for w in self.workers:
+            self._spawn(w, random.random() * self.interval)
 
-    async def _loop(self, worker: WorkerState) -> None:
-        await asyncio.sleep(random.random() * self.interval)
+    def add(self, worker: WorkerState) -> None:
+        self.workers = [*self.workers, worker]
+        if self._started:
+            self._spawn(worker, 0.0)
+
+    def remove(self, worker: WorkerState) -> None:
+        self.workers = [w for w in self.workers if w is not worker]
+        task = self._tasks.pop(worker.id, None)
+        if task is not None:
+            task.cancel()
+
+    def running(self) -> frozenset[str]:
+        """The ids of the workers with a loop (for tests and introspection)."""
+        return frozenset(wid for wid, t in self._tasks.items() if not t.done())
+
+    def _spawn(self, worker: WorkerState, delay: float) -> None:
+        old = self._tasks.pop(worker.id, None)
+        if old is not None:
+            old.cancel()
+        self._tasks[worker.id] = asyncio.get_running_loop().create_task(self._loop(worker, delay))
+
+    async def _loop(self, worker: WorkerState, delay: float) -> None:
+        await asyncio.sleep(delay)
         failing = False
         while True:
             try:
@@ -58,9 +85,11 @@ class PerWorkerLoops:
             await asyncio.sleep(self.interval)
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        self._started = False
+        tasks = list(self._tasks.values())
+        self._tasks = {}
+        for t in tasks:
             t.cancel()
-        for t in self._tasks:
+        for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        self._tasks = []

@@ -359,7 +359,10 @@ class Pipeline:
             self.metrics.queue_wait_seconds.observe(self.loop.time() - now)
 
     def _room_freed(self, worker: Load) -> None:
-        """A request left a worker of its pool: the first waiter for that pool is woken."""
+        """A request left a worker: the first waiter for its pool is woken, and a draining
+        worker whose last request this was leaves the fleet."""
+        if isinstance(worker, WorkerState) and worker.draining:
+            self.fleet.released(worker)
         if len(self.dispatcher):
             waiter = self.dispatcher.wake(worker.pool)
             woken = None if waiter is None else waiter.token
@@ -369,7 +372,10 @@ class Pipeline:
     def _no_worker(self, pools: tuple[str, ...]) -> ServiceUnavailable:
         now = self.loop.time()
         waits = [
-            w.open_until - now for p in pools for w in self.fleet.pools[p] if w.open_until > now
+            w.open_until - now
+            for p in pools
+            for w in self.fleet.pools.get(p, ())
+            if w.open_until > now
         ]
         retry = min(waits) if waits else self.config.health.interval_s
         return ServiceUnavailable(

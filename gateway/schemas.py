@@ -9,10 +9,11 @@ by the gateway's own validation, whatever it calls invalid is refused with a 4xx
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.config import Worker
 from gateway.openai_request import MAX_INT
 
 TokenCount = Annotated[int, Field(ge=1, le=MAX_INT)]
@@ -194,3 +195,52 @@ def proxy_responses(stream_doc: str) -> dict[int | str, dict[str, Any]]:
         503: {**error, "description": "no healthy worker (Retry-After)"},
         504: {**error, "description": "the worker did not answer in time"},
     }
+
+
+# --- the fleet's admin routes ----------------------------------------------------------------
+class WorkerInfo(BaseModel):
+    """One worker as the gateway sees it (GET /admin/workers)."""
+
+    pool: str
+    id: str
+    url: str
+    engine: str
+    state: Literal["active", "draining"] = Field(
+        description="draining: no new requests; it leaves when its last one ends"
+    )
+    healthy: bool = Field(description="passes health checks and its circuit is closed")
+    in_flight: int = Field(description="requests this gateway has in flight on it")
+
+
+class WorkerList(BaseModel):
+    object: str = "list"
+    data: list[WorkerInfo]
+
+
+class AddWorker(Worker):
+    """A worker to add (POST /admin/workers): its pool and its configuration, the keys of a
+    `pools.<pool>.workers` item."""
+
+    pool: str = Field(description="a configured pool")
+
+
+class DrainResult(BaseModel):
+    """A worker taken out of routing (state draining), or already gone (state removed)."""
+
+    id: str
+    pool: str
+    state: Literal["draining", "removed"]
+    in_flight: int
+
+
+class ReloadResult(BaseModel):
+    """What POST /admin/reload changed (worker ids)."""
+
+    added: list[str]
+    draining: list[str]
+    kept: list[str]
+    pools_added: list[str]
+    pools_removed: list[str]
+    not_applied: list[str] = Field(
+        description="keys outside the fleet that changed in the file: they need a restart"
+    )

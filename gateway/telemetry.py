@@ -180,6 +180,16 @@ class Scraper:
     def start(self) -> None:
         self._loops.start()
 
+    # FleetListener: the loop starts and stops with the worker
+    def worker_added(self, worker: WorkerState) -> None:
+        self._loops.add(worker)
+
+    def worker_removed(self, worker: WorkerState) -> None:
+        self._loops.remove(worker)
+
+    def looping(self) -> frozenset[str]:
+        return self._loops.running()
+
     async def scrape(self, worker: WorkerState) -> bool:
         """One scrape; True when it refreshed the snapshot. Never raises: every failure is
         counted under a reason (http_<status>, timeout, connect, empty, malformed,

@@ -643,6 +643,16 @@ class UpstreamClient:
             pool = self._pools[endpoint] = _Pool(endpoint, self)
         return pool
 
+    def forget(self, endpoint: Endpoint) -> bool:
+        """Close and drop an endpoint's pool when nothing uses it (its worker left the
+        fleet): its idle keep-alive connections close now, not after the idle timeout."""
+        pool = self._pools.get(endpoint)
+        if pool is None or pool.active or pool.waiters:
+            return False
+        del self._pools[endpoint]
+        pool.close()
+        return True
+
     def pool_status(self, endpoint: Endpoint) -> PoolStatus:
         pool = self._pools.get(endpoint)
         return pool.status() if pool is not None else PoolStatus(0, 0, 0, 0)
