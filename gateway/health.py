@@ -19,13 +19,13 @@ from collections.abc import Callable
 import httpx
 
 from gateway.config import Health
-from gateway.periodic import PerWorkerLoops
+from gateway.periodic import FollowsTheFleet, PerWorkerLoops
 from gateway.workers import WorkerState
 
 log = logging.getLogger("fleetgate.health")
 
 
-class HealthChecker:
+class HealthChecker(FollowsTheFleet):
     def __init__(
         self,
         workers: list[WorkerState],
@@ -38,19 +38,6 @@ class HealthChecker:
         self.config = config
         self.on_failure = on_failure
         self._loops = PerWorkerLoops(workers, config.interval_s, self.check)
-
-    def start(self) -> None:
-        self._loops.start()
-
-    # FleetListener: the loop starts and stops with the worker
-    def worker_added(self, worker: WorkerState) -> None:
-        self._loops.add(worker)
-
-    def worker_removed(self, worker: WorkerState) -> None:
-        self._loops.remove(worker)
-
-    def looping(self) -> frozenset[str]:
-        return self._loops.running()
 
     async def check(self, worker: WorkerState) -> bool:
         try:

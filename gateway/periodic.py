@@ -93,3 +93,22 @@ class PerWorkerLoops:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+
+
+class FollowsTheFleet:
+    """A component that probes every worker in its own `PerWorkerLoops` (`_loops`) and,
+    as a fleet listener, starts and stops a worker's loop as it joins and leaves."""
+
+    _loops: PerWorkerLoops
+
+    def start(self) -> None:
+        self._loops.start()
+
+    def worker_added(self, worker: WorkerState) -> None:
+        self._loops.add(worker)
+
+    def worker_removed(self, worker: WorkerState) -> None:
+        self._loops.remove(worker)
+
+    def looping(self) -> frozenset[str]:
+        return self._loops.running()

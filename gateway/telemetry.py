@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from gateway.periodic import PerWorkerLoops
+from gateway.periodic import FollowsTheFleet, PerWorkerLoops
 from gateway.workers import Telemetry, WorkerState
 
 log = logging.getLogger("fleetgate.telemetry")
@@ -159,7 +159,7 @@ def apply(t: Telemetry, fields: dict[str, float], now: float) -> None:
     t.scraped_at = now
 
 
-class Scraper:
+class Scraper(FollowsTheFleet):
     """One loop per worker, jittered so that a fleet is not scraped in lockstep."""
 
     def __init__(
@@ -176,19 +176,6 @@ class Scraper:
         self.now = now
         self.on_error = on_error
         self._loops = PerWorkerLoops(workers, interval, self.scrape)
-
-    def start(self) -> None:
-        self._loops.start()
-
-    # FleetListener: the loop starts and stops with the worker
-    def worker_added(self, worker: WorkerState) -> None:
-        self._loops.add(worker)
-
-    def worker_removed(self, worker: WorkerState) -> None:
-        self._loops.remove(worker)
-
-    def looping(self) -> frozenset[str]:
-        return self._loops.running()
 
     async def scrape(self, worker: WorkerState) -> bool:
         """One scrape; True when it refreshed the snapshot. Never raises: every failure is
