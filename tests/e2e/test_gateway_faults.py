@@ -89,7 +89,14 @@ def test_client_disconnect_aborts_upstream(fresh_procs):
 def test_connect_failure_is_retried_on_another_worker(fresh_procs):
     a = emulator(fresh_procs, "a", 8192).wait_ready()
     b = emulator(fresh_procs, "b", 8192).wait_ready()
-    cfg = gateway_config([a.url, b.url], [], health={"interval_s": 60, "unhealthy_after": 1})
+    cfg = gateway_config(
+        [a.url, b.url],
+        [],
+        health={"interval_s": 60, "unhealthy_after": 1},
+        # on a loaded machine stopping `a` can take longer than the default staleness
+        # bound; stale telemetry would then keep `a` out of routing and hide the retry
+        telemetry={"scrape_interval_s": 0.1, "stale_after_s": 60.0},
+    )
     gw = start_gateway(fresh_procs, cfg)
     a.stop()  # down, and the gateway has not noticed yet (next health check in a minute)
     c = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
