@@ -158,9 +158,7 @@ class Pipeline:
             )
         )
         metrics.watch_budget(self.budget)
-        self.shaper = Shaper(
-            placer, self.budget, config.b_short, metrics, traffic, compress_executor
-        )
+        self.shaper = Shaper(placer, self.budget, metrics, traffic, compress_executor)
         self.auth_required = bool(config.auth.api_keys)
 
     # --- the pipeline -------------------------------------------------------------------

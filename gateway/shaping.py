@@ -69,7 +69,6 @@ class Shaper:
         self,
         placer: CompressAndRoute | ShortLongPlacement,
         budget: TokenBudget,
-        b_short: int,
         metrics: GatewayMetrics,
         traffic: TrafficHistogram,
         executor: Executor | None = None,

@@ -36,7 +36,7 @@ def in_flight(url: str) -> float:
 def test_sigterm_drains_then_finishes_every_stream(fresh_procs):
     emu = emulator(fresh_procs, "drain-emu", 8192, "--time-scale", "0.5").wait_ready()
     cfg = gateway_config([emu.url], [])
-    cfg["listen"] = {"drain_delay_s": 1.5, "graceful_shutdown_s": 60.0}
+    cfg["listen"] = {"drain_delay_s": 5.0, "graceful_shutdown_s": 60.0}
     gw = start_gateway(fresh_procs, cfg)
 
     def stream(_: int) -> str:
@@ -50,12 +50,13 @@ def test_sigterm_drains_then_finishes_every_stream(fresh_procs):
         t = time.monotonic()
         # while draining: still accepting, but not ready and refusing new work
         assert wait_until(
-            lambda: httpx.get(gw.url + "/readyz", timeout=5).status_code == 503, timeout=1.0
+            lambda: httpx.get(gw.url + "/readyz", timeout=5).status_code == 503, timeout=4.0
         )
         r = httpx.post(gw.url + "/v1/chat/completions", json={**CHAT, "stream": False})
         assert r.status_code == 503 and r.headers["retry-after"] == "1"
         assert r.json()["error"]["code"] == "shutting_down"
-        assert time.monotonic() - t < 1.5  # all of that inside the drain delay
+        # all of that inside the drain delay (after it the listener closes: no answer at all)
+        assert time.monotonic() - t < 5.0
         answers = [f.result(timeout=90) for f in futures]
     for text in answers:
         assert text.rstrip().endswith("data: [DONE]"), text[-200:]
