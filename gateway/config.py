@@ -129,11 +129,39 @@ class Placement(_Section):
     compress_workers: int = Field(1, ge=0, le=64)
 
 
+class Admission(_Section):
+    """Step 5 (policies/admission.py): `always` admits everything; `concurrency` holds at
+    most `params.limit` requests of one entitlement in flight (429 + Retry-After beyond)."""
+
+    policy: str = "always"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _builds(self) -> Admission:
+        from policies.admission import ADMITTERS
+
+        _check_builds(
+            ADMITTERS.names(), self.policy, lambda: ADMITTERS.make(self.policy, self.params)
+        )
+        return self
+
+
 class Dispatch(_Section):
     """Requests that find every worker of their pools at max_num_seqs wait here (FIFO)."""
 
+    policy: str = "fifo"  # policies/dispatch.py's registry
     max_waiting: int = Field(1024, ge=0)  # beyond this: 429 at once
     timeout_s: float = Field(30.0, gt=0)  # longer than this without room: 503 queue_timeout
+
+    @model_validator(mode="after")
+    def _builds(self) -> Dispatch:
+        from policies.dispatch import DISPATCHERS
+
+        params = {"max_waiting": self.max_waiting, "timeout_s": self.timeout_s}
+        _check_builds(
+            DISPATCHERS.names(), self.policy, lambda: DISPATCHERS.make(self.policy, params)
+        )
+        return self
 
 
 class Budget(_Section):
@@ -144,6 +172,24 @@ class Budget(_Section):
 class Routing(_Section):
     policy: str = "least_loaded"
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _builds(self) -> Routing:
+        from policies.routing import ROUTERS
+
+        _check_builds(ROUTERS.names(), self.policy, lambda: ROUTERS.make(self.policy, self.params))
+        return self
+
+
+def _check_builds(names: list[str], policy: str, build: Any) -> None:
+    """A policy named in configuration must build: unknown names and parameters are
+    refused at start (the error names what is known)."""
+    if policy not in names:
+        raise ValueError(f"policy: unknown {policy!r}; known: {', '.join(names)}")
+    try:
+        build()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"params: {exc}") from None
 
 
 class Telemetry(_Section):
@@ -199,6 +245,7 @@ class GatewayConfig(_Section):
     auth: Auth = Field(default_factory=Auth)
     pools: dict[str, Pool] = Field(min_length=1)
     placement: Placement = Field(default_factory=Placement)
+    admission: Admission = Field(default_factory=Admission)
     dispatch: Dispatch = Field(default_factory=Dispatch)
     budget: Budget = Field(default_factory=Budget)
     routing: Routing = Field(default_factory=Routing)

@@ -1,13 +1,15 @@
-"""The request pipeline for /v1/chat/completions and /v1/completions.
+"""The gateway's driver of the request pipeline core, for /v1/chat/completions and
+/v1/completions.
 
-parse (400) → authenticate (401) → estimate the budget → place (404/413) → route (503)
-→ forward, with one retry on another worker for a connect failure (502/504) → relay →
-settle (in-flight counts, breaker, metrics, request log). Every decision is a call into
-`policies/`; this module moves bytes and keeps time.
+parse (400) → authenticate (401) → [core] estimate the budget → place (404/413) →
+admit (429) → wait for room (429/503) → route (503) → forward, with one retry on another
+worker for a connect failure (502/504) → relay → [core] settle; then metrics and the
+request log. Every decision is the pure core's (policies/core.py), the same object the
+simulator drives (simulator/driver.py); this module moves bytes and keeps time.
 
-What a request holds is a lease (policies/leases.py), released on every path: an answer, an error, a client that
-went away (the handler task is cancelled, the upstream connection is closed and the
-engine aborts the request).
+What a request holds is a lease in its `Ticket`, released on every path: an answer, an
+error, a client that went away (the handler task is cancelled, the upstream connection is
+closed and the engine aborts the request).
 """
 
 from __future__ import annotations
@@ -37,18 +39,21 @@ from gateway.openai_request import CHAT, ParsedRequest, parse
 from gateway.relay import StreamScanner, usage_of
 from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
-from gateway.shaping import Shaped, Shaper, compressed_header, rewritten_body
+from gateway.shaping import Shaper, classify_prompt, compressed_header, rewritten_body
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
 from gateway.workers import Fleet, WorkerState
+from policies.admission import make_admitter
 from policies.budget import BudgetConfig, TokenBudget
-from policies.dispatch import FifoDispatcher
+from policies.core import Core, Ticket
+from policies.dispatch import make_dispatcher
 from policies.hooks import Hook
-from policies.leases import Load, WorkerSlot
+from policies.intake import Intake
+from policies.leases import Load
 from policies.pools import make_placement
-from policies.routing import make_router
-from policies.types import Outcome, RequestInfo, Status
+from policies.routing import Router, make_router
+from policies.types import Outcome, Status
 
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
 _JSON = b"application/json"
@@ -89,16 +94,15 @@ class _Attempt:
     """What the settle step needs to know about the request, filled in along the way."""
 
     __slots__ = (
-        "arrived",
         "completion_tokens",
         "error",
         "extra_headers",
-        "info",
         "pool",
         "prompt_tokens",
         "retries",
         "status",
         "stream",
+        "ticket",
         "ttft",
         "worker",
     )
@@ -114,8 +118,7 @@ class _Attempt:
         self.error: str | None = None
         self.extra_headers: Headers = []
         self.stream: StreamScanner | None = None  # set once a stream is being relayed
-        self.arrived = False  # hooks saw on_arrival: they get on_complete too
-        self.info: RequestInfo | None = None
+        self.ticket: Ticket | None = None  # the core's, once the request is placed
 
 
 class KeyCheck(Protocol):
@@ -139,9 +142,6 @@ class Pipeline:
         self.expose_worker = config.expose.worker_header
         self.expose_detail = config.expose.upstream_detail
         self.write_timeout = config.limits.client_write_timeout_s
-        self.hooks: tuple[Hook, ...] = ()  # policies/hooks.py: what policies see of requests
-        self._slot_released = self._room_freed  # bound once: one per attempt otherwise
-        self.dispatcher = FifoDispatcher(config.dispatch.max_waiting, config.dispatch.timeout_s)
         self.fleet = fleet
         self.client = client
         self.metrics = metrics
@@ -150,7 +150,6 @@ class Pipeline:
         self.loop = asyncio.get_running_loop()
         p = config.placement
         placer = make_placement(p.policy, p.short_pool, config.b_short, p.gamma, p.verify_margin)
-        self.router = make_router(config.routing.policy, config.routing.params)
         self.budget = TokenBudget(
             BudgetConfig(
                 bytes_per_token=config.budget.bytes_per_token,
@@ -158,8 +157,30 @@ class Pipeline:
             )
         )
         metrics.watch_budget(self.budget)
-        self.shaper = Shaper(placer, self.budget, metrics, traffic, compress_executor)
+        routing, admission, d = config.routing, config.admission, config.dispatch
+
+        def router_for(pool: str) -> Router:
+            return make_router(routing.policy, routing.params)
+
+        self.core = Core(
+            Intake(placer, self.budget, classify_prompt),
+            router_for,
+            make_admitter(admission.policy, admission.params),
+            make_dispatcher(d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s}),
+            on_released=self._released,
+            on_woken=_wake,
+        )
+        self.shaper = Shaper(self.core, metrics, traffic, compress_executor)
         self.auth_required = bool(config.auth.api_keys)
+
+    @property
+    def hooks(self) -> tuple[Hook, ...]:
+        """What policies see of requests (policies/hooks.py), called by the core."""
+        return self.core.hooks
+
+    @hooks.setter
+    def hooks(self, hooks: tuple[Hook, ...]) -> None:
+        self.core.hooks = tuple(hooks)
 
     # --- the pipeline -------------------------------------------------------------------
     async def handle(
@@ -176,20 +197,21 @@ class Pipeline:
         logs.request_id.set(rid)  # this task's log lines name the request
         att = _Attempt()
         parsed: ParsedRequest | None = None
-        shaped: Shaped | None = None
+        ticket: Ticket | None = None
         try:
             self._authenticate(authorization)
             raw = await source.read()
             parsed = parse(raw, endpoint)
-            shaped = self.shaper.shape(
+            ticket = self.shaper.shape(
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
-            if self.hooks:
-                att.arrived = True
-                for h in self.hooks:
-                    h.on_arrival(shaped.info, self.loop.time())
-            await self.shaper.fit(parsed, shaped)
-            await self._serve(parsed, raw, shaped, responder, att, rid, t0, source)
+            await self.shaper.fit(parsed, ticket)
+            refused = self.core.admit(ticket, self.loop.time())
+            if refused is not None:
+                raise RateLimited(
+                    refused.reason, code=refused.code, retry_after=refused.retry_after
+                )
+            await self._serve(parsed, raw, ticket, responder, att, rid, t0, source)
         except GatewayError as exc:
             att.status = exc.status
             att.error = att.error or exc.code
@@ -214,7 +236,7 @@ class Pipeline:
                 self.metrics.disconnects.labels(att.pool).inc()
             raise
         finally:
-            self._settle(att, parsed, shaped, t0, arrival, rid)
+            self._settle(att, parsed, ticket, t0, arrival, rid)
 
     def _authenticate(self, authorization: bytes | None) -> None:
         if not self.auth_required:
@@ -232,42 +254,43 @@ class Pipeline:
         self,
         parsed: ParsedRequest,
         raw: bytes,
-        shaped: Shaped,
+        ticket: Ticket,
         responder: Responder,
         att: _Attempt,
         rid: str,
         t0: float,
         source: BodySource,
     ) -> None:
-        info = att.info = shaped.info
-        pools = shaped.pools
-        extra = [(b"x-fleetgate-tokens-estimated", b"%d" % shaped.estimated_prompt_tokens)]
-        compressed = compressed_header(shaped)
+        info = ticket.info
+        att.ticket = ticket
+        estimated = ticket.taken.estimated_prompt_tokens
+        extra = [(b"x-fleetgate-tokens-estimated", b"%d" % estimated)]
+        compressed = compressed_header(ticket)
         if compressed is not None:
             extra.append((b"x-fleetgate-compressed", compressed.encode()))
         att.extra_headers = extra
-        body, strip_usage = self._upstream_body(parsed, raw, rewritten_body(parsed, shaped))
+        body, strip_usage = self._upstream_body(parsed, raw, rewritten_body(parsed, ticket))
         path = _PATHS[parsed.endpoint]
         headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % rid.encode("latin-1")
         tried: set[str] = set()
         last_error: UpstreamError | None = None
-        if len(self.dispatcher) and any(self.dispatcher.waiting(p) for p in pools):
-            await self._wait_for_room(rid, pools, att)  # first come, first served
+        core = self.core
+        if core.queued_behind(ticket):
+            await self._wait_for_room(ticket, att)  # first come, first served
         while True:
-            worker = self._route(info, pools, tried, att)
+            worker = self._route(ticket, tried, att)
             if worker is None:
                 if last_error is not None:
                     raise self._map(last_error)
-                if not self._any_routable(pools, tried):
-                    raise self._no_worker(pools)
-                await self._wait_for_room(rid, pools, att)  # every such worker is full
+                if not self._any_routable(ticket.pools, tried):
+                    raise self._no_worker(ticket.pools)
+                await self._wait_for_room(ticket, att)  # every such worker is full
                 continue
             att.worker = worker.id
-            self.metrics.pool(att.pool).overhead.observe(self.loop.time() - t0)
+            now = self.loop.time()
+            self.metrics.pool(att.pool).overhead.observe(now - t0)
             # the worker's slot is held for this attempt only: a retry releases it first
-            with WorkerSlot(worker, info.total_tokens, self._slot_released):
-                for h in self.hooks:
-                    h.on_dispatch(info, worker.id, self.loop.time())
+            with core.dispatch(ticket, worker.id, worker, now, info.total_tokens):
                 try:
                     up = await self.client.request(
                         worker.endpoint, b"POST", path, headers + worker.extra_headers, body
@@ -308,19 +331,17 @@ class Pipeline:
         body["stream_options"] = opts
         return orjson.dumps(body), True
 
-    def _route(
-        self, info: RequestInfo, pools: tuple[str, ...], tried: set[str], att: _Attempt
-    ) -> WorkerState | None:
+    def _route(self, ticket: Ticket, tried: set[str], att: _Attempt) -> WorkerState | None:
         now = self.loop.time()
         exclude = frozenset(tried)
-        for i, pool in enumerate(pools):
-            view = self.router.choose(info, self.fleet.views(pool, now, exclude))
-            if view is not None:
-                if i > 0:
-                    self.metrics.spills.labels(pool).inc()
-                att.pool = pool
-                return self.fleet.workers[view.id]
-        return None
+        fleet = self.fleet
+        route = self.core.route(ticket, lambda pool: fleet.views(pool, now, exclude))
+        if route is None:
+            return None
+        if route.spilled:
+            self.metrics.spills.labels(route.pool).inc()
+        att.pool = route.pool
+        return fleet.workers[route.worker.id]
 
     def _any_routable(self, pools: tuple[str, ...], tried: set[str]) -> bool:
         now = self.loop.time()
@@ -328,23 +349,25 @@ class Pipeline:
             w.routable(now) and w.id not in tried for p in pools for w in self.fleet.pools[p]
         )
 
-    async def _wait_for_room(self, rid: str, pools: tuple[str, ...], att: _Attempt) -> None:
-        """Step 6: wait (FIFO) until a slot frees in one of `pools`, or refuse."""
+    async def _wait_for_room(self, ticket: Ticket, att: _Attempt) -> None:
+        """Step 6: wait (FIFO) until a slot frees in one of its pools, or refuse."""
         now = self.loop.time()
-        waiter = self.dispatcher.wait(rid, pools, now)
+        pools = ticket.pools
+        waiter = self.core.wait(ticket, now)
         if waiter is None:
             raise RateLimited(
                 "every worker is at capacity and the wait queue is full; retry shortly",
                 code="queue_full",
                 retry_after=1,
             )
-        woken = waiter.token = self.loop.create_future()
+        woken = self.loop.create_future()
+        ticket.token = woken
         self.metrics.queue_waits.inc()
         try:
             await asyncio.wait_for(asyncio.shield(woken), waiter.deadline - now)
         except TimeoutError:
             if not (woken.done() and not woken.cancelled()):
-                self.dispatcher.cancel(waiter)
+                self.core.dispatcher.cancel(waiter)
                 att.error = "queue_timeout"
                 raise ServiceUnavailable(
                     f"no worker of pool(s) {', '.join(pools)} had room within "
@@ -353,19 +376,14 @@ class Pipeline:
                     retry_after=self.config.dispatch.timeout_s,
                 ) from None
         finally:
-            self.dispatcher.cancel(waiter)  # a no-op once woken or expired
+            self.core.dispatcher.cancel(waiter)  # a no-op once woken or expired
             self.metrics.queue_wait_seconds.observe(self.loop.time() - now)
 
-    def _room_freed(self, worker: Load) -> None:
-        """A request left a worker: the first waiter for its pool is woken, and a draining
-        worker whose last request this was leaves the fleet."""
+    def _released(self, worker: Load) -> None:
+        """A request left a worker: a draining worker whose last request this was leaves
+        the fleet (the core then wakes the first request waiting for its pool)."""
         if isinstance(worker, WorkerState) and worker.draining:
             self.fleet.released(worker)
-        if len(self.dispatcher):
-            waiter = self.dispatcher.wake(worker.pool)
-            woken = None if waiter is None else waiter.token
-            if isinstance(woken, asyncio.Future) and not woken.done():
-                woken.set_result(None)
 
     def _no_worker(self, pools: tuple[str, ...]) -> ServiceUnavailable:
         now = self.loop.time()
@@ -432,8 +450,8 @@ class Pipeline:
             worker.request_succeeded()
             if up.status == 200:
                 self._count_usage(usage_of(body), att)
-                for h in self.hooks:  # a whole answer: its first token arrives with it
-                    h.on_first_token(att.info, self.loop.time())  # type: ignore[arg-type]
+                if att.ticket is not None:  # a whole answer: its first token comes with it
+                    self.core.first_token(att.ticket, self.loop.time())
         att.status = up.status
         await responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
 
@@ -458,8 +476,8 @@ class Pipeline:
             while (chunk := await up.next_chunk()) is not None:
                 if att.ttft is None:
                     att.ttft = self.loop.time() - t0
-                    for h in self.hooks:
-                        h.on_first_token(att.info, self.loop.time())  # type: ignore[arg-type]
+                    if att.ticket is not None:
+                        self.core.first_token(att.ticket, self.loop.time())
                 out = scanner.feed(chunk)
                 if not out:
                     continue
@@ -493,14 +511,15 @@ class Pipeline:
         self,
         att: _Attempt,
         parsed: ParsedRequest | None,
-        shaped: Shaped | None,
+        ticket: Ticket | None,
         t0: float,
         arrival: float,
         rid: str,
     ) -> None:
         latency = self.loop.time() - t0
-        info = shaped.info if shaped else None
-        if att.arrived and info is not None:
+        shaped = info = None
+        if ticket is not None:
+            shaped, info = ticket.taken, ticket.info
             outcome = Outcome(
                 Status.OK
                 if att.status == 200
@@ -512,8 +531,8 @@ class Pipeline:
                 ttft=att.ttft,
                 latency=latency,
             )
-            for h in self.hooks:
-                h.on_complete(info, outcome, self.loop.time())
+            # settle: ĉ_k learns, the reservation is charged, every lease given back
+            self.core.complete(ticket, outcome, self.loop.time())
         m = self.metrics
         pool = att.pool
         if att.status != 499:
@@ -527,8 +546,6 @@ class Pipeline:
                 series.prompt_tokens.inc(att.prompt_tokens)
             if att.completion_tokens:
                 series.completion_tokens.inc(att.completion_tokens)
-            if shaped is not None:
-                self.shaper.intake.learn(shaped, att.prompt_tokens)
         if self.request_log.enabled:
             self.request_log.write(
                 {
@@ -546,7 +563,7 @@ class Pipeline:
                     if shaped and shaped.classified
                     else None,
                     "placement": shaped.placement.reason if shaped else None,
-                    "compressed": compressed_header(shaped) if shaped else None,
+                    "compressed": compressed_header(ticket) if ticket else None,
                     "prompt_tokens": att.prompt_tokens,
                     "completion_tokens": att.completion_tokens,
                     "ttft_s": None if att.ttft is None else round(att.ttft, 6),
@@ -555,3 +572,10 @@ class Pipeline:
                     "error": att.error,
                 }
             )
+
+
+def _wake(ticket: Ticket) -> None:
+    """The core gave a freed slot to this waiting request: resume its handler."""
+    woken = ticket.token
+    if isinstance(woken, asyncio.Future) and not woken.done():
+        woken.set_result(None)

@@ -1,7 +1,8 @@
-"""Steps 3–4 for the gateway: `policies/intake.py` on parsed HTTP requests.
+"""Steps 3–4 for the gateway: the pipeline core's `arrive` and `fitted` on parsed HTTP
+requests.
 
 The decisions — estimate, place, apply an exact count or a compression — are the pure
-`Intake`'s, the same object the simulator drives. This module adds what only the
+core's (policies/core.py over policies/intake.py), the same objects the simulator drives. This module adds what only the
 gateway has: the request's JSON, the real compressor run off the event loop, HTTP
 refusals (404/413 in the OpenAI shape the SDK reads), and the `fleetgate_compress_*`
 metrics and observed-traffic histogram.
@@ -30,23 +31,21 @@ from gateway.errors import ContextLengthExceeded, ModelNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
 from gateway.traffic import TrafficHistogram
-from policies.budget import ChatSize, TokenBudget
-from policies.intake import Intake, Intaken, Prompt, Refusal
-from policies.pools import CompressAndRoute, ShortLongPlacement
+from policies.budget import ChatSize
+from policies.core import Core, Ticket
+from policies.intake import Prompt, Refusal
 from policies.types import Category, PoolSpec
 
-Shaped = Intaken
 
-
-def compressed_header(shaped: Shaped) -> str | None:
+def compressed_header(ticket: Ticket) -> str | None:
     """`before->after` prompt tokens, the x-fleetgate-compressed header's value."""
-    c = shaped.compressed
+    c = ticket.taken.compressed
     return None if c is None else f"{c[0]}->{c[1]}"
 
 
-def rewritten_body(parsed: ParsedRequest, shaped: Shaped) -> dict[str, Any] | None:
+def rewritten_body(parsed: ParsedRequest, ticket: Ticket) -> dict[str, Any] | None:
     """The request body to send when compression changed the text, else None."""
-    c = shaped.compression
+    c = ticket.taken.compression
     if c is None:
         return None
     body = dict(parsed.body)
@@ -57,7 +56,8 @@ def rewritten_body(parsed: ParsedRequest, shaped: Shaped) -> dict[str, Any] | No
     return body
 
 
-def _classify(prompt: Prompt) -> Category:
+def classify_prompt(prompt: Prompt) -> Category:
+    """The content category of a request's text (the Intake's classifier)."""
     if prompt.endpoint == CHAT:
         return classify(messages=prompt.messages)
     text = prompt.prompt
@@ -67,13 +67,12 @@ def _classify(prompt: Prompt) -> Category:
 class Shaper:
     def __init__(
         self,
-        placer: CompressAndRoute | ShortLongPlacement,
-        budget: TokenBudget,
+        core: Core,
         metrics: GatewayMetrics,
         traffic: TrafficHistogram,
         executor: Executor | None = None,
     ) -> None:
-        self.intake = Intake(placer, budget, _classify)
+        self.core = core
         self.metrics = metrics
         self.traffic = traffic
         self.executor = executor  # where compression runs; None: inline on the event loop
@@ -86,7 +85,7 @@ class Shaper:
         specs: list[PoolSpec],
         healthy: Collection[str],
         known_models: Collection[str],
-    ) -> Shaped:
+    ) -> Ticket:
         chat = parsed.endpoint == CHAT
         prompt = Prompt(
             parsed.endpoint,
@@ -99,7 +98,7 @@ class Shaper:
             None if chat else parsed.body["prompt"],
             ascii=parsed.prompt_ascii,
         )
-        taken = self.intake.take(prompt, rid, now, specs, healthy)
+        taken = self.core.arrive(prompt, rid, now, specs, healthy)
         if isinstance(taken, Refusal):
             if taken.kind == "no_model":
                 raise ModelNotFound(
@@ -118,11 +117,12 @@ class Shaper:
         self.traffic.observe(taken.info.total_tokens, taken.info.prompt_tokens)
         return taken
 
-    async def fit(self, parsed: ParsedRequest, shaped: Shaped) -> None:
-        """Count exactly and compress to `shaped.fit_target`, if placement asked for it.
+    async def fit(self, parsed: ParsedRequest, ticket: Ticket) -> None:
+        """Count exactly and compress to the ticket's `fit_target`, if placement asked.
 
         The count and compression take milliseconds of CPU (8–12K-token prompts): they run
         on `executor` so the event loop keeps relaying every other request's stream."""
+        shaped = ticket.taken
         target = shaped.fit_target
         if target is None:
             return
@@ -154,7 +154,7 @@ class Shaper:
                     self.executor, call
                 )
             m.compress_seconds.observe(seconds)
-        refusal = self.intake.fitted(shaped, result, param)
+        refusal = self.core.fitted(ticket, result, param)
         if placement.borderline:
             self.traffic.compression(result.fits)
         if refusal is not None:

@@ -21,8 +21,11 @@ with Retry-After); a waiter past `timeout_s` is expired (503 `queue_timeout`).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+from policies.registry import Registry, config_from
 
 
 @dataclass(slots=True, eq=False)
@@ -109,3 +112,40 @@ class FifoDispatcher:
 
     def __len__(self) -> int:
         return self._live
+
+
+@dataclass(slots=True, eq=False)
+class QueuePosition:
+    """A waiter's place in the queue as a lease: released (cancelled) exactly once, by
+    whoever ends the request first — woken, expired, or the client gone."""
+
+    dispatcher: Dispatcher
+    waiter: Waiter
+
+    def release(self) -> None:
+        self.dispatcher.cancel(self.waiter)  # a no-op once woken, expired or cancelled
+
+
+@dataclass(frozen=True)
+class FifoConfig:
+    max_waiting: int = 1024  # beyond this a request is refused at once (429)
+    timeout_s: float = 30.0  # a request waits at most this long for room (then 503)
+
+    def __post_init__(self) -> None:
+        if self.max_waiting < 0:
+            raise ValueError("max_waiting: must not be negative")
+        if self.timeout_s <= 0:
+            raise ValueError("timeout_s: must be positive")
+
+
+DISPATCHERS: Registry[Dispatcher] = Registry("dispatch policy")
+
+
+@DISPATCHERS.register("fifo")
+def _fifo(params: Mapping[str, Any]) -> Dispatcher:
+    c = config_from(FifoConfig, params)
+    return FifoDispatcher(c.max_waiting, c.timeout_s)
+
+
+def make_dispatcher(name: str, params: Mapping[str, Any] | None = None) -> Dispatcher:
+    return DISPATCHERS.make(name, params)

@@ -32,10 +32,12 @@ the model → `Verdict.NO_MODEL` (404).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
+from policies.registry import Registry
 from policies.types import Category, PoolSpec, RequestInfo
 
 
@@ -188,7 +190,27 @@ class CompressAndRoute:
 
 Placer = CompressAndRoute | ShortLongPlacement
 
-PLACEMENTS = ("short_long", "compress_and_route")
+# Placement's parameters are the `placement.*` section's keys (short_pool, b_short, gamma,
+# verify_margin); a policy takes the ones it uses.
+PLACERS: Registry[Placer] = Registry("placement policy")
+
+
+@PLACERS.register("compress_and_route")
+def _compress_and_route(params: Mapping[str, Any]) -> Placer:
+    return CompressAndRoute(
+        params["short_pool"],
+        params["b_short"],
+        params.get("gamma", 1.5),
+        verify_margin=params.get("verify_margin", 0.05),
+    )
+
+
+@PLACERS.register("short_long")
+def _short_long(params: Mapping[str, Any]) -> Placer:
+    return ShortLongPlacement(params["short_pool"], params["b_short"])
+
+
+PLACEMENTS = tuple(PLACERS.names())
 
 
 def make_placement(
@@ -199,8 +221,5 @@ def make_placement(
     verify_margin: float = 0.05,
 ) -> Placer:
     """A placement policy by its configuration name; an unknown name fails at start."""
-    if name == "compress_and_route":
-        return CompressAndRoute(short_pool, b_short, gamma, verify_margin=verify_margin)
-    if name == "short_long":
-        return ShortLongPlacement(short_pool, b_short)
-    raise ValueError(f"unknown placement policy {name!r}; known: {', '.join(PLACEMENTS)}")
+    params = {"short_pool": short_pool, "b_short": b_short, "gamma": gamma}
+    return PLACERS.make(name, params | {"verify_margin": verify_margin})

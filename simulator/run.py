@@ -7,10 +7,13 @@ sequence): the same scenario and seed give the same `RunResult`, to the last bit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from policies.admission import make_admitter
 from policies.budget import BudgetConfig, TokenBudget
-from policies.dispatch import FifoDispatcher
+from policies.core import Core
+from policies.dispatch import make_dispatcher
 from policies.hooks import Hook
 from policies.intake import Intake
 from policies.pools import make_placement
@@ -18,10 +21,10 @@ from policies.routing import Router, make_router
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, default_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
+from simulator.driver import Gateway
 from simulator.families import CdfFamily
 from simulator.kernel import PRIO_ARRIVAL, Kernel
 from simulator.lengths import load_cdf
-from simulator.pipeline import Gateway
 from simulator.records import Recorder, RequestRecord, Sampler, Series
 from simulator.scenario import FAMILIES, Scenario
 from simulator.workloads import (
@@ -112,6 +115,21 @@ def intake_for(scenario: Scenario) -> Intake:
     return Intake(placer, budget)
 
 
+def core_for(
+    scenario: Scenario, router_for: Callable[[str], Router], hooks: tuple[Hook, ...] = ()
+) -> Core:
+    """The pipeline core as the gateway builds it from its configuration (gateway/proxy.py)."""
+    policy = scenario.policy
+    d = policy.dispatch
+    return Core(
+        intake_for(scenario),
+        router_for,
+        make_admitter(policy.admission.policy, policy.admission.params),
+        make_dispatcher(d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s}),
+        hooks,
+    )
+
+
 def compression_for(scenario: Scenario, seed: int) -> CompressionModel:
     spec = scenario.policy.compression
     shortenable = dict(DEFAULT_SHORTENABLE)
@@ -137,21 +155,22 @@ def run(
     cluster = Cluster()
     recorder = Recorder()
     pool_specs = [PoolSpec(p.name, p.max_model_len) for p in scenario.fleet.pools]
-    routers = dict(routers or {})
-    for p in scenario.fleet.pools:
-        rm = p.routing or scenario.policy.routing
-        routers.setdefault(p.name, make_router(rm.policy, rm.params))
+    pool_routing = {p.name: p.routing or scenario.policy.routing for p in scenario.fleet.pools}
+
+    def router_for(pool: str) -> Router:
+        rm = pool_routing.get(pool, scenario.policy.routing)
+        return make_router(rm.policy, rm.params)
+
+    core = core_for(scenario, router_for, hooks)
+    core.routers.update(routers or {})
     gateway = Gateway(
         kernel,
         cluster,
         pool_specs,
-        intake_for(scenario),
-        routers,
+        core,
         recorder,
-        hooks,
         scenario.telemetry.scrape_interval,
         compression_for(scenario, seed),
-        FifoDispatcher(scenario.policy.dispatch.max_waiting, scenario.policy.dispatch.timeout_s),
         bytes_per_token=(
             dict(scenario.policy.budget.bytes_per_token)
             if scenario.policy.budget.estimate == "bytes"

@@ -126,13 +126,23 @@ class DispatchModel(_Strict):
     """Step 6 (policies/dispatch.py): with `capacity: engine` a worker takes at most its
     engine's max_num_seqs from the gateway and the rest wait in the gateway's FIFO."""
 
+    policy: str = "fifo"  # policies/dispatch.py's registry
     capacity: Literal["none", "engine"] = "none"
     max_waiting: int = Field(default=1_000_000, ge=0)
     timeout_s: float = Field(default=3600.0, gt=0)
 
 
+class AdmissionModel(_Strict):
+    """Step 5 (policies/admission.py): a registered admitter and its parameters; the
+    entitlement of a simulated request is its workload client."""
+
+    policy: str = "always"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class PolicyModel(_Strict):
     placement: PlacementModel = PlacementModel()
+    admission: AdmissionModel = AdmissionModel()
     dispatch: DispatchModel = DispatchModel()
     routing: RoutingModel = RoutingModel()
     budget: BudgetModel = BudgetModel()
@@ -242,6 +252,7 @@ class Scenario(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"pool(s) defined twice: {', '.join(dupes)}")
+        _check_policies(self)
         return self
 
     def engine_config(self, pool: PoolModel) -> EngineConfig:
@@ -250,6 +261,31 @@ class Scenario(_Strict):
 
 
 PoolModel.model_rebuild()
+
+
+def _check_policies(sc: Scenario) -> None:
+    """Every step's policy builds from its name and parameters; an error names its key."""
+    from policies.admission import make_admitter
+    from policies.dispatch import make_dispatcher
+    from policies.routing import make_router
+
+    p = sc.policy
+    checks: list[tuple[str, Any]] = [
+        ("policy.admission", lambda: make_admitter(p.admission.policy, p.admission.params)),
+        ("policy.dispatch", lambda: make_dispatcher(p.dispatch.policy)),
+        ("policy.routing", lambda: make_router(p.routing.policy, p.routing.params)),
+    ]
+    for pool in sc.fleet.pools:
+        if pool.routing is not None:
+            r = pool.routing
+            checks.append(
+                (f"fleet.pools.{pool.name}.routing", lambda r=r: make_router(r.policy, r.params))
+            )
+    for where, build in checks:
+        try:
+            build()
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
 
 class ScenarioError(ValueError):

@@ -16,9 +16,10 @@ once per decision:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from policies.registry import Registry, config_from
 from policies.types import RequestInfo, WorkerView
 
 
@@ -44,47 +45,18 @@ def eligible(candidates: Sequence[WorkerView]) -> list[WorkerView]:
 _ANY = RequestInfo(id="", model="", arrival=0.0, prompt_tokens=0, max_tokens=0)
 
 
-RouterFactory = Callable[[Mapping[str, Any]], Router]
-_REGISTRY: dict[str, RouterFactory] = {}
-
-
-def register(name: str) -> Callable[[RouterFactory], RouterFactory]:
-    def deco(factory: RouterFactory) -> RouterFactory:
-        if name in _REGISTRY:
-            raise ValueError(f"router {name!r} registered twice")
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def names() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
-def make_router(name: str, params: Mapping[str, Any] | None = None) -> Router:
-    """Build a router by name; unknown names and unknown parameters fail here, at start-up."""
-    _load_builtins()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown router {name!r}; known: {', '.join(sorted(_REGISTRY))}"
-        ) from None
-    return factory(dict(params or {}))
-
-
 def _load_builtins() -> None:
     from policies.routing import least_loaded, power_of_two, round_robin  # noqa: F401
 
 
-def config_from(cls: Any, params: Mapping[str, Any]) -> Any:
-    """Build a frozen config dataclass from a mapping, naming any unknown key."""
-    fields = set(getattr(cls, "__dataclass_fields__", {}))
-    unknown = sorted(set(params) - fields)
-    if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields)) or 'none'}"
-        )
-    return cls(**params)
+ROUTERS: Registry[Router] = Registry("router", _load_builtins)
+register = ROUTERS.register
+names = ROUTERS.names
+
+
+def make_router(name: str, params: Mapping[str, Any] | None = None) -> Router:
+    """Build a router by name; unknown names and unknown parameters fail here, at start-up."""
+    return ROUTERS.make(name, params)
+
+
+__all__ = ["ROUTERS", "Router", "config_from", "eligible", "make_router", "names", "register"]

@@ -1,19 +1,19 @@
-"""The simulated gateway: the request pipeline of ARCHITECTURE.md, steps 3–7 and 9.
+"""The simulator's driver of the request pipeline core (policies/core.py), in virtual time.
 
-For each arriving request, in virtual time, with the live gateway's policy objects:
+For each arriving request the kernel calls `arrive`; everything between arrival and
+completion is the core's, with the live gateway's policy objects:
 
-    on_arrival hooks → budget and placement (policies/intake.py, the gateway's own Intake)
-      → [compression: the scenario's compression model, where placement asks for it]
-      → [admission, queueing: later issues]
-      → routing (policies.routing Router.choose over WorkerViews) → dispatch to the worker
-      → on_dispatch hooks … on_first_token hooks … on_complete hooks (settle: ĉ_k learns)
+    core.arrive (budget, placement) → [compression: the scenario's compression model,
+      where placement asks for it] → core.fitted → core.admit → core.route
+      (or core.wait, woken by a freed slot) → core.dispatch → engine … first token …
+      finished → core.complete (settle: ĉ_k learns, leases released, hooks)
 
-The budget is exact by default (`budget: exact`: the workload knows each prompt's length)
-or estimated from bytes as the gateway does (`budget: bytes`: a prompt's bytes are its
-tokens times its category's bytes per token, and ĉ_k learns from the engine's counts).
-Placement's ordered pools are tried in turn: a pool whose router returns None (no
-eligible worker) spills to the next, as the gateway does. A compressed request reaches
-the engine with its compressed length.
+This module only maps those steps onto the kernel and the simulated engines, as
+gateway/proxy.py maps them onto HTTP. The budget is exact by default (`budget: exact`:
+the workload knows each prompt's length) or estimated from bytes as the gateway does
+(`budget: bytes`: a prompt's bytes are its tokens times its category's bytes per token,
+and ĉ_k learns from the engine's counts). A compressed request reaches the engine with
+its compressed length.
 
 Telemetry (scenario ``telemetry.scrape_interval``):
 - 0 (default) — *fresh*: a worker's engine stats are copied into its `WorkerView` just
@@ -24,26 +24,25 @@ The engine's figures describe the step it is running (planned at its start), so 
 already exclude requests that finish at that step's end, which the gateway still counts
 in flight until the step's outputs arrive: fresh engine counts can trail `in_flight`
 by those (as a live /metrics scrape mid-step would). `WorkerView.load` takes the max.
-Either way `in_flight` and `outstanding_tokens` are the gateway's own exact counts,
-updated at dispatch and completion, as in the live gateway. Views are long-lived objects
-updated in place: a router must not keep them past `choose`.
+Either way `in_flight` and `outstanding_tokens` are the core's worker-slot leases.
+Views are long-lived objects updated in place: a router must not keep them past `choose`.
 
-Failure posture: a request no pool can hold is recorded as rejected (413), one no worker
-can take as rejected (503), one the engine refuses (ValueError on submit) as an error;
-every dispatched request gets exactly one on_complete, whatever its outcome.
+Failure posture: a request no pool can hold is recorded as rejected (413), one refused
+admission as rejected (429), one no worker can take as rejected (503), one the engine
+refuses (ValueError on submit) as an error; every placed request gets exactly one
+on_complete, whatever its outcome.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from emulator.engine import EngineRequest, FinishedRequest
 from policies.budget import ChatSize
-from policies.dispatch import FifoDispatcher, Waiter
-from policies.hooks import Hook
-from policies.intake import CHAT, Intake, Intaken, Prompt, Refusal
+from policies.core import Core, Ticket
+from policies.dispatch import Waiter
+from policies.intake import CHAT, Prompt, Refusal
 from policies.leases import WorkerSlot
-from policies.routing import Router
 from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.compression import CompressionModel
@@ -53,38 +52,31 @@ from simulator.workloads import RequestSpec
 
 
 class Gateway:
-    """The gateway side of the simulation: pipeline, in-flight bookkeeping, hooks."""
+    """The gateway side of the simulation: the core, driven by the kernel's events."""
 
     def __init__(
         self,
         kernel: Kernel,
         cluster: Cluster,
         pool_specs: Sequence[PoolSpec],
-        intake: Intake,
-        routers: Mapping[str, Router],
+        core: Core,
         recorder: Recorder,
-        hooks: Sequence[Hook] = (),
         scrape_interval: float = 0.0,
         compression: CompressionModel | None = None,
-        dispatcher: FifoDispatcher | None = None,
-        bytes_per_token: Mapping[Category, float] | None = None,
+        bytes_per_token: dict[Category, float] | None = None,
     ) -> None:
         self.kernel = kernel
         self.cluster = cluster
         self.pool_specs = tuple(pool_specs)
-        self.intake = intake
+        self.core = core
+        core.on_woken = self._woken
         self.compression = compression or CompressionModel()
-        # (an empty dispatcher is falsy: it has a length)
-        self.dispatcher = (
-            dispatcher if dispatcher is not None else FifoDispatcher(1_000_000, 3600.0)
-        )
         # None: the budget is exact; else a prompt's bytes per token, by category
         self.bytes_per_token = bytes_per_token
-        self.routers = dict(routers)
         self.recorder = recorder
-        self.hooks = tuple(hooks)
         self.scrape_interval = scrape_interval
-        self._live: dict[str, tuple[Intaken, RequestRecord, WorkerSlot]] = {}
+        # in flight: its ticket, record, spec and worker slot, by request id
+        self._live: dict[str, tuple[Ticket, RequestRecord, RequestSpec, WorkerSlot]] = {}
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
         self._waiting = 0  # requests queued for room (they keep the run alive)
@@ -131,79 +123,85 @@ class Gateway:
             exact_tokens=None if bpt else spec.prompt_tokens,
         )
         record = self.recorder.new(spec, now)
-        taken = self.intake.take(prompt, spec.id, now, self.pool_specs)
-        if isinstance(taken, Refusal):
-            record.status = "rejected_413" if taken.kind == "too_long" else "rejected_404"
+        core = self.core
+        ticket = core.arrive(
+            prompt,
+            spec.id,
+            now,
+            self.pool_specs,
+            entitlement=spec.client,
+            prefix_hashes=spec.prefix_hashes,
+            slo_class=spec.slo_class,
+        )
+        if isinstance(ticket, Refusal):
+            record.status = "rejected_413" if ticket.kind == "too_long" else "rejected_404"
             return
-        info = taken.info
-        info.entitlement = spec.client
-        info.prefix_hashes = spec.prefix_hashes
-        info.slo_class = spec.slo_class
-        for h in self.hooks:
-            h.on_arrival(info, now)
+        info = ticket.info
+        ticket.token = (record, spec)
+        taken = ticket.taken
         if taken.fit_target is not None:
             # what the gateway's exact count and compression give, from the true length
             result = self.compression.fit(
                 info.category, spec.prompt_tokens, taken.fit_target, taken.placement.may_compress
             )
-            refused = self.intake.fitted(taken, result)
-            if refused is not None:
-                record.status = "rejected_413"
+            if core.fitted(ticket, result) is not None:
+                self._end(ticket, record, "rejected_413", now)
                 return
             if taken.compressed is not None:
                 record.compressed_to = taken.compressed[1]
-        d = self.dispatcher
-        if len(d) and any(d.waiting(p) for p in taken.pools):
-            self._wait(taken, record, spec)  # first come, first served
-        elif not self._route(taken, record, spec):
-            if any(w.view.healthy for p in taken.pools for w in self.cluster.pools[p]):
-                self._wait(taken, record, spec)  # every healthy worker is at capacity
-            else:
-                record.status = "rejected_503"
-
-    def _route(self, taken: Intaken, record: RequestRecord, spec: RequestSpec) -> bool:
-        for pool in taken.pools:
-            chosen = self.routers[pool].choose(taken.info, self.candidates(pool))
-            if chosen is not None:
-                self.dispatch(taken, record, spec, self.cluster.workers[chosen.id])
-                return True
-        return False
-
-    # -- step 6: waiting for room (policies/dispatch.py) ------------------------------
-    def _wait(self, taken: Intaken, record: RequestRecord, spec: RequestSpec) -> None:
-        now = self.kernel.now()
-        waiter = self.dispatcher.wait(spec.id, taken.pools, now)
-        if waiter is None:
-            record.status = "rejected_429"
+        if core.admit(ticket, now) is not None:
+            self._end(ticket, record, "rejected_429", now)
             return
-        waiter.token = (taken, record, spec)
+        if core.queued_behind(ticket):
+            self._wait(ticket)  # first come, first served
+        elif not self._route(ticket):
+            if any(w.view.healthy for p in ticket.pools for w in self.cluster.pools[p]):
+                self._wait(ticket)  # every healthy worker is at capacity
+            else:
+                self._end(ticket, record, "rejected_503", now)
+
+    def _end(self, ticket: Ticket, record: RequestRecord, status: str, now: float) -> None:
+        """A placed request that never reached an engine."""
+        record.status = status
+        self.core.complete(ticket, Outcome(Status.ERROR), now)
+
+    def _route(self, ticket: Ticket) -> bool:
+        route = self.core.route(ticket, self.candidates)
+        if route is None:
+            return False
+        self._dispatch(ticket, self.cluster.workers[route.worker.id])
+        return True
+
+    # -- step 6: waiting for room ------------------------------------------------------
+    def _wait(self, ticket: Ticket) -> None:
+        waiter = self.core.wait(ticket, self.kernel.now())
+        if waiter is None:
+            record, _ = ticket.token  # type: ignore[misc]
+            self._end(ticket, record, "rejected_429", self.kernel.now())
+            return
         self._waiting += 1
         self.kernel.at(waiter.deadline, PRIO_TIMER, self._expire, waiter)
 
     def _expire(self, waiter: Waiter) -> None:
         if not waiter.done:
-            self.dispatcher.cancel(waiter)
+            self.core.dispatcher.cancel(waiter)
             self._waiting -= 1
-            _, record, _ = waiter.token  # type: ignore[misc]
-            record.status = "queue_timeout"
+            ticket = waiter.token
+            assert isinstance(ticket, Ticket)
+            record, _ = ticket.token  # type: ignore[misc]
+            self._end(ticket, record, "queue_timeout", self.kernel.now())
 
-    def _room_freed(self, pool: str) -> None:
-        if not len(self.dispatcher):
-            return
-        waiter = self.dispatcher.wake(pool)
-        if waiter is not None:
-            self._waiting -= 1
-            taken, record, spec = waiter.token  # type: ignore[misc]
-            if not self._route(taken, record, spec):
-                self._wait(taken, record, spec)  # the room went elsewhere: wait again
+    def _woken(self, ticket: Ticket) -> None:
+        self._waiting -= 1
+        if not self._route(ticket):
+            self._wait(ticket)  # the room went elsewhere: wait again
 
-    def dispatch(
-        self, taken: Intaken, record: RequestRecord, spec: RequestSpec, worker: Worker
-    ) -> None:
+    def _dispatch(self, ticket: Ticket, worker: Worker) -> None:
         now = self.kernel.now()
-        info = taken.info
+        record, spec = ticket.token  # type: ignore[misc]
         record.pool, record.worker, record.dispatch = worker.pool, worker.id, now
-        sent = spec.prompt_tokens if taken.compressed is None else taken.compressed[1]
+        compressed = ticket.taken.compressed
+        sent = spec.prompt_tokens if compressed is None else compressed[1]
         request = EngineRequest(
             id=spec.id,
             prompt_tokens=sent,
@@ -215,30 +213,21 @@ class Gateway:
         try:
             worker.submit(request, self._order)
         except ValueError:
-            record.status = "error"
-            outcome = Outcome(Status.ERROR)
-            for h in self.hooks:
-                h.on_complete(info, outcome, now)
+            self._end(ticket, record, "error", now)
             return
-        slot = WorkerSlot(worker.view, sent + spec.max_tokens)
-        self._live[spec.id] = (taken, record, slot)
-        for h in self.hooks:
-            h.on_dispatch(info, worker.id, now)
+        slot = self.core.dispatch(ticket, worker.id, worker.view, now, sent + spec.max_tokens)
+        self._live[spec.id] = (ticket, record, spec, slot)
 
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
         now = self.kernel.now()
-        taken, record, _ = self._live[request_id]
+        ticket, record, _, _ = self._live[request_id]
         record.first_token = now
-        for h in self.hooks:
-            h.on_first_token(taken.info, now)
+        self.core.first_token(ticket, now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
         now = self.kernel.now()
-        taken, record, slot = self._live.pop(done.id)
-        info = taken.info
-        slot.release()
-        self._room_freed(worker.pool)
+        ticket, record, _, slot = self._live.pop(done.id)
         record.finish = now
         record.scheduled = done.scheduled
         record.completion_tokens = done.completion_tokens
@@ -257,10 +246,10 @@ class Gateway:
             prefill_time=prefill,
             latency=now - record.arrival,
         )
-        if outcome.status is Status.OK:
-            self.intake.learn(taken, done.prompt_tokens)
-        for h in self.hooks:
-            h.on_complete(info, outcome, now)
+        # the slot goes back first: a request waiting for this worker's pool is woken
+        # and dispatched at this same instant, as the gateway does
+        slot.release()
+        self.core.complete(ticket, outcome, now)
 
     def in_flight(self) -> int:
         return len(self._live)
