@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from policies.leases import Releasing
 from policies.registry import Registry, config_from
 
 
@@ -115,7 +116,7 @@ class FifoDispatcher:
 
 
 @dataclass(slots=True, eq=False)
-class QueuePosition:
+class QueuePosition(Releasing):
     """A waiter's place in the queue as a lease: released (cancelled) exactly once, by
     whoever ends the request first — woken, expired, or the client gone."""
 

@@ -32,8 +32,10 @@ class Load(Protocol):
     outstanding_tokens: int
 
 
-class _Releasing:
+class Releasing:
     """`with lease:` releases it when the block ends, however it ends."""
+
+    __slots__ = ()
 
     def release(self) -> None:
         raise NotImplementedError
@@ -50,7 +52,7 @@ class _Releasing:
         self.release()
 
 
-class WorkerSlot(_Releasing):
+class WorkerSlot(Releasing):
     """One request on one worker: a slot in its in-flight count and its tokens (L_total)
     in its outstanding work, from dispatch until the answer ends. `on_release(load)` runs
     once the slot is given back (the driver wakes a request waiting for room)."""
@@ -79,7 +81,7 @@ class WorkerSlot(_Releasing):
 L = TypeVar("L", bound=Lease)
 
 
-class Leases(_Releasing):
+class Leases(Releasing):
     """All of one request's leases, released together (last taken, first released)."""
 
     __slots__ = ("_held",)

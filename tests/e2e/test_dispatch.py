@@ -66,3 +66,27 @@ def test_full_queue_is_429_and_a_long_wait_is_503(fresh_procs):
     assert by_status[429].headers["retry-after"] == "1"
     assert by_status[503].json()["error"]["code"] == "queue_timeout"
     assert "retry-after" in by_status[503].headers
+
+
+def test_admission_refuses_beyond_the_entitlement_and_gives_the_seat_back(fresh_procs):
+    """Step 5 through the gateway: `admission.policy: concurrency` with limit 1 — a second
+    request while the first streams is 429 with the policy's Retry-After; once the first
+    ends, its seat is back (a lease released on completion)."""
+    emu = emulator(fresh_procs, "adm-emu", 8192, "--time-scale", "0.5").wait_ready()
+    cfg = gateway_config([emu.url], [])
+    cfg["admission"] = {"policy": "concurrency", "params": {"limit": 1, "retry_after_s": 3}}
+    gw = start_gateway(fresh_procs, cfg)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, timeout=60) as first:
+        assert first.status_code == 200
+        chunks = first.iter_raw()
+        next(chunks)  # the first is being served
+        second = stream(gw.url, 4)
+        assert second.status_code == 429
+        err = second.json()["error"]
+        assert err["code"] == "entitlement_exhausted" and err["type"]
+        assert second.headers["retry-after"] == "3"
+        rest = b"".join(chunks)
+    assert rest.rstrip().endswith(b"data: [DONE]")
+    assert stream(gw.url, 4).status_code == 200  # the seat came back

@@ -7,12 +7,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.dispatch import FifoDispatcher
+from policies.dispatch import DISPATCHERS as REGISTRY
+from policies.dispatch import FifoDispatcher, QueuePosition, make_dispatcher
 
-DISPATCHERS = [FifoDispatcher]
+
+def _registered(name):
+    return lambda max_waiting, timeout_s: make_dispatcher(
+        name, {"max_waiting": max_waiting, "timeout_s": timeout_s}
+    )
 
 
-@pytest.mark.parametrize("make", DISPATCHERS, ids=lambda c: c.__name__)
+# every registered dispatcher, built as configuration builds it
+DISPATCHERS = [_registered(name) for name in REGISTRY.names()]
+NAMES = REGISTRY.names()
+
+
+@pytest.mark.parametrize("make", DISPATCHERS, ids=NAMES)
 def test_dispatcher_conformance(make):
     d = make(max_waiting=3, timeout_s=10.0)
     a = d.wait("a", ("short", "long"), 0.0)
@@ -73,3 +83,22 @@ def test_no_waiter_is_lost_or_served_twice(ops):
     assert len(out) == len(set(map(id, out)))  # each left once
     left = [q for q in queued if not q.done]
     assert len(left) + len(out) == len(queued)  # and none vanished
+
+
+@pytest.mark.parametrize("make", DISPATCHERS, ids=NAMES)
+def test_a_queue_position_is_a_lease(make):
+    d = make(max_waiting=3, timeout_s=10.0)
+    waiter = d.wait("a", ("short",), 0.0)
+    with QueuePosition(d, waiter) as position:
+        assert len(d) == 1
+    assert len(d) == 0 and waiter.done
+    position.release()  # again: nothing
+    assert len(d) == 0 and d.wake("short") is None
+
+
+def test_unknown_dispatch_policy_and_parameters_are_refused():
+    with pytest.raises(ValueError, match="fifo"):
+        make_dispatcher("lifo")
+    with pytest.raises(ValueError, match="unknown parameter"):
+        make_dispatcher("fifo", {"depth": 3})
+    assert isinstance(make_dispatcher("fifo"), FifoDispatcher)
