@@ -152,6 +152,10 @@ class Dispatch(_Section):
     policy: str = "fifo"  # policies/dispatch.py's registry
     max_waiting: int = Field(1024, ge=0)  # beyond this: 429 at once
     timeout_s: float = Field(30.0, gt=0)  # longer than this without room: 503 queue_timeout
+    # a worker takes another request while this gateway's outstanding tokens on it
+    # (Σ prompt + max_tokens) are below its KV cache tokens (from its /metrics) × this;
+    # None: the KV cache's size is not used (engines preempt or queue past it themselves)
+    kv_overcommit: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _builds(self) -> Dispatch:

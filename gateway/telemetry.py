@@ -8,6 +8,12 @@ Reads the names both engines expose (../shared/docs/WIRE_SPEC.md §6–7):
 | waiting | vllm:num_requests_waiting | | num_queue_reqs |
 | kv_usage | vllm:kv_cache_usage_perc | vllm:gpu_cache_usage_perc | token_usage |
 | prefix hit rate | Δ prefix_cache_hits_total / Δ prefix_cache_queries_total | gpu_prefix_cache_* | cache_hit_rate |
+| KV cache tokens | vllm:cache_config_info labels num_gpu_blocks × block_size | | num_used_tokens / token_usage (while usage ≥ 1 %) |
+
+The KV cache's size in tokens is the engine's own capacity figure: with
+`dispatch.kv_overcommit` set, a worker takes new requests only while this gateway's
+outstanding tokens on it are below that size times the overcommit (policies/types.py
+`WorkerView.has_room`).
 
 Several series of one name (data-parallel ranks, the `engine` label) are summed for
 counts and averaged for fractions. Failure posture: a failed scrape keeps the previous
@@ -52,6 +58,21 @@ _MEAN = {
     "sglang:cache_hit_rate": "hit_rate",
     "sglang_cache_hit_rate": "hit_rate",
 }
+_SUM["sglang:num_used_tokens"] = _SUM["sglang_num_used_tokens"] = "used_tokens"
+_CACHE_INFO = "vllm:cache_config_info"  # its figures are labels, not the value
+
+
+def _label(labels: str, name: str) -> float | None:
+    """A numeric label's value from `{a="1",b="2"}` text, or None."""
+    at = labels.find(f'{name}="')
+    if at == -1 or (at > 0 and labels[at - 1] not in "{, "):
+        return None
+    start = at + len(name) + 2
+    end = labels.find('"', start)
+    try:
+        return float(labels[start:end])
+    except ValueError:
+        return None
 
 
 @dataclass(slots=True)
@@ -99,6 +120,12 @@ def parse(text: str) -> Parsed:
             name = line[:brace]
             close = line.rfind("}")
             rest = line[close + 1 :].split() if close > brace else []
+            if name == _CACHE_INFO and close > brace:
+                blocks = _label(line[brace : close + 1], "num_gpu_blocks")
+                size = _label(line[brace : close + 1], "block_size")
+                if blocks is not None and size is not None and math.isfinite(blocks * size):
+                    sums["kv_tokens"] = sums.get("kv_tokens", 0.0) + blocks * size
+                continue
         else:
             name = line[:space] if space != -1 else line
             rest = line[space + 1 :].split() if space != -1 else []
@@ -147,6 +174,10 @@ def apply(t: Telemetry, fields: dict[str, float], now: float) -> None:
     kv = fields.get("kv", fields.get("kv_legacy"))
     if kv is not None:
         t.kv_usage = kv
+    if "kv_tokens" in fields:
+        t.kv_tokens = int(fields["kv_tokens"])
+    elif "used_tokens" in fields and kv is not None and kv >= 0.01:
+        t.kv_tokens = round(fields["used_tokens"] / kv)  # SGLang: used / fraction used
     if "hit_rate" in fields:
         t.prefix_hit_rate = fields["hit_rate"]
     else:

@@ -39,6 +39,7 @@ class Telemetry:
     kv_usage: float = 0.0
     prefix_hit_rate: float = 0.0
     scraped_at: float | None = None  # monotonic time of the last good scrape
+    kv_tokens: int | None = None  # the engine's KV cache in tokens, once it has said
     # previous counter values, to turn vLLM's prefix-cache counters into a hit rate
     prefix_queries: float | None = None
     prefix_hits: float | None = None
@@ -58,6 +59,7 @@ class WorkerState:
     in_flight: int = 0
     outstanding_tokens: int = 0
     capacity: int | None = None  # max_num_seqs from configuration; None: unbounded
+    kv_overcommit: float | None = None  # dispatch.kv_overcommit (None: KV size not used)
     telemetry: Telemetry = field(default_factory=Telemetry)
     healthy: bool = True
     # answered a health check or a scrape since start: until then `healthy` is only the
@@ -93,6 +95,11 @@ class WorkerState:
             in_flight=self.in_flight,
             outstanding_tokens=self.outstanding_tokens,
             capacity=self.capacity,
+            token_capacity=(
+                None
+                if self.kv_overcommit is None or t.kv_tokens is None
+                else int(t.kv_tokens * self.kv_overcommit)
+            ),
         )
 
     # breaker bookkeeping, called on every request outcome
@@ -348,8 +355,7 @@ class Fleet:
         return diff
 
     # --- internals -------------------------------------------------------------------------
-    @staticmethod
-    def _state(pname: str, pool: Pool, w: Worker) -> WorkerState:
+    def _state(self, pname: str, pool: Pool, w: Worker) -> WorkerState:
         headers = b""
         if w.api_key:
             headers = b"authorization: Bearer %s\r\n" % w.api_key.encode("latin-1")
@@ -366,6 +372,7 @@ class Fleet:
             api_key=w.api_key,
             own_max_model_len=w.max_model_len,
             capacity=w.max_num_seqs or pool.max_num_seqs,
+            kv_overcommit=self.config.dispatch.kv_overcommit,
         )
 
     def _insert(self, state: WorkerState) -> None:

@@ -66,10 +66,16 @@ class WorkerView:
     in_flight: int = 0
     outstanding_tokens: int = 0
     capacity: int | None = None  # requests it takes at once (max_num_seqs); None: unbounded
+    # outstanding tokens (Σ L_total of this gateway's requests on it) below which it takes
+    # another: its KV cache in tokens × `dispatch.kv_overcommit`; None: not considered
+    token_capacity: int | None = None
 
     @property
     def has_room(self) -> bool:
-        return self.capacity is None or self.in_flight < self.capacity
+        if self.capacity is not None and self.in_flight >= self.capacity:
+            return False
+        # `<`, not `+ request <=`: an empty worker takes even a request larger than it
+        return self.token_capacity is None or self.outstanding_tokens < self.token_capacity
 
     @property
     def load(self) -> int:

@@ -181,9 +181,13 @@ def run(
         cluster.add_pool(
             p.name, p.workers, scenario.engine_config(p), kernel, gateway, engine_factory
         )
-    if scenario.policy.dispatch.capacity == "engine":
+    dispatch = scenario.policy.dispatch
+    if dispatch.capacity == "engine":
         for w in cluster.workers.values():
             w.view.capacity = w.config.max_num_seqs
+            if dispatch.kv_overcommit is not None:
+                kv = w.config.num_kv_blocks * w.config.block_size
+                w.view.token_capacity = int(kv * dispatch.kv_overcommit)
     gateway.bind()
 
     feed = iter(specs)

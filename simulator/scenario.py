@@ -128,6 +128,10 @@ class DispatchModel(_Strict):
 
     policy: str = "fifo"  # policies/dispatch.py's registry
     capacity: Literal["none", "engine"] = "none"
+    # with `capacity: engine`: a worker also takes new requests only while the gateway's
+    # outstanding tokens on it are below its KV cache tokens × this (gateway's
+    # `dispatch.kv_overcommit`); None: the KV cache's size is not used
+    kv_overcommit: float | None = Field(default=None, gt=0)
     max_waiting: int = Field(default=1_000_000, ge=0)
     timeout_s: float = Field(default=3600.0, gt=0)
 

@@ -242,3 +242,44 @@ def test_parse_never_raises_and_keeps_only_finite_values(text):
     assert all(math.isfinite(v) for v in p.fields.values())
     t = _worker("http://127.0.0.1:9").telemetry
     apply(t, p.fields, now=0.0)  # nor does applying what it kept
+
+
+# --- the KV cache's size: the engine's own capacity figure ------------------------------
+def test_vllm_kv_cache_tokens_come_from_cache_config_info_labels():
+    text = (
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",'
+        'num_gpu_blocks="2048",num_gpu_blocks_override="None"} 1.0\n'
+        'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="1024"} 1.0\n'
+        'vllm:kv_cache_usage_perc{engine="0"} 0.5\n'
+    )
+    t = Telemetry()
+    apply(t, parse_metrics(text), 1.0)
+    assert t.kv_tokens == (2048 + 1024) * 16  # data-parallel ranks add up
+
+
+def test_sglang_kv_cache_tokens_are_used_over_the_fraction_used():
+    t = Telemetry()
+    apply(t, parse_metrics("sglang:num_used_tokens 5000\nsglang:token_usage 0.25\n"), 1.0)
+    assert t.kv_tokens == 20_000
+    # an idle engine says nothing about its size: the last figure stays
+    apply(t, parse_metrics("sglang:num_used_tokens 0\nsglang:token_usage 0\n"), 2.0)
+    assert t.kv_tokens == 20_000
+
+
+def test_a_label_that_only_ends_like_the_name_is_not_read():
+    text = 'vllm:cache_config_info{block_size="16",xnum_gpu_blocks="9"} 1.0\n'
+    assert "kv_tokens" not in parse_metrics(text)
+
+
+def test_the_emulators_own_vllm_exposition_gives_its_kv_size():
+    """The emulator's vLLM /metrics, whose cache_config_info copies vLLM's label set."""
+    from emulator.engine import Engine, EngineConfig
+    from emulator.metrics_vllm import VllmMetrics
+    from policies.clock import ManualClock
+
+    cfg = EngineConfig(num_kv_blocks=4096, block_size=16)
+    body, _ = VllmMetrics("m", cfg).render(Engine(cfg, ManualClock()).stats, "text/plain", 0.0)
+    text = body.decode()
+    t = Telemetry()
+    apply(t, parse_metrics(text), 1.0)
+    assert t.kv_tokens == 4096 * 16

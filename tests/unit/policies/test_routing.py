@@ -138,3 +138,17 @@ def test_filters_run_once_before_scoring():
     assert p.filters == DEFAULT_FILTERS
     p.choose(REQ, MIXED)
     assert set(seen) == {"w2", "w3", "w4"}  # not w0 (unhealthy) nor w1 (stale)
+
+
+def test_has_room_counts_requests_and_outstanding_tokens():
+    def view(**kw):
+        return WorkerView("w", "p", 8192, **kw)
+
+    req = RequestInfo("r", "m", 0.0, 100, 10)
+    assert has_room(req, [view(capacity=2, in_flight=1)])
+    assert not has_room(req, [view(capacity=2, in_flight=2)])
+    # the KV cache's size × overcommit bounds outstanding tokens; an empty worker takes
+    # even a request larger than that bound
+    assert has_room(req, [view(token_capacity=1000, outstanding_tokens=999)])
+    assert not has_room(req, [view(token_capacity=1000, outstanding_tokens=1000)])
+    assert has_room(req, [view(token_capacity=10)])
