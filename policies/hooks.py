@@ -6,8 +6,9 @@
     on_first_token  the first token came back (streams; a whole answer counts on arrival)
     on_complete     the request is over, whatever the outcome (ok, error, disconnect)
 
-The gateway (gateway/proxy.py) and the simulator (simulator/pipeline.py) call the hooks a
-configuration gives them at these points and in this order, so a policy that learns from
+The pipeline core (policies/core.py) calls the hooks a driver gives it — the gateway
+(gateway/proxy.py) or the simulator (simulator/driver.py) — at these points and in this
+order, so a policy that learns from
 outcomes (a predictor's calibration, a tenant's debt) sees the same stream of events live
 and simulated. Hooks must be cheap and must not raise: they run on the request path.
 """

@@ -7,8 +7,9 @@
       → `fitted`: the pools to try, or a refusal
     … after the answer: `learn` feeds the engine's prompt_tokens back into ĉ_k.
 
-The gateway (gateway/shaping.py, on parsed HTTP requests) and the simulator
-(simulator/pipeline.py, on workload specs) call the same `Intake` with the same objects,
+The pipeline core (policies/core.py) owns the `Intake`; its two drivers, the gateway
+(gateway/shaping.py, on parsed HTTP requests) and the simulator (simulator/driver.py,
+on workload specs), reach it through the core with the same objects,
 so what the simulator shows about budgets and placement holds for the gateway. Refusals
 are values (`Refusal`); each driver turns them into its own outcome (404/413, a
 rejected record).
