@@ -1,7 +1,7 @@
 """Step 5: admission — may this request start now, on its tenant's entitlement?
 
 An `Admitter` answers with a `Reservation` (a lease: what the request holds against its
-entitlement until it ends) or an `AdmissionRefused` carrying how long to wait before a
+entitlement until it ends), None (admitted, holding nothing), or an `AdmissionRefused` carrying how long to wait before a
 retry would likely be admitted (the driver's 429 and its Retry-After). The core
 (policies/core.py) keeps the reservation among the request's leases, calls `settle` with
 the real outcome when the request ends and `release` on every path, exactly once.
@@ -49,37 +49,20 @@ class AdmissionRefused:
 class Admitter(Protocol):
     name: str
 
-    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused: ...
+    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
+        """A reservation to hold, None (admitted, nothing held), or a refusal."""
+        ...
 
 
-def _load_builtins() -> None:
-    pass  # the built-in admitters are defined below
-
-
-ADMITTERS: Registry[Admitter] = Registry("admission policy", _load_builtins)
-
-
-class _Nothing:
-    """What `always` holds: nothing."""
-
-    __slots__ = ()
-
-    def settle(self, outcome: Outcome, now: float) -> None:
-        pass
-
-    def release(self) -> None:
-        pass
-
-
-_NOTHING = _Nothing()
+ADMITTERS: Registry[Admitter] = Registry("admission policy")
 
 
 @dataclass(slots=True)
 class AdmitAll:
     name: str = "always"
 
-    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused:
-        return _NOTHING
+    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
+        return None
 
 
 @ADMITTERS.register("always")
@@ -132,7 +115,7 @@ class ConcurrencyAdmitter:
     name: str = "concurrency"
     in_flight: dict[str, int] = field(default_factory=dict)  # per entitlement
 
-    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused:
+    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
         key = request.entitlement
         held = self.in_flight.get(key, 0)
         if held >= self.config.limit:

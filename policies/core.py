@@ -131,6 +131,8 @@ class Core:
     # --- step 5 ---------------------------------------------------------------------
     def admit(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
         verdict = self.admitter.admit(ticket.info, now)
+        if verdict is None:
+            return None  # admitted, nothing held
         if isinstance(verdict, AdmissionRefused):
             return verdict
         ticket.reservation = ticket.leases.take(verdict)
