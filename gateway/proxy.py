@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from compressor.served import load_served
 from gateway import logs
 from gateway.config import GatewayConfig
 from gateway.errors import (
@@ -158,7 +159,9 @@ class Pipeline:
             )
         )
         metrics.watch_budget(self.budget)
-        self.shaper = Shaper(placer, self.budget, metrics, traffic, compress_executor)
+        short = config.pools.get(p.short_pool)
+        served = load_served(short.tokenizer) if short is not None else None
+        self.shaper = Shaper(placer, self.budget, metrics, traffic, compress_executor, served)
         self.auth_required = bool(config.auth.api_keys)
 
     # --- the pipeline -------------------------------------------------------------------
