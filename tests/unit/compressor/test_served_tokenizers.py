@@ -51,7 +51,9 @@ def _oracle(name: str) -> tuple[Any, Tokenizer, dict[str, str]]:
     folder = _folder(name)
     config = json.loads((folder / "tokenizer_config.json").read_text())
     source = config.get("chat_template") or (folder / "chat_template.jinja").read_text()
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
     env.filters["tojson"] = lambda x, indent=None: json.dumps(x, ensure_ascii=False, indent=indent)
     specials = {k: config[k] for k in ("bos_token", "eos_token") if isinstance(config.get(k), str)}
     return env.from_string(source), Tokenizer.from_file(str(folder / "tokenizer.json")), specials
@@ -64,7 +66,13 @@ def oracle_tokens(name: str, messages: list[dict[str, Any]], tools: list[Any] | 
         m = {**m, "content": m.get("content") or ""}
         if m.get("tool_calls"):
             m["tool_calls"] = [
-                {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                {
+                    **c,
+                    "function": {
+                        **c["function"],
+                        "arguments": json.loads(c["function"]["arguments"]),
+                    },
+                }
                 for c in m["tool_calls"]
             ]
         msgs.append(m)
@@ -93,7 +101,9 @@ def test_counter_is_exact_for_the_real_tokenizer(name: str, corpus: list[Any]) -
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_every_compressed_request_fits_in_the_served_models_tokens(name: str, corpus: list[Any]) -> None:
+def test_every_compressed_request_fits_in_the_served_models_tokens(
+    name: str, corpus: list[Any]
+) -> None:
     template = served(name)
     compressed = 0
     for s in corpus:
@@ -122,7 +132,11 @@ def test_cl100k_counting_overflows_a_qwen_engine(corpus: list[Any]) -> None:
 
 def _agent_request() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     s = borderline_set(n=3, seed=5)[1]  # a RAG request
-    docs = "\n\n".join(m["content"] for m in (s.messages or []) if m["role"] != "system") if s.messages else s.prompt
+    docs = (
+        "\n\n".join(m["content"] for m in (s.messages or []) if m["role"] != "system")
+        if s.messages
+        else s.prompt
+    )
     tools = [
         {
             "type": "function",
