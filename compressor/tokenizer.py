@@ -59,7 +59,12 @@ class HFTokenizer:
         from tokenizers import Tokenizer as _Rust
 
         self.path = Path(path)
-        self._tok: Any = _Rust.from_file(str(self.path))
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no tokenizer.json at {self.path}")
+        try:
+            self._tok: Any = _Rust.from_file(str(self.path))
+        except Exception as exc:  # the Rust side raises a bare Exception for a bad file
+            raise ValueError(f"{self.path}: not a tokenizer.json ({exc})") from None
 
     def encode(self, text: str) -> list[int]:
         ids: list[int] = self._tok.encode(text, add_special_tokens=False).ids
