@@ -28,6 +28,12 @@ its first `keep_first` (at least 1: it holds the template's "\n\n") and last
 select (select.py) → exact count → trim and repeat if over, or one refill if well under
 → assemble in the original order.
 
+Counting is the served model's (`template`: its vocabulary and chat template,
+compressor/template.py; default cl100k in the emulator's Llama-3.0 layout). A template
+with `verify` (a real model's Jinja template) has the result counted again with a full
+render and encode; over the target, the compression is redone for a target lowered by
+the excess (at most `max_verify` times).
+
 Failure posture: never raises for content reasons and never returns more than `target`
 tokens with `fits` true; when the mandatory units alone exceed the target, or nothing is
 shortenable, the answer is "does not fit" and the caller falls back.
@@ -37,27 +43,20 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from compressor.content import protect_as_code
+from compressor.counting import default_counter
 from compressor.document import Analyzer, Document
 from compressor.exact import kept_tokens
 from compressor.scoring import ScoreConfig, scores
 from compressor.select import BoolArray, greedy_select, refill, trim
 from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
-from compressor.template import (
-    BOS,
-    CONTENT_PREFIX,
-    Message,
-    Slot,
-    chat_segments,
-    chat_tokens,
-    completion_tokens,
-)
+from compressor.template import Message, ServedTemplate, Slot, Tools, default_template
 
 PROTECTED_ROLES = frozenset({"system", "developer"})
 
@@ -72,6 +71,7 @@ class CompressorConfig:
     select_margin: int = 0  # select for T_c − this (a margin trades tokens for fewer trims)
     refill_slack: int = 48  # tokens left under T_c worth one more exact count to fill
     skip_code: bool = True  # FleetOpt §5.2's safety gate: code is never compressed
+    max_verify: int = 3  # re-compressions after a full recount over the target (verify templates)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +105,19 @@ class Compression:
 def default_analyzer() -> Analyzer:
     """The process-wide analyzer (its memo is shared by every request)."""
     return Analyzer()
+
+
+_ANALYZERS: dict[int, tuple[ServedTemplate, Analyzer]] = {}
+
+
+def analyzer_for(template: ServedTemplate) -> Analyzer:
+    """The analyzer that counts with `template`'s vocabulary (one memo per template)."""
+    if template.counter is default_counter():
+        return default_analyzer()
+    held = _ANALYZERS.get(id(template))
+    if held is None or held[0] is not template:
+        held = _ANALYZERS[id(template)] = (template, Analyzer(template.counter))
+    return held[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,12 +224,15 @@ def compress_prompt(
     target: int,
     config: CompressorConfig | None = None,
     analyzer: Analyzer | None = None,
+    template: ServedTemplate | None = None,
 ) -> Compression:
     """Fit a completion prompt into `target` tokens (see the module docstring)."""
     config = config or _DEFAULT
-    analyzer = analyzer or default_analyzer()
+    template = template or default_template()
+    analyzer = analyzer or analyzer_for(template)
     editable = not (config.skip_code and protect_as_code(prompt))
-    out = _compress(BOS, [prompt], [editable], target, config, analyzer)
+    bos = template.completion_tokens("")
+    out = _compress(bos, [prompt], [editable], target, config, analyzer)
     detail = out.detail if editable else ("code is not compressed" if out.before > target else "")
     return Compression(
         target, out.before, out.after, out.texts[0], None, out.units, out.dropped, detail
@@ -248,10 +264,40 @@ def compress_chat(
     target: int,
     config: CompressorConfig | None = None,
     analyzer: Analyzer | None = None,
+    template: ServedTemplate | None = None,
+    tools: Tools = (),
 ) -> Compression:
     """Fit a chat request into `target` tokens (see the module docstring)."""
     config = config or _DEFAULT
-    analyzer = analyzer or default_analyzer()
+    template = template or default_template()
+    analyzer = analyzer or analyzer_for(template)
+    result = _compress_chat(messages, target, config, analyzer, template, tools)
+    if not template.verify or not result.changed:
+        return result
+    aim = target
+    for _ in range(max(config.max_verify, 1)):
+        exact = template.chat_tokens(result.messages or [], tools)
+        if exact <= target:
+            return replace(result, target=target, tokens_after=exact)
+        aim -= exact - target
+        result = _compress_chat(messages, aim, config, analyzer, template, tools)
+        if not result.changed:
+            break
+    before = result.tokens_before
+    return Compression(
+        target, before, before, None, list(messages), result.units,
+        detail="still above the target after a full recount",
+    )  # fmt: skip
+
+
+def _compress_chat(
+    messages: Sequence[Message],
+    target: int,
+    config: CompressorConfig,
+    analyzer: Analyzer,
+    template: ServedTemplate,
+    tools: Tools,
+) -> Compression:
     original = list(messages)
     last_user = max((i for i, m in enumerate(original) if m.get("role") == "user"), default=-1)
 
@@ -260,12 +306,12 @@ def compress_chat(
             return False
         return not (config.skip_code and protect_as_code(text))
 
-    fixed, texts, slots = chat_segments(original, editable)
+    fixed, texts, slots = template.chat_segments(original, editable, tools)
     out = _compress(fixed, texts, [s is not None for s in slots], target, config, analyzer)
     if not out.dropped:
         sent = original
     else:
-        new = [t[len(CONTENT_PREFIX) :] for t in out.texts]
+        new = [t[len(template.content_prefix) :] for t in out.texts]
         sent = _replace(original, slots, new)
     return Compression(
         target, out.before, out.after, None, sent, out.units, out.dropped, out.detail
@@ -284,25 +330,36 @@ def fit_request(
     likely_fits: bool = False,
     config: CompressorConfig | None = None,
     analyzer: Analyzer | None = None,
+    template: ServedTemplate | None = None,
+    tools: Tools = (),
 ) -> Compression:
     """What the gateway calls for a placement with `compress_to` (policies/pools.py):
     make a completion `prompt` or chat `messages` fit `target` prompt tokens exactly.
     `may_compress` false: only count (fits or not, never changed). `likely_fits` (the
-    estimate is below the target): count first and analyse only if it does not fit."""
-    analyzer = analyzer or default_analyzer()
+    estimate is below the target): count first and analyse only if it does not fit.
+    `template`: the served model's (default cl100k in the Llama-3.0 layout); `tools`: the
+    request's tool schemas, which the template renders into the prompt."""
+    template = template or default_template()
+    analyzer = analyzer or analyzer_for(template)
     if likely_fits or not may_compress:
-        tokens = request_tokens(prompt, messages)
+        tokens = request_tokens(prompt, messages, template, tools)
         if tokens <= target or not may_compress:
             detail = "" if tokens <= target else "may not be compressed"
             sent = list(messages) if messages is not None else None
             return Compression(target, tokens, tokens, prompt, sent, detail=detail)
     if messages is not None:
-        return compress_chat(messages, target, config, analyzer)
-    return compress_prompt(prompt or "", target, config, analyzer)
+        return compress_chat(messages, target, config, analyzer, template, tools)
+    return compress_prompt(prompt or "", target, config, analyzer, template)
 
 
-def request_tokens(prompt: str | None = None, messages: Sequence[Message] | None = None) -> int:
+def request_tokens(
+    prompt: str | None = None,
+    messages: Sequence[Message] | None = None,
+    template: ServedTemplate | None = None,
+    tools: Tools = (),
+) -> int:
     """Exact prompt tokens of a request as the engine counts it (template included)."""
+    template = template or default_template()
     if messages is not None:
-        return chat_tokens(messages)
-    return completion_tokens(prompt or "")
+        return template.chat_tokens(messages, tools)
+    return template.completion_tokens(prompt or "")

@@ -1,4 +1,12 @@
-"""What a prompt costs an engine: the chat template and vocabulary of the emulated model.
+"""What a prompt costs an engine: the chat template and vocabulary of the served model.
+
+`ServedTemplate` is what the compressor and the gateway count with: a vocabulary (an
+exact `TokenCounter`) and a chat template. Two implementations: `Llama3Cl100k` below
+(the emulated engines' own layout, the default) and `compressor.hf_template.HFTemplate`
+(a real model's tokenizer.json and its Jinja chat template, rendered as transformers
+does). `compressor.served.load_served` builds one from a `tokenizer:` setting.
+
+The default, `Llama3Cl100k`:
 
 fleetgate's budgets are in the engine's tokens. The emulated engines
 (emulator/chat_template.py) count like a Llama-3 server with OpenAI's cl100k vocabulary:
@@ -19,14 +27,22 @@ This module mirrors the emulator's definition for the pure side (the gateway may
 import the emulator): tests/unit/compressor/test_template.py checks that both count
 the same. `chat_segments` exposes the encoded texts one by one so the compressor can
 edit message contents and still know the exact total.
+
+Tools (not in Llama-3.0's template; the documented allowance of this layout, which the
+emulator renders the same way): a request's `tools` are one more header block ahead of
+the messages, role `tools`, content "\\n\\n" + one compact JSON object per tool per line
+(`tool_json`); every assistant `tool_calls` entry is its call as JSON
+(`{"name": …, "arguments": …}`, `call_json`) encoded on its own after the message's
+content. `tool_choice` is not rendered (no template renders it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from compressor.counting import default_counter
+from compressor.counting import TokenCounter, default_counter
 
 
 def count(text: str) -> int:
@@ -37,10 +53,35 @@ SPECIALS_PER_MESSAGE = 3  # <|start_header_id|>, <|end_header_id|>, <|eot_id|>
 BOS = 1  # <|begin_of_text|>
 REPLY_ROLE = "assistant"
 CONTENT_PREFIX = "\n\n"  # follows <|end_header_id|>, encoded with the content
+TOOLS_ROLE = "tools"  # the header of the tools block (see the module docstring)
 
 Message = Mapping[str, Any]
+Tools = Sequence[Mapping[str, Any]]
 Slot = tuple[int, int | None]  # (message index, index of its only text part; None: a string)
 Editable = Callable[[int, str, str], bool]  # (message index, role, text) → may be edited
+
+
+class ServedTemplate(Protocol):
+    """The served model's vocabulary and chat template, as the compressor counts with it.
+
+    `chat_segments` gives (fixed tokens, one text per message, slots): total tokens =
+    fixed + Σ counter.count(text i), and text i is `content_prefix` + the content of
+    message i. `verify` true: that sum is exact for the request as given but an edited
+    request must be counted again with `chat_tokens` (a template we do not control may
+    transform contents or join them with their surroundings)."""
+
+    name: str
+    counter: TokenCounter
+    content_prefix: str
+    verify: bool
+
+    def chat_segments(
+        self, messages: Sequence[Message], editable: Editable | None = None, tools: Tools = ()
+    ) -> tuple[int, list[str], list[Slot | None]]: ...
+
+    def chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int: ...
+
+    def completion_tokens(self, prompt: str) -> int: ...
 
 
 def content_text(content: object) -> str:
@@ -60,6 +101,32 @@ def content_text(content: object) -> str:
     return ""
 
 
+def tool_json(tool: object) -> str:
+    """A tool schema as one line of compact JSON (how the tools block lists it)."""
+    return json.dumps(tool, ensure_ascii=False, separators=(",", ":"))
+
+
+def call_json(call: object) -> str:
+    """An assistant tool call as `{"name": …, "arguments": …}` JSON (arguments as sent)."""
+    fn = call.get("function", call) if isinstance(call, Mapping) else {}
+    fn = fn if isinstance(fn, Mapping) else {}
+    return json.dumps(
+        {"name": fn.get("name"), "arguments": fn.get("arguments")},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def tool_calls(message: Message) -> list[Any]:
+    calls = message.get("tool_calls")
+    return list(calls) if isinstance(calls, list) else []
+
+
+def tools_text(tools: Tools) -> str:
+    """The content of the Llama3Cl100k tools block ("" when there are no tools)."""
+    return (CONTENT_PREFIX + "\n".join(tool_json(t) for t in tools)) if tools else ""
+
+
 def _slot(index: int, content: object) -> tuple[Slot | None, str]:
     """Where the editable text of a message lives: a string content, or its only text part."""
     if isinstance(content, str):
@@ -77,37 +144,89 @@ def _slot(index: int, content: object) -> tuple[Slot | None, str]:
     return None, content_text(content)
 
 
-def fixed_tokens(messages: Sequence[Message]) -> int:
-    """Tokens of a chat prompt outside the message texts: BOS, the specials, the role
-    names and the reply header."""
-    roles = default_counter().count_all([str(m.get("role", "")) for m in messages])
-    reply = 2 + count(REPLY_ROLE) + count(CONTENT_PREFIX)
-    return BOS + SPECIALS_PER_MESSAGE * len(messages) + roles + reply
-
-
-def chat_segments(
-    messages: Sequence[Message], editable: Editable | None = None
-) -> tuple[int, list[str], list[Slot | None]]:
-    """The chat prompt as (fixed tokens, encoded texts, slots): text i is
-    "\\n\\n" + content of message i, encoded on its own; its slot says where an editable
-    text lives (None: not editable). Total tokens = fixed + Σ tokens(text i)."""
+def message_slots(
+    messages: Sequence[Message], editable: Editable | None, prefix: str
+) -> tuple[list[str], list[Slot | None]]:
+    """Each message's text (prefix + content) and where its editable text lives."""
     texts: list[str] = []
     slots: list[Slot | None] = []
     for i, m in enumerate(messages):
         slot, text = _slot(i, m.get("content"))
         if slot is not None and (editable is None or not editable(i, str(m.get("role", "")), text)):
             slot = None
-        texts.append(CONTENT_PREFIX + text)
+        texts.append(prefix + text)
         slots.append(slot)
-    return fixed_tokens(messages), texts, slots
+    return texts, slots
 
 
-def chat_tokens(messages: Sequence[Message]) -> int:
-    """Prompt tokens of a chat request as the engine counts them."""
-    fixed, texts, _ = chat_segments(messages)
-    return fixed + sum(count(t) for t in texts)
+class Llama3Cl100k:
+    """cl100k text inside the Llama-3.0 layout: the emulated engines' template."""
+
+    name = "cl100k"
+    content_prefix = CONTENT_PREFIX
+    verify = False
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self.counter = counter or default_counter()
+
+    def fixed_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int:
+        """Tokens outside the message texts: BOS, the specials, the role names, the
+        tools block, the tool calls and the reply header."""
+        c = self.counter
+        roles = c.count_all([str(m.get("role", "")) for m in messages])
+        reply = 2 + c.count(REPLY_ROLE) + c.count(CONTENT_PREFIX)
+        extra = 0
+        if tools:
+            extra += SPECIALS_PER_MESSAGE + c.count(TOOLS_ROLE) + c.count(tools_text(tools))
+        calls = [call_json(t) for m in messages for t in tool_calls(m)]
+        if calls:
+            extra += c.count_all(calls)
+        return BOS + SPECIALS_PER_MESSAGE * len(messages) + roles + reply + extra
+
+    def chat_segments(
+        self, messages: Sequence[Message], editable: Editable | None = None, tools: Tools = ()
+    ) -> tuple[int, list[str], list[Slot | None]]:
+        texts, slots = message_slots(messages, editable, CONTENT_PREFIX)
+        return self.fixed_tokens(messages, tools), texts, slots
+
+    def chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int:
+        fixed, texts, _ = self.chat_segments(messages, tools=tools)
+        return fixed + sum(self.counter.count(t) for t in texts)
+
+    def completion_tokens(self, prompt: str) -> int:
+        return BOS + self.counter.count(prompt)
+
+
+_DEFAULT: Llama3Cl100k | None = None
+
+
+def default_template() -> Llama3Cl100k:
+    """The process-wide default: cl100k inside the Llama-3.0 layout."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Llama3Cl100k()
+    return _DEFAULT
+
+
+def fixed_tokens(messages: Sequence[Message], tools: Tools = ()) -> int:
+    """Tokens of a chat prompt outside the message texts (the default template)."""
+    return default_template().fixed_tokens(messages, tools)
+
+
+def chat_segments(
+    messages: Sequence[Message], editable: Editable | None = None, tools: Tools = ()
+) -> tuple[int, list[str], list[Slot | None]]:
+    """The chat prompt as (fixed tokens, encoded texts, slots) under the default template:
+    text i is "\\n\\n" + content of message i, encoded on its own; its slot says where an
+    editable text lives (None: not editable). Total tokens = fixed + Σ tokens(text i)."""
+    return default_template().chat_segments(messages, editable, tools)
+
+
+def chat_tokens(messages: Sequence[Message], tools: Tools = ()) -> int:
+    """Prompt tokens of a chat request as the default engine counts them."""
+    return default_template().chat_tokens(messages, tools)
 
 
 def completion_tokens(prompt: str) -> int:
     """Prompt tokens of a completion request (BOS + text)."""
-    return BOS + count(prompt)
+    return default_template().completion_tokens(prompt)

@@ -19,6 +19,15 @@ null, or a list of parts of which only `{"type":"text","text":...}` parts count 
 and audio cost nothing here). A completion prompt is BOS + its text tokens (vLLM and
 SGLang add BOS with `add_special_tokens`), or the given token ids unchanged.
 
+Tools (the documented allowance of compressor/template.py, counted the same there):
+`tools` are one more block ahead of the messages, <|start_header_id|>tools<|end_header_id|>
++ "\\n\\n" + one compact JSON object per tool per line + <|eot_id|>; each assistant
+`tool_calls` entry is encoded on its own as {"name": …, "arguments": …} after the content.
+
+`--tokenizer hf:<folder>` (`use_tokenizer`) makes prompts cost what that model's
+tokenizer.json and chat template make of them (compressor/hf_template.py), ids included;
+generated text and /detokenize stay cl100k (the emulated model's output vocabulary).
+
 Failure posture: content of a wrong type raises `TypeError` (the caller answers 400);
 decoding an id outside the vocabulary raises `ValueError`.
 """
@@ -28,7 +37,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from compressor.hf_template import HFTemplate
+from compressor.served import load_served
+from compressor.template import TOOLS_ROLE, call_json, tool_calls, tools_text
 from compressor.tokenizer import cl100k
+
+_served: HFTemplate | None = None  # a real model's template (--tokenizer hf:…); None: cl100k
+
+
+def use_tokenizer(spec: str) -> None:
+    """Count prompts with `spec` (cl100k, or hf:<folder>) from now on, process-wide."""
+    global _served
+    template = load_served(spec)
+    _served = template if isinstance(template, HFTemplate) else None
+
 
 BOS = 100257
 EOT = 100258
@@ -90,10 +112,22 @@ def message_text(content: Any) -> str:
 
 
 def render_chat(
-    messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = True,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[int]:
-    """Token ids of a chat prompt under the template above."""
+    """Token ids of a chat prompt under the template above (or the --tokenizer model's)."""
+    if _served is not None:
+        for m in messages:
+            message_text(m.get("content"))  # the same TypeError for a bad content
+        return _served.tokenizer.encode(_served.render(messages, tools or ()))
     ids = [BOS]
+    if tools:
+        ids.append(START_HEADER)
+        ids += encode(TOOLS_ROLE)
+        ids.append(END_HEADER)
+        ids += encode(tools_text(tools))
+        ids.append(EOS)
     for m in messages:
         role = m.get("role")
         if not isinstance(role, str):
@@ -102,6 +136,8 @@ def render_chat(
         ids += encode(role)
         ids.append(END_HEADER)
         ids += encode("\n\n" + message_text(m.get("content")))
+        for call in tool_calls(m):
+            ids += encode(call_json(call))
         ids.append(EOS)
     if add_generation_prompt:
         ids.append(START_HEADER)
@@ -114,5 +150,8 @@ def render_chat(
 def render_completion(prompt: str | Sequence[int], add_special_tokens: bool = True) -> list[int]:
     """Token ids of one completion prompt: BOS + text, or the ids as given."""
     if isinstance(prompt, str):
+        if _served is not None:
+            t = _served.tokenizer
+            return t.encode_with_specials(prompt) if add_special_tokens else t.encode(prompt)
         return ([BOS] if add_special_tokens else []) + encode(prompt)
     return list(prompt)

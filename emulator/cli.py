@@ -41,6 +41,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--enable-metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="SGLang serves /metrics only with this (default on)")  # fmt: skip
     s.add_argument("--log-level", default="warning")
+    s.add_argument("--tokenizer", default="cl100k", metavar="cl100k|hf:PATH",
+                   help="what prompts cost: cl100k in Llama-3.0's layout, or a tokenizer folder "
+                   "(tokenizer.json + its chat template)")  # fmt: skip
 
     d = EngineConfig()
     e = p.add_argument_group("engine model")
@@ -176,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         cfg = config_from(args)
-    except ValueError as exc:
+        if args.tokenizer != "cl100k":
+            from emulator.chat_template import use_tokenizer
+
+            use_tokenizer(args.tokenizer)
+    except (ValueError, OSError) as exc:
         p.error(str(exc))
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

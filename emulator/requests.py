@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from compressor.hf_template import TemplateError
 from emulator.chat_template import render_chat, render_completion
 from emulator.prefix import block_hashes
 from emulator.sampling import Outcome, OutputModel, plan_outcome
@@ -313,7 +314,10 @@ def _prompts(kind: str, b: Mapping[str, Any], info: ModelInfo) -> list[tuple[lis
         if not messages and not vllm:
             raise ApiError(400, "Messages cannot be empty.", "BadRequestError")
         try:
-            return [(render_chat(messages, bool(b.get("add_generation_prompt", True))), True)]
+            ids = render_chat(messages, bool(b.get("add_generation_prompt", True)), b.get("tools"))
+            return [(ids, True)]
+        except TemplateError as exc:
+            raise ApiError(400, str(exc), "BadRequestError") from None
         except TypeError as exc:
             raise SchemaError(
                 [FieldError("value_error", ("body", "messages"), str(exc), messages)]

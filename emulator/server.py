@@ -259,7 +259,7 @@ async def _tokenize(request: web.Request) -> web.Response:
                        f"{', '.join(emu.cfg.served_names)}.", "NotFoundError", "model")  # fmt: skip
     add_special = bool(b.get("add_special_tokens", True))
     if "messages" in b and emu.vllm:
-        ids = render_chat(b["messages"], bool(b.get("add_generation_prompt", True)))
+        ids = render_chat(b["messages"], bool(b.get("add_generation_prompt", True)), b.get("tools"))
     elif "prompt" in b:
         prompt = b["prompt"]
         if (

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from compressor.served import load_served, parse_spec
+
 ENV_PREFIX = "FLEETGATE_"
 
 
@@ -113,6 +115,15 @@ class Pool(_Section):
     max_num_seqs: int | None = Field(None, ge=1)
     models: list[str] = Field(min_length=1)
     workers: list[Worker] = Field(min_length=1)
+    # what the pool's model counts prompts with (compressor/served.py): cl100k (the
+    # emulator's), hf:<tokenizer folder> (tokenizer.json + its chat template), or engine
+    tokenizer: str = "cl100k"
+
+    @field_validator("tokenizer")
+    @classmethod
+    def _tokenizer_spec(cls, v: str) -> str:
+        parse_spec(v)
+        return v
 
 
 class Placement(_Section):
@@ -286,6 +297,13 @@ class GatewayConfig(_Section):
                 f"placement.short_pool: no pool named {pl.short_pool!r}"
                 f" (the pools are {', '.join(map(repr, self.pools))})"
             )
+        for pname, pool in self.pools.items():
+            try:
+                load_served(pool.tokenizer)  # once per spec (cached): the gateway uses it
+            except (OSError, ValueError, ImportError) as exc:
+                raise ValueError(
+                    f"pools.{pname}.tokenizer: cannot load {pool.tokenizer!r}: {exc}"
+                ) from None
         if pl.b_short is not None and pl.b_short > short.max_model_len:
             raise ValueError(
                 f"placement.b_short: {pl.b_short} is larger than the context of the short pool"

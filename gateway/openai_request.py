@@ -162,6 +162,11 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
                     f"messages[{i}].role must be a non-empty string", param=f"messages[{i}].role"
                 )
             _content_bytes(m.get("content"), f"messages[{i}].content", text)
+            if m.get("tool_calls"):  # rendered into the prompt by every chat template
+                text.add(orjson.dumps(m["tool_calls"]).decode())
+        for key in ("tools", "tool_choice"):  # tool schemas are prompt text too
+            if body.get(key) is not None and not isinstance(body[key], str):
+                text.add(orjson.dumps(body[key]).decode())
         n_messages = len(messages)
         prompt_bytes = text.bytes
     else:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from compressor.served import load_served
 from gateway import logs
 from gateway.config import GatewayConfig
 from gateway.errors import (
@@ -170,7 +171,9 @@ class Pipeline:
             on_released=self._released,
             on_woken=_wake,
         )
-        self.shaper = Shaper(self.core, metrics, traffic, compress_executor)
+        short = config.pools.get(p.short_pool)
+        served = load_served(short.tokenizer) if short is not None else None
+        self.shaper = Shaper(self.core, metrics, traffic, compress_executor, served)
         self.auth_required = bool(config.auth.api_keys)
 
     @property

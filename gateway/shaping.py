@@ -27,6 +27,8 @@ from typing import Any
 
 from compressor.compress import Compression, fit_request
 from compressor.content import classify
+from compressor.hf_template import TemplateError
+from compressor.template import ServedTemplate, Tools, default_template
 from gateway.errors import ContextLengthExceeded, ModelNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
@@ -71,8 +73,11 @@ class Shaper:
         metrics: GatewayMetrics,
         traffic: TrafficHistogram,
         executor: Executor | None = None,
+        served: ServedTemplate | None = None,
     ) -> None:
         self.core = core
+        # the short pool's tokenizer and chat template: T_c is in its tokens
+        self.served = served or default_template()
         self.metrics = metrics
         self.traffic = traffic
         self.executor = executor  # where compression runs; None: inline on the event loop
@@ -146,6 +151,8 @@ class Shaper:
                 parsed.body["messages"] if parsed.endpoint == CHAT else None,
                 placement.may_compress,
                 not placement.borderline,
+                self.served,
+                parsed.body.get("tools") or () if parsed.endpoint == CHAT else (),
             )
             if self.executor is None:
                 result, seconds = call()
@@ -172,10 +179,21 @@ def _timed_fit(
     messages: list[dict[str, Any]] | None,
     may_compress: bool,
     likely_fits: bool,
+    served: ServedTemplate,
+    tools: Tools,
 ) -> tuple[Compression, float]:
     """fit_request and the CPU seconds it took (measured where it runs)."""
     t0 = time.perf_counter()
-    result = fit_request(
-        target, prompt=prompt, messages=messages, may_compress=may_compress, likely_fits=likely_fits
-    )
+    try:
+        result = fit_request(
+            target,
+            prompt=prompt,
+            messages=messages,
+            may_compress=may_compress,
+            likely_fits=likely_fits,
+            template=served,
+            tools=tools if isinstance(tools, list) else (),
+        )
+    except TemplateError as exc:  # the model's template refuses it: the engine would too
+        result = Compression(target, target + 1, target + 1, detail=str(exc))
     return result, time.perf_counter() - t0

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compressor.template import content_text
+from compressor.template import call_json, content_text, tool_calls, tool_json
 from policies.types import Category
 
 
@@ -91,10 +91,15 @@ def text_bytes(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def measure_chat(messages: Sequence[Mapping[str, Any]]) -> ChatSize:
-    return ChatSize(
-        sum(text_bytes(content_text(m.get("content"))) for m in messages), len(messages)
-    )
+def measure_chat(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+) -> ChatSize:
+    """Bytes of the text a chat template renders: contents, assistant `tool_calls` and the
+    request's `tools` (as compact JSON, compressor/template.py's `call_json`/`tool_json`)."""
+    n = sum(text_bytes(content_text(m.get("content"))) for m in messages)
+    n += sum(text_bytes(call_json(c)) for m in messages for c in tool_calls(m))
+    n += sum(text_bytes(tool_json(t)) for t in tools)
+    return ChatSize(n, len(messages))
 
 
 def measure_prompt(prompt: str) -> ChatSize:

@@ -1,0 +1,45 @@
+"""Compress-and-Route for a model that is not cl100k: emulators that count prompts with
+Qwen3's tokenizer.json and chat template (`--tokenizer hf:…`) behind a gateway whose
+pools say `tokenizer: hf:<the same folder>`. Every borderline chat that the gateway
+compresses onto the short pool fits: the engine's own prompt_tokens ≤ B_short − max_tokens."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+
+from bench.corpus import borderline_set
+from tests.e2e.fleet import MODEL, emulator, gateway_config, start_gateway
+from tests.served_models import qwen3_dir
+
+pytestmark = pytest.mark.e2e
+
+B_SHORT = 8192
+
+
+def test_borderline_chats_fit_the_qwen_engine(fresh_procs):
+    spec = f"hf:{qwen3_dir()}"
+    short = emulator(fresh_procs, "short0", B_SHORT, "--tokenizer", spec)
+    long = emulator(fresh_procs, "long0", 65536, "--tokenizer", spec)
+    for p in (short, long):
+        p.wait_ready("/health")
+    cfg = gateway_config([short.url], [long.url])
+    for pool in cfg["pools"].values():  # type: ignore[union-attr]
+        pool["tokenizer"] = spec
+    gateway = start_gateway(fresh_procs, cfg)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0, timeout=60)
+    chats = [s for s in borderline_set(n=24, seed=7) if s.messages is not None][:12]
+    compressed = 0
+    for s in chats:
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=s.messages, max_tokens=s.max_tokens
+        )
+        usage = raw.parse().usage
+        if raw.headers["x-fleetgate-pool"] == "short":
+            assert usage.prompt_tokens + s.max_tokens <= B_SHORT
+        if "x-fleetgate-compressed" in raw.headers:
+            compressed += 1
+            _, after = map(int, raw.headers["x-fleetgate-compressed"].split("->"))
+            assert raw.headers["x-fleetgate-pool"] == "short"
+            assert usage.prompt_tokens == after  # the gateway counted as the engine does
+    assert compressed >= len(chats) // 2
