@@ -59,6 +59,14 @@ from policies.planner.profile import profile_from_dict
 from policies.planner.report import explain, live_dict, plan_dict, slo_findings, table
 
 NAMED = {"azure": "azure_2023", "lmsys": "lmsys_chat_1m", "agent": "agent_heavy"}
+OPTION_HELP = {
+    "slo_check": "per_class (default): each request judged in its class — short at the P99 "
+    "of [1, B], compressed at L = B, the long class (B, ∞) at its own P99 at every γ; "
+    "paper: Eq. 8 per pool, at the P99 of what each pool holds after compression",
+    "slo_budget": "eq8 (default): P99 wait ≤ SLO − prefill − first decode; wait_only: "
+    "P99 wait ≤ SLO (the reference simulator)",
+    "prefill_stat": "the prefill in the TTFT floor: the P99 request's (default) or the mean",
+}
 PAPER_PROFILE = "a100_80gb_llama3_70b"
 
 
@@ -91,7 +99,10 @@ def load_profile(name: str) -> HardwareProfile:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="fleetgate plan", description="FleetOpt: the minimum-cost two-pool fleet."
+        prog="fleetgate plan",
+        description="FleetOpt: the minimum-cost two-pool fleet.",
+        epilog="An SLO no fleet can meet is reported (which pool, by how much, why) with "
+        "exit 0; --strict exits 1 then. Exit 2: usage or input error.",
     )
     src = p.add_argument_group("input")
     src.add_argument("--workload", help="azure | lmsys | agent | a workload_cdf/v1 JSON path")
@@ -117,10 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--long-ctx", type=int, default=65536, help="long pool context, tokens")
     q.add_argument("--observed-split", action="store_true",
                    help="live: use the window's observed input fraction")  # fmt: skip
-    m = p.add_argument_group("modelling options (defaults reproduce the paper)")
+    m = p.add_argument_group("modelling options (defaults reproduce the paper's tables)")
     m.add_argument("--exact", action="store_true", help="shorthand for --moments exact")
     for name, allowed in CHOICES.items():
-        m.add_argument(f"--{name.replace('_', '-')}", choices=allowed)
+        m.add_argument(f"--{name.replace('_', '-')}", choices=allowed, help=OPTION_HELP.get(name))
     m.add_argument("--mc-draws", type=int)
     m.add_argument("--mc-seed", type=int)
     m.add_argument("--input-fraction", type=float)

@@ -15,6 +15,17 @@ distinct ⌊γB⌋ (long pool, recalibrated on the post-compression distribution
 array arithmetic over the (B, γ) grid (numpy, one pass for all pools), so re-planning when
 traffic shifts costs microseconds.
 
+𝓑 leaves out boundaries with F(B) > 0.999 (a long pool of < 0.1 % of traffic). When
+⌊γB⌋ reaches the CDF's last point the tail (⌊γB⌋, ∞) is empty; under Algorithm 1's
+tail-only moments the long pool (still serving the uncompressed band when p_c < 1) keeps
+the tail's limit — its longest request — so E[S]_l stays continuous in γ instead of
+jumping to the band's moments (which put a false optimum on that jump).
+
+The SLO check (PlannerOptions.slo_check) sets each pool's TTFT floor, and so its wait
+budget T_slo − floor (Eq. 8): "paper" takes the P99 request of whatever the pool holds;
+"per_class" (default) judges each request in its class — the long class (B, ∞) at its
+own P99 request at every γ, compressed requests at L = B — see `_per_class_floors`.
+
 Ties in cost go to the SLO-feasible cell, then the smaller γ (less compression, less
 fidelity risk), then the smaller B (the reference's order). Failure posture: a cell whose
 TTFT floor exceeds the SLO is sized by ρ_max and flagged (slo_met False); the argmin prefers
