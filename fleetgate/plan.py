@@ -1,15 +1,23 @@
 """`fleetgate plan`: size the cheapest two-pool fleet for a workload (FleetOpt, §6).
 
     fleetgate plan --workload azure|lmsys|agent|PATH --rate 1000 --slo-ms 500
-                   [--b-short N] [--pc X] [--phi X] [--explain] [--json]
+                   [--b-short N | --b-candidates N,N,...] [--b-ref N] [--pc X] [--phi X]
+                   [--slo-check per_class|paper] [--strict] [--explain] [--json]
     fleetgate plan --table3 | --table6          # the paper's tables, ours beside theirs
     fleetgate plan --from-gateway URL [--admin-key KEY]   # the gateway's observed traffic
     fleetgate plan --histogram FILE             # the same, from a saved histogram
 
 Named workloads are the paper-input CDFs (`fleetgate.workload_cdf/v1` files) found in
 --data-dir, $FLEETGATE_DATA_DIR, or the `shared/data` directory next to the checkout;
-PATH is any file of that schema. Without --b-short every hardware-feasible breakpoint is
-swept (Algorithm 1); with it only γ is. --pc defaults to the file's paper p_c, else 1.
+PATH is any file of that schema. Without --b-short every hardware-feasible breakpoint with
+F(B) ≤ 0.999 (or each of --b-candidates) is swept (Algorithm 1); with it only γ is. The
+PR and PR + C&R baselines are read at --b-ref (default: the file's paper B_short, else the
+cheapest pool-routing boundary), never at the optimum's B*. --pc defaults to the file's
+paper p_c, else 1.
+
+The SLO check (--slo-check) is per request class by default: short requests at the P99 of
+[1, B], compressed ones at L = B, the long class (B, ∞) at its own P99 request, so a larger
+γ never fails a plan by draining the long pool; `paper` is Eq. 8 per pool, as printed.
 
 --from-gateway fetches `GET URL/admin/plan/histogram` with `Authorization: Bearer KEY`
 (--admin-key or $FLEETGATE_ADMIN_KEY); the body is a `fleetgate.plan_histogram/v1`
@@ -17,8 +25,10 @@ document (shape in policies/planner/live.py). The answer puts the recommended fl
 (B_short, γ) next to the deployed configuration and its predicted cost.
 
 Every modelling option of policies.planner.options is a flag (--moments, --h-scaling, ...);
-the defaults reproduce the paper. Exit status: 0 planned, 1 the plan misses the SLO,
-2 usage or input error.
+the defaults reproduce the paper. An SLO no fleet can meet (e.g. agent-heavy's long
+prompts, whose prefill alone exceeds 500 ms) is a finding: the plan is printed with what
+misses and by how much. Exit status: 0 planned (SLO met or not), 1 the SLO is missed and
+--strict was given, 2 usage or input error.
 """
 
 from __future__ import annotations
@@ -43,11 +53,20 @@ from policies.planner import (
     plan,
 )
 from policies.planner import paper as ref
+from policies.planner.fleet import Plan
 from policies.planner.options import CHOICES
 from policies.planner.profile import profile_from_dict
-from policies.planner.report import explain, live_dict, plan_dict, table
+from policies.planner.report import explain, live_dict, plan_dict, slo_findings, table
 
 NAMED = {"azure": "azure_2023", "lmsys": "lmsys_chat_1m", "agent": "agent_heavy"}
+OPTION_HELP = {
+    "slo_check": "per_class (default): each request judged in its class — short at the P99 "
+    "of [1, B], compressed at L = B, the long class (B, ∞) at its own P99 at every γ; "
+    "paper: Eq. 8 per pool, at the P99 of what each pool holds after compression",
+    "slo_budget": "eq8 (default): P99 wait ≤ SLO − prefill − first decode; wait_only: "
+    "P99 wait ≤ SLO (the reference simulator)",
+    "prefill_stat": "the prefill in the TTFT floor: the P99 request's (default) or the mean",
+}
 PAPER_PROFILE = "a100_80gb_llama3_70b"
 
 
@@ -80,7 +99,10 @@ def load_profile(name: str) -> HardwareProfile:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="fleetgate plan", description="FleetOpt: the minimum-cost two-pool fleet."
+        prog="fleetgate plan",
+        description="FleetOpt: the minimum-cost two-pool fleet.",
+        epilog="An SLO no fleet can meet is reported (which pool, by how much, why) with "
+        "exit 0; --strict exits 1 then. Exit 2: usage or input error.",
     )
     src = p.add_argument_group("input")
     src.add_argument("--workload", help="azure | lmsys | agent | a workload_cdf/v1 JSON path")
@@ -94,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--rate", type=float, default=1000.0, help="arrival rate λ, req/s")
     q.add_argument("--slo-ms", type=float, default=500.0, help="P99 TTFT target, ms")
     q.add_argument("--b-short", type=int, help="fix B_short (else sweep the feasible set)")
+    q.add_argument("--b-candidates", type=_int_list, metavar="N,N,...",
+                   help="sweep these B_short values instead of the feasible set")  # fmt: skip
+    q.add_argument("--b-ref", type=int, metavar="N",
+                   help="B_short of the PR baselines when sweeping (default: the file's "
+                        "paper B_short, else the cheapest pool-routing B)")  # fmt: skip
     q.add_argument("--pc", type=float, help="compressibility p_c (default: the file's, else 1)")
     q.add_argument("--phi", type=float, help="long/short GPU cost ratio φ (default: prices)")
     q.add_argument("--profile", default=PAPER_PROFILE, help="short-pool GPU profile: name|JSON")
@@ -101,10 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--long-ctx", type=int, default=65536, help="long pool context, tokens")
     q.add_argument("--observed-split", action="store_true",
                    help="live: use the window's observed input fraction")  # fmt: skip
-    m = p.add_argument_group("modelling options (defaults reproduce the paper)")
+    m = p.add_argument_group("modelling options (defaults reproduce the paper's tables)")
     m.add_argument("--exact", action="store_true", help="shorthand for --moments exact")
     for name, allowed in CHOICES.items():
-        m.add_argument(f"--{name.replace('_', '-')}", choices=allowed)
+        m.add_argument(f"--{name.replace('_', '-')}", choices=allowed, help=OPTION_HELP.get(name))
     m.add_argument("--mc-draws", type=int)
     m.add_argument("--mc-seed", type=int)
     m.add_argument("--input-fraction", type=float)
@@ -114,7 +141,21 @@ def _parser() -> argparse.ArgumentParser:
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="JSON instead of a table")
     out.add_argument("--explain", action="store_true", help="print the per-γ sweep")
+    out.add_argument("--strict", action="store_true",
+                     help="exit 1 when the recommended fleet misses the SLO")  # fmt: skip
     return p
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a comma-separated list of integers: {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("an empty list of B_short candidates")
+    return values
 
 
 def options_from(args: argparse.Namespace) -> PlannerOptions:
@@ -168,7 +209,8 @@ def _run_live(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -
         print(table(lp.plan, extra))
         if args.explain:
             print("\n" + explain(lp.plan))
-    return 0 if lp.plan.fleetopt.slo_met else 1
+        _print_findings(lp.plan)
+    return _exit(lp.plan, args.strict)
 
 
 def _table3(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> int:
@@ -249,10 +291,15 @@ def main(argv: list[str] | None = None) -> int:
                   "--table6", file=sys.stderr)  # fmt: skip
             return 2
         cdf, doc = load_workload(args.workload, args.data_dir)
+        reference = doc.get("paper_reference", {}) if isinstance(doc, dict) else {}
         pc = args.pc
         if pc is None:
-            pc = float(doc.get("paper_reference", {}).get("p_c", 1.0))
-        p = plan(cdf, args.rate, args.slo_ms / 1e3, pc, args.b_short, spec=spec, options=opts,
+            pc = float(reference.get("p_c", 1.0))
+        b_ref = args.b_ref
+        if b_ref is None and args.b_short is None and "B_short" in reference:
+            b_ref = int(reference["B_short"])
+        p = plan(cdf, args.rate, args.slo_ms / 1e3, pc, args.b_short,
+                 b_candidates=args.b_candidates, b_ref=b_ref, spec=spec, options=opts,
                  phi=args.phi)  # fmt: skip
     except (ValueError, KeyError, FileNotFoundError, OSError) as exc:
         print(f"fleetgate plan: {exc}", file=sys.stderr)
@@ -263,22 +310,25 @@ def main(argv: list[str] | None = None) -> int:
         print(table(p))
         if args.explain:
             print("\n" + explain(p))
-        if not p.fleetopt.slo_met:
-            print(_slo_note(p), file=sys.stderr)
-    return 0 if p.fleetopt.slo_met else 1
+        _print_findings(p)
+    return _exit(p, args.strict)
 
 
-def _slo_note(p: Any) -> str:
-    pools = [(n, x) for n, x in (("short", p.fleetopt.short), ("long", p.fleetopt.long)) if x]
-    worst = [
-        f"{n} pool TTFT floor {1e3 * x.ttft_floor_s:.0f} ms" for n, x in pools if not x.slo_met
-    ]
-    return (
-        "fleetgate plan: the SLO cannot be met by any GPU count: "
-        + ", ".join(worst)
-        + f" exceeds {1e3 * p.slo_s:g} ms (prefill of the P99 request, Eq. 8); "
-        "the fleet shown is sized by ρ_max"
-    )
+def _print_findings(p: Plan) -> None:
+    """An unmet SLO is part of the answer: say which pool misses, by how much, and why."""
+    findings = slo_findings(p.fleetopt, p.slo_s)
+    if findings:
+        print("\nSLO not met by any fleet on this grid (the cheapest is shown):")
+        for line in findings:
+            print(f"  - {line}")
+        homo = p.homogeneous.long
+        if homo is not None and not homo.slo_met:
+            print(f"  - the homogeneous fleet misses too: the workload's own P99 request takes "
+                  f"{1e3 * homo.ttft_floor_s:.0f} ms to its first token on an idle GPU")  # fmt: skip
+
+
+def _exit(p: Plan, strict: bool) -> int:
+    return 1 if strict and not p.fleetopt.slo_met else 0
 
 
 if __name__ == "__main__":

@@ -120,6 +120,8 @@ class Shaper:
                 param=taken.param,
             )
         self.traffic.observe(taken.info.total_tokens, taken.info.prompt_tokens)
+        if taken.placement.in_band:
+            self.traffic.band()
         return taken
 
     async def fit(self, parsed: ParsedRequest, ticket: Ticket) -> None:

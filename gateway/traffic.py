@@ -45,6 +45,7 @@ SCHEMA = "fleetgate.plan_histogram/v1"
 class _Window:
     __slots__ = (
         "attempted",
+        "borderline",
         "counts",
         "overflow",
         "prompt_tokens",
@@ -61,6 +62,7 @@ class _Window:
         self.requests = 0
         self.prompt_tokens = 0
         self.total_tokens = 0
+        self.borderline = 0
         self.attempted = 0
         self.succeeded = 0
 
@@ -99,6 +101,12 @@ class TrafficHistogram:
         w.prompt_tokens += prompt_tokens
         w.total_tokens += total_tokens
 
+    def band(self) -> None:
+        """A request placed in the C&R band B_short < L_total ≤ γ·B_short, whatever its
+        category: code and requests C&R never tries count here too, so the planner's p_c
+        (succeeded / borderline) is the share of the band that reaches the short pool."""
+        self._window().borderline += 1
+
     def compression(self, succeeded: bool) -> None:
         """A borderline request that Compress-and-Route tried to fit into the short pool."""
         w = self._window()
@@ -117,6 +125,7 @@ class TrafficHistogram:
             "buckets": [[b, sum(w.counts[i] for w in windows)] for i, b in enumerate(BOUNDS)],
             "overflow": sum(w.overflow for w in windows),
             "compression": {
+                "borderline": sum(w.borderline for w in windows),
                 "attempted": sum(w.attempted for w in windows),
                 "succeeded": sum(w.succeeded for w in windows),
             },

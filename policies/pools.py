@@ -58,6 +58,9 @@ class Placement:
     category: Category | None = None
     reason: str = ""  # one line for the request log and the 413 message
     borderline: bool = False  # in the C&R band: on the short pool only by compressing
+    # B_short < L_total ≤ γ·B_short whatever the category or outcome (code, too little room,
+    # short pool down included): the denominator of the planner's observed p_c
+    in_band: bool = False
 
 
 def _serving(request: RequestInfo, pools: Sequence[PoolSpec]) -> list[PoolSpec]:
@@ -160,11 +163,12 @@ class CompressAndRoute:
                 reason="short (verify exact count)" if verify else "short",
             )
         live_fallback = tuple(n for n in uncompressed if healthy is None or n in healthy)
-        if total <= self.gamma * b and may and target >= self.min_target:
+        in_band = total <= self.gamma * b
+        if in_band and may and target >= self.min_target:
             if healthy is not None and short.name not in healthy and live_fallback:
                 return Placement(
                     Verdict.PLACED, live_fallback, limit, category=category,
-                    reason="borderline, short pool down: long uncompressed",
+                    reason="borderline, short pool down: long uncompressed", in_band=True,
                 )  # fmt: skip
             why = "" if live_fallback else (" (no long pool up: compression is the only way)")
             return Placement(
@@ -177,6 +181,7 @@ class CompressAndRoute:
                 category=category,
                 reason=f"borderline: compress to {target} then short{why}",
                 borderline=True,
+                in_band=True,
             )
         if not others:
             extra = ""
@@ -185,7 +190,9 @@ class CompressAndRoute:
             elif total <= self.gamma * b:
                 extra = f"; max_tokens {request.max_tokens} leaves no room to compress into"
             return _too_long(request, limit, extra)
-        return Placement(Verdict.PLACED, uncompressed, limit, category=category, reason="long")
+        return Placement(
+            Verdict.PLACED, uncompressed, limit, category=category, reason="long", in_band=in_band
+        )
 
 
 Placer = CompressAndRoute | ShortLongPlacement

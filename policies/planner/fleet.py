@@ -1,11 +1,15 @@
 """The planner's answer: the optimum and the baselines of FleetOpt Table 3 (§7.1–7.2).
 
-`plan` runs Algorithm 1 (calibrate + sweep) and reads four fleets off the grid, all at the
-same reference boundary B (the one given, or the optimum's):
+`plan` runs Algorithm 1 (calibrate + sweep) and reads four fleets off the grid:
 - homogeneous: one pool sized for the long context, all traffic;
-- pool routing (PR): two pools at B, γ = 1 (no compression);
-- PR + C&R: γ = 1.5 (`retrofit_gamma`), the long pool co-sized for the compressed λ_l;
+- pool routing (PR): two pools at the reference boundary B_ref, γ = 1 (no compression);
+- PR + C&R: γ = 1.5 (`retrofit_gamma`) at the same B_ref, the long pool co-sized for the
+  compressed λ_l;
 - FleetOpt: the argmin over the calibrated grid (γ*, and B* when B was swept).
+B_ref is the fixed B when only γ is swept (Table 3), else the one given (the paper's B for
+the workload, or the deployed one), else the cheapest pool-routing boundary: the baselines
+are what one would run *without* FleetOpt's co-design, so they are never read at B*, which
+only co-design finds.
 Each row carries per-pool utilisation ρ = λ_p/(n μ_gpu) (Table 5's ρ_ana), the Kimura P99
 wait, the TTFT floor and which constraint bound the GPU count, so that a reader can see
 why a number is what it is. Annualised cost is $/GPU-hr × 8,760 h (Table 3).
@@ -23,7 +27,15 @@ from dataclasses import dataclass
 from policies.planner.erlang import Binding, p99_wait
 from policies.planner.options import GAMMAS, PAPER, PlannerOptions
 from policies.planner.profile import HOURS_PER_YEAR
-from policies.planner.sweep import FleetSpec, Sweep, calibrate, load_occupancy, sweep
+from policies.planner.sweep import (
+    MAX_SHORT_SHARE,
+    FleetSpec,
+    Sweep,
+    calibrate,
+    cheapest_cell,
+    load_occupancy,
+    sweep,
+)
 from policies.planner.workload import LengthCdf
 
 RETROFIT_GAMMA = 1.5  # §7.1 baseline 3: C&R at γ = 1.5 on the pool-routing boundary
@@ -154,7 +166,7 @@ class Plan:
     rate: float
     slo_s: float
     p_c: float
-    b_ref: int  # the boundary the baselines are read at
+    b_ref: int  # the boundary the PR and PR + C&R baselines are read at
     homogeneous: FleetRow
     pool_routing: FleetRow
     pr_cr: FleetRow
@@ -171,18 +183,25 @@ class Plan:
         return 1.0 - row.cost_per_hr / base if base > 0 else 0.0
 
 
-def plan_from_sweep(sw: Sweep, b_short: int | None = None) -> Plan:
-    """Read the Table 3 rows off a swept grid (B fixed at `b_short`, or the optimum's)."""
+def plan_from_sweep(sw: Sweep, b_short: int | None = None, b_ref: int | None = None) -> Plan:
+    """Read the Table 3 rows off a swept grid: the optimum at `b_short` if fixed, else over
+    the grid; the baselines at `b_short`, else `b_ref`, else the cheapest PR boundary."""
     bi, bj = sw.best
     if b_short is not None:
         bi = sw.index(b_short, 1.0)[0]
         bj = sw.best_gamma_at(bi)
     gammas = [float(g) for g in sw.cal.gammas]
-    pr = cell_row(sw, *sw.index(int(sw.cal.b[bi]), 1.0), "pool_routing") if 1.0 in gammas else None
+    ref = b_short if b_short is not None else b_ref
+    if ref is not None:
+        ri = sw.index(ref, 1.0)[0]
+    elif 1.0 in gammas:
+        ri = best_pool_routing(sw)
+    else:
+        ri = bi
+    b0 = int(sw.cal.b[ri])
+    pr = cell_row(sw, *sw.index(b0, 1.0), "pool_routing") if 1.0 in gammas else None
     retro = (
-        cell_row(sw, *sw.index(int(sw.cal.b[bi]), RETROFIT_GAMMA), "pr_cr")
-        if RETROFIT_GAMMA in gammas
-        else None
+        cell_row(sw, *sw.index(b0, RETROFIT_GAMMA), "pr_cr") if RETROFIT_GAMMA in gammas else None
     )
     best = cell_row(sw, bi, bj, "fleetopt")
     return Plan(
@@ -190,13 +209,22 @@ def plan_from_sweep(sw: Sweep, b_short: int | None = None) -> Plan:
         rate=sw.rate,
         slo_s=sw.slo_s,
         p_c=sw.p_c,
-        b_ref=int(sw.cal.b[bi]),
+        b_ref=b0,
         homogeneous=homogeneous_row(sw),
         pool_routing=pr or best,
         pr_cr=retro or best,
         fleetopt=best,
         sweep=sw,
     )
+
+
+def best_pool_routing(sw: Sweep) -> int:
+    """The B index of the cheapest pool-routing fleet (γ = 1), SLO-feasible first."""
+    j = sw.index(int(sw.cal.b[0]), 1.0)[1]
+    col = slice(j, j + 1)
+    return cheapest_cell(
+        sw.cost_hr[:, col], sw.slo_met[:, col], sw.cal.b, sw.cal.gammas[col], sw.cal.eligible
+    )[0]
 
 
 def plan(
@@ -207,6 +235,7 @@ def plan(
     b_short: int | None = None,
     *,
     b_candidates: tuple[int, ...] | None = None,
+    b_ref: int | None = None,
     gammas: tuple[float, ...] = GAMMAS,
     spec: FleetSpec | None = None,
     options: PlannerOptions = PAPER,
@@ -215,10 +244,25 @@ def plan(
     """FleetOpt end to end: the optimal (n_s, n_l, B, γ) and the Table 3 baselines.
 
     With `b_short` the boundary is fixed (the paper's Table 3) and only γ is swept;
-    otherwise every hardware-feasible breakpoint (or `b_candidates`) is swept too."""
-    cands = (b_short,) if b_short is not None else b_candidates
-    cal = calibrate(cdf, cands, tuple(sorted({*gammas, 1.0, RETROFIT_GAMMA})), spec, options)
-    return plan_from_sweep(sweep(cal, rate, slo_s, p_c, phi), b_short)
+    otherwise every hardware-feasible breakpoint (or `b_candidates`) is swept too, and the
+    baselines are read at `b_ref` (calibrated for them, never the optimum unless swept),
+    else at the cheapest PR boundary.
+    A candidate with F(B) > MAX_SHORT_SHARE is refused (ValueError), as in the default set."""
+    if b_short is not None:
+        cands: tuple[int, ...] | None = (b_short,)
+    else:
+        if b_candidates is not None:
+            thin = [b for b in b_candidates if cdf.cdf(b, options.interpolation) > MAX_SHORT_SHARE]
+            if thin:
+                raise ValueError(
+                    f"B_short candidate(s) {thin}: more than {MAX_SHORT_SHARE:.1%} of traffic "
+                    "lies below, which leaves the long pool a sliver (use --b-short to price one)"
+                )
+        cands = b_candidates
+    refs = (b_ref,) if b_ref is not None and b_short is None else ()
+    gs = tuple(sorted({*gammas, 1.0, RETROFIT_GAMMA}))
+    cal = calibrate(cdf, cands, gs, spec, options, reference_b=refs)
+    return plan_from_sweep(sweep(cal, rate, slo_s, p_c, phi), b_short, b_ref)
 
 
 def evaluate(sw: Sweep, b_short: int, gamma: float, n_s: int, n_l: int) -> FleetRow:

@@ -15,8 +15,10 @@ decides on: estimated prompt tokens + max_tokens) and the arrival count, and ser
                                        # le strictly increasing ints; counts ≥ 0
       "overflow": 0,                   # optional: requests above the last le (unplaceable)
       "input_fraction": 0.87,          # optional: Σ prompt tokens / Σ L_total in the window
-      "compression": {"attempted": 812, "succeeded": 790},
-                                       # optional: borderline requests C&R tried / fitted
+      "compression": {"borderline": 1020, "attempted": 812, "succeeded": 790},
+                                       # optional: requests in the C&R band
+                                       # B_short < L_total ≤ γ·B_short (every category,
+                                       # code included), those C&R tried, those it fitted
       "current": {"b_short": 4096, "gamma": 1.5, "n_short": 48, "n_long": 2}
                                        # optional: what is deployed now
     }
@@ -26,8 +28,14 @@ recommended fleet and (B_short, γ), next to the current configuration priced by
 model and the fleet the current (B, γ) would need. Bucket bounds at the paper's breakpoints
 (64 … 65,536) make the observed CDF directly comparable with the shipped ones.
 
+The planner's p_c is the share of the band that reaches the short pool (Eq. 14:
+α' = F(B) + [F(γB) − F(B)]·p_c), so it is `succeeded / borderline`: code and every other
+band request C&R never tries count as not compressed. `succeeded / attempted` would
+overstate it by the share of the band C&R skips; it is used only for documents without
+`borderline` (older gateways).
+
 Failure posture: malformed documents raise ValueError naming the field; p_c falls back to
-the caller's default below `MIN_COMPRESSION_SAMPLES` attempts (too few to estimate).
+the caller's default below `MIN_COMPRESSION_SAMPLES` band requests (too few to estimate).
 """
 
 from __future__ import annotations
@@ -65,15 +73,20 @@ class ObservedTraffic:
     compression_attempted: int = 0
     compression_succeeded: int = 0
     current: CurrentConfig | None = None
+    compression_borderline: int | None = None  # None: not reported (older gateways)
 
     def cdf(self, name: str = "observed") -> LengthCdf:
         return LengthCdf.from_counts(self.upper_bounds, self.counts, name)
 
     def p_c(self, default: float) -> float:
-        """Observed compressibility, or `default` when too few attempts were seen."""
-        if self.compression_attempted < MIN_COMPRESSION_SAMPLES:
+        """Observed share of band requests that reached the short pool, or `default` when
+        too few band requests were seen."""
+        band = self.compression_borderline
+        if band is None:
+            band = self.compression_attempted
+        if band < MIN_COMPRESSION_SAMPLES:
             return default
-        return self.compression_succeeded / self.compression_attempted
+        return self.compression_succeeded / band
 
 
 def _field(d: Mapping[str, Any], key: str, kind: type, default: Any = None) -> Any:
@@ -134,6 +147,11 @@ def parse_histogram(d: Mapping[str, Any]) -> ObservedTraffic:
     succeeded = _field(comp, "succeeded", int, 0)
     if not 0 <= succeeded <= attempted:
         raise ValueError("plan histogram: compression needs 0 ≤ succeeded ≤ attempted")
+    borderline = comp.get("borderline")
+    if borderline is not None:
+        borderline = _field(comp, "borderline", int)
+        if borderline < attempted:
+            raise ValueError("plan histogram: compression needs attempted ≤ borderline")
     return ObservedTraffic(
         window_s=window,
         requests=requests,
@@ -145,6 +163,7 @@ def parse_histogram(d: Mapping[str, Any]) -> ObservedTraffic:
         compression_attempted=attempted,
         compression_succeeded=succeeded,
         current=current,
+        compression_borderline=borderline,
     )
 
 
@@ -175,15 +194,17 @@ def live_plan(
     if observed_split and traffic.input_fraction is not None:
         options = replace(options, input_fraction=traffic.input_fraction)
     cdf = traffic.cdf()
-    cands = set(feasible_boundaries(cdf, spec))
+    cands = feasible_boundaries(cdf, spec)
     gammas = set(GAMMAS)
+    refs: tuple[int, ...] = ()
     if traffic.current is not None:
-        cands.add(traffic.current.b_short)
+        refs = (traffic.current.b_short,)  # priced, not a candidate unless feasible anyway
         gammas.add(traffic.current.gamma)
     pc = traffic.p_c(p_c)
-    cal = calibrate(cdf, tuple(sorted(cands)), tuple(sorted(gammas)), spec, options)
+    cal = calibrate(cdf, cands, tuple(sorted(gammas)), spec, options, reference_b=refs)
     sw = sweep(cal, traffic.arrival_rate, slo_s, pc, phi)
-    result = plan_from_sweep(sw)
+    # the baselines are what is deployed: PR at the current boundary when there is one
+    result = plan_from_sweep(sw, b_ref=traffic.current.b_short if traffic.current else None)
     current = required = None
     if traffic.current is not None:
         c = traffic.current

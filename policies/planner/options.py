@@ -24,6 +24,7 @@ UncompressedBand = Literal["ignore", "long"]
 PrefillStat = Literal["p99", "mean"]
 TtftBatch = Literal["solo", "full"]
 SloBudget = Literal["eq8", "wait_only"]
+SloCheck = Literal["per_class", "paper"]
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "moments": ("monte_carlo", "exact"),
@@ -35,6 +36,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "prefill_stat": ("p99", "mean"),
     "ttft_batch": ("solo", "full"),
     "slo_budget": ("eq8", "wait_only"),
+    "slo_check": ("per_class", "paper"),
 }
 
 # γ ∈ {1.0, 1.1, …, 2.0} (§4.3, Algorithm 1), built as the reference builds it so that
@@ -80,6 +82,14 @@ class PlannerOptions:
     # Eq. 8 budget: "eq8" = W99 ≤ T_slo − T_prefill − t_iter; "wait_only" = W99 ≤ T_slo (the
     # reference simulator's sizing loop).
     slo_budget: SloBudget = "eq8"
+    # Whose P99 request sets a pool's TTFT floor (with prefill_stat "p99"): "per_class" =
+    # each request judged in its class as a user sees it — short requests at the P99 of
+    # [1, B], compressed ones at L = B (Eq. 15), the long class (B, ∞) at its own P99
+    # request wherever C&R moved its shorter members, so that draining the long pool with
+    # a larger γ (no request slower) never fails a plan; "paper" = Eq. 8 per pool, at the
+    # P99 of whatever the pool holds after compression (the long pool's P99 rises with γ).
+    # Equal at γ = 1; see sweep.py.
+    slo_check: SloCheck = "per_class"
     rho_max: float = 0.85  # §4.1: utilisation cap, keeps Kimura in its accurate range
     headroom_gpus: int = 1  # n ≥ ⌈λ/μ_gpu⌉ + 1: the reference's stable starting point
     # Pools offered less than this (req/s) get no GPUs (the reference uses 0.01 for the

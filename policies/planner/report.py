@@ -43,7 +43,8 @@ def table(plan: Plan, extra: tuple[FleetRow, ...] = ()) -> str:
     """Table 3's layout: n_s, n_l, total, annual cost (K$), savings; plus ρ and TTFT."""
     lines = [
         f"{plan.workload}: λ = {plan.rate:g} req/s, P99 TTFT SLO {1e3 * plan.slo_s:g} ms, "
-        f"p_c = {plan.p_c:g}, B_short = {plan.b_ref:,}",
+        f"p_c = {plan.p_c:g}, baselines at B_short = {plan.b_ref:,}, "
+        f"SLO check {plan.sweep.cal.options.slo_check}",
         f"{'method':<26} {'B_short':>7} {'n_s':>6} {'n_l':>6} {'total':>6} "
         f"{'K$/yr':>9} {'saving':>7} {'ρ_s':>6} {'ρ_l':>6} {'TTFT99 s/l ms':>14} {'SLO':>4}",
     ]
@@ -63,13 +64,37 @@ def table(plan: Plan, extra: tuple[FleetRow, ...] = ()) -> str:
     return "\n".join(lines)
 
 
+def slo_findings(row: FleetRow, slo_s: float) -> list[str]:
+    """One sentence per pool of `row` that misses the SLO: by how much, and why."""
+    out = []
+    for name, pool in (("short", row.short), ("long", row.long)):
+        if pool is None or pool.slo_met:
+            continue
+        ttft = pool.p99_ttft_s
+        if pool.ttft_floor_s > slo_s:
+            why = (
+                f"its P99 request's prefill + first decode alone take "
+                f"{1e3 * pool.ttft_floor_s:.0f} ms, which no GPU count shortens (sized by ρ_max)"
+            )
+        else:
+            why = f"the P99 queue wait is {1e3 * pool.p99_wait_s:.0f} ms"
+        over = "inf" if math.isinf(ttft) else f"{1e3 * (ttft - slo_s):.0f}"
+        out.append(
+            f"{LABELS.get(row.method, row.method)}: the {name} pool's P99 TTFT is "
+            f"{_ms(ttft)} ms, {over} ms over the {1e3 * slo_s:g} ms SLO: {why}"
+        )
+    return out
+
+
 def explain(plan: Plan) -> str:
-    """The per-γ sweep at the reference boundary, and the best γ for every B swept."""
+    """The per-γ sweep at the optimum's boundary B*, and the best γ for every B swept."""
     sw = plan.sweep
-    i = int((sw.cal.b == plan.b_ref).nonzero()[0][0])
+    b_star = plan.fleetopt.b_short if plan.fleetopt.b_short is not None else plan.b_ref
+    i = int((sw.cal.b == b_star).nonzero()[0][0])
     lines = [
-        f"γ sweep at B_short = {plan.b_ref:,} (n_max short {int(sw.short.slots[i, 0])}, "
+        f"γ sweep at B_short = {b_star:,} (n_max short {int(sw.short.slots[i, 0])}, "
         f"long {int(sw.long.slots[i, 0])}); long pool recalibrated on (⌊γB⌋, ∞) per γ",
+        _check_line(plan, i),
         f"{'γ':>4} {'⌊γB⌋':>7} {'α′':>7} {'λ_s':>8} {'λ_l':>8} {'E[S]_s':>8} {'E[S]_l':>8} "
         f"{'C²_l':>6} {'n_s':>6} {'n_l':>6} {'total':>6} {'K$/yr':>9} {'bound by s/l':>20}",
     ]
@@ -77,11 +102,11 @@ def explain(plan: Plan) -> str:
         row = cell_row(sw, i, j, "cell")
         es = _mean_s(row.short)
         el = _mean_s(row.long)
-        best = plan.fleetopt.b_short == plan.b_ref and plan.fleetopt.gamma == float(g)
+        best = plan.fleetopt.gamma == float(g)
         mark = " ←" if best else ""
         bound = f"{row.short.binding if row.short else '—'}/{row.long.binding if row.long else '—'}"
         lines.append(
-            f"{g:>4.1f} {int(g * plan.b_ref):>7,} {row.alpha or 0:>7.4f} "
+            f"{g:>4.1f} {int(sw.cal.lower[i, j]):>7,} {row.alpha or 0:>7.4f} "
             f"{row.short.rate if row.short else 0:>8.2f} {row.long.rate if row.long else 0:>8.2f} "
             f"{es:>8} {el:>8} {(f'{row.long.cv2:.2f}' if row.long else '—'):>6} "
             f"{row.n_s:>6} {row.n_l:>6} {row.total:>6,} {row.annual_cost / 1e3:>9,.0f} "
@@ -101,6 +126,19 @@ def explain(plan: Plan) -> str:
                 f"{row.annual_cost / 1e3:>9,.0f}{star}"
             )
     return "\n".join(lines)
+
+
+def _check_line(plan: Plan, i: int) -> str:
+    cal = plan.sweep.cal
+    if cal.options.prefill_stat != "p99":
+        return "SLO check: mean prefill per pool (prefill_stat mean)"
+    if cal.options.slo_check == "paper":
+        return "SLO check: Eq. 8 per pool, at the P99 request of what each pool holds"
+    return (
+        f"SLO check per class: the long class (B, ∞) at its P99 request, "
+        f"{int(cal.class_p99[i]):,} tokens ({1e3 * float(cal.class_floor[i]):.0f} ms "
+        f"prefill + first decode) at every γ; compressed requests at L = B"
+    )
 
 
 def _mean_s(pool: PoolReport | None) -> str:
@@ -166,6 +204,7 @@ def plan_dict(plan: Plan, explain_grid: bool = False) -> dict[str, Any]:
         },
         "options": sw.cal.options.describe(),
         "optimum": row_dict(plan.fleetopt, plan),
+        "slo_findings": slo_findings(plan.fleetopt, plan.slo_s),
         "rows": [row_dict(r, plan) for r in plan.rows],
     }
     if explain_grid:
@@ -189,6 +228,7 @@ def live_dict(lp: LivePlan, explain_grid: bool = False) -> dict[str, Any]:
         "overflow": t.overflow,
         "input_fraction": t.input_fraction,
         "p_c_used": lp.p_c,
+        "compression_borderline": t.compression_borderline,
         "compression_attempted": t.compression_attempted,
         "compression_succeeded": t.compression_succeeded,
     }

@@ -15,6 +15,17 @@ distinct ⌊γB⌋ (long pool, recalibrated on the post-compression distribution
 array arithmetic over the (B, γ) grid (numpy, one pass for all pools), so re-planning when
 traffic shifts costs microseconds.
 
+𝓑 leaves out boundaries with F(B) > 0.999 (a long pool of < 0.1 % of traffic). When
+⌊γB⌋ reaches the CDF's last point the tail (⌊γB⌋, ∞) is empty; under Algorithm 1's
+tail-only moments the long pool (still serving the uncompressed band when p_c < 1) keeps
+the tail's limit — its longest request — so E[S]_l stays continuous in γ instead of
+jumping to the band's moments (which put a false optimum on that jump).
+
+The SLO check (PlannerOptions.slo_check) sets each pool's TTFT floor, and so its wait
+budget T_slo − floor (Eq. 8): "paper" takes the P99 request of whatever the pool holds;
+"per_class" (default) judges each request in its class — the long class (B, ∞) at its
+own P99 request at every γ, compressed requests at L = B — see `_per_class_floors`.
+
 Ties in cost go to the SLO-feasible cell, then the smaller γ (less compression, less
 fidelity risk), then the smaller B (the reference's order). Failure posture: a cell whose
 TTFT floor exceeds the SLO is sized by ρ_max and flagged (slo_met False); the argmin prefers
@@ -59,13 +70,19 @@ class FleetSpec:
             raise ValueError(f"no slot of {self.long_ctx} tokens fits {self.long_profile.name}")
 
 
+# A boundary below which more than this share of traffic falls leaves the long pool a
+# sliver (< 0.1 % of requests): its sizing is noise and C&R then empties it into fleets
+# with no long pool at all, while the long requests still exist. Not a candidate.
+MAX_SHORT_SHARE = 0.999
+
+
 def feasible_boundaries(cdf: LengthCdf, spec: FleetSpec) -> tuple[int, ...]:
-    """𝓑: CDF breakpoints below the long context where the short GPU holds ≥ 1 slot and
-    some traffic falls (§6, "Candidate set")."""
+    """𝓑: CDF breakpoints below the long context where the short GPU holds ≥ 1 slot, some
+    traffic falls (§6, "Candidate set") and F(B) ≤ MAX_SHORT_SHARE."""
     return tuple(
         t
         for t, f in cdf.points
-        if t < spec.long_ctx and f > 0.0 and spec.short_profile.n_slots(t) >= 1
+        if t < spec.long_ctx and 0.0 < f <= MAX_SHORT_SHARE and spec.short_profile.n_slots(t) >= 1
     )
 
 
@@ -76,18 +93,23 @@ class Calibration:
     cdf: LengthCdf
     spec: FleetSpec
     options: PlannerOptions
-    b: IntArray  # (nB,) candidate boundaries
+    b: IntArray  # (nB,) calibrated boundaries
+    eligible: BoolArray  # (nB,) the optimum may be at this B (False: reference only)
     gammas: FloatArray  # (nG,)
     f_b: FloatArray  # (nB,) F(B)
     f_g: FloatArray  # (nB, nG) F(⌊γB⌋)
     short: list[PoolMoments | None]  # per B: F on [1, B]
     edge: list[PoolMoments]  # per B: every request at L = B (compressed, Eq. 15)
-    long: list[list[PoolMoments | None]]  # per (B, γ): F on (⌊γB⌋, ∞)
+    long: list[list[PoolMoments | None]]  # per (B, γ): F on (⌊γB⌋, ∞); None if empty
     band: list[list[PoolMoments | None]]  # per (B, γ): F on (B, ⌊γB⌋], exact moments
     homogeneous: PoolMoments
+    lower: IntArray  # (nB, nG) ⌊γB⌋
+    class_p99: IntArray  # (nB,) the long class (B, ∞)'s P99 L_total (0: no long class)
+    class_floor: FloatArray  # (nB,) its TTFT floor in the long pool (per_class check)
     short_grid: MomentGrid = field(repr=False)  # (nB,)
     edge_grid: MomentGrid = field(repr=False)  # (nB,)
-    long_grid: MomentGrid = field(repr=False)  # (nB, nG)
+    # (nB, nG); where (⌊γB⌋, ∞) is empty: absent, holding the tail's limit (see calibrate)
+    long_grid: MomentGrid = field(repr=False)
     band_grid: MomentGrid = field(repr=False)  # (nB, nG)
 
 
@@ -97,10 +119,16 @@ def calibrate(
     gammas: tuple[float, ...] = GAMMAS,
     spec: FleetSpec | None = None,
     options: PlannerOptions = PAPER,
+    reference_b: tuple[int, ...] = (),
 ) -> Calibration:
-    """Per-pool service moments for every (B, γ) cell (Algorithm 1 steps 5–6)."""
+    """Per-pool service moments for every (B, γ) cell (Algorithm 1 steps 5–6).
+
+    `reference_b` adds boundaries that are calibrated (for baselines, the deployed fleet)
+    but never chosen as the optimum unless they are candidates too."""
     spec = spec or FleetSpec()
-    bs = b_candidates if b_candidates is not None else feasible_boundaries(cdf, spec)
+    cands = b_candidates if b_candidates is not None else feasible_boundaries(cdf, spec)
+    bs = tuple(sorted({*cands, *reference_b}))
+    eligible = np.array([b in cands for b in bs], dtype=np.bool_)
     if not bs:
         raise ValueError(f"{cdf.name}: no feasible B_short candidate below {spec.long_ctx}")
     for b in bs:
@@ -111,21 +139,34 @@ def calibrate(
     long_table = LengthTable.build(spec.long_ctx, long_slots, spec.long_profile, options)
     homogeneous = moments(whole(cdf, spec.long_ctx, interp), long_table, options)
 
+    # The tail (⌊γB⌋, ∞) empties as ⌊γB⌋ reaches the top of the CDF; its moments then tend
+    # to those of its last request, the longest the long pool holds. An empty tail keeps
+    # that limit (absent, but continuous in γ) instead of jumping to other moments.
+    top = point_moments(min(cdf.max_tokens, spec.long_ctx), long_table)
     short: list[PoolMoments | None] = []
     edge: list[PoolMoments] = []
     long: list[list[PoolMoments | None]] = []
     band: list[list[PoolMoments | None]] = []
     long_cache: dict[int, PoolMoments | None] = {}
     f_g = np.zeros((len(bs), len(gammas)))
+    lowers = np.zeros((len(bs), len(gammas)), dtype=np.int64)
+    class_p99 = np.zeros(len(bs), dtype=np.int64)
+    class_floor = np.zeros(len(bs))
     for i, b in enumerate(bs):
         table = LengthTable.build(b, spec.short_profile.n_slots(b), spec.short_profile, options)
         dist = short_pool(cdf, b, interp)
         short.append(moments(dist, table, options) if dist is not None else None)
         edge.append(point_moments(b, table))
+        # the long class: every request above B, whichever pool C&R sends it to
+        cdist = long_pool(cdf, b, spec.long_ctx, interp, options.long_edge)
+        if cdist is not None:
+            class_p99[i] = cdist.quantile(0.99)
+            class_floor[i] = float(long_table.floor[class_p99[i]])
         row: list[PoolMoments | None] = []
         band_row: list[PoolMoments | None] = []
         for j, gamma in enumerate(gammas):
             lower = int(gamma * b)  # ⌊γB⌋ in the reference's float arithmetic
+            lowers[i, j] = lower
             f_g[i, j] = cdf.cdf(lower, interp)
             if lower not in long_cache:
                 ldist = long_pool(cdf, lower, spec.long_ctx, interp, options.long_edge)
@@ -140,11 +181,14 @@ def calibrate(
         band.append(band_row)
 
     shape = (len(bs), len(gammas))
+    long_grid = MomentGrid.of([m or top for r in long for m in r], top, shape)
+    long_present = np.array([m is not None for r in long for m in r]).reshape(shape)
     return Calibration(
         cdf=cdf,
         spec=spec,
         options=options,
         b=np.array(bs, dtype=np.int64),
+        eligible=eligible,
         gammas=np.array(gammas, dtype=np.float64),
         f_b=np.array([cdf.cdf(b, interp) for b in bs]),
         f_g=f_g,
@@ -153,9 +197,12 @@ def calibrate(
         long=long,
         band=band,
         homogeneous=homogeneous,
+        lower=lowers,
+        class_p99=class_p99,
+        class_floor=class_floor,
         short_grid=MomentGrid.of(list(short), edge[0], (len(bs),)),
         edge_grid=MomentGrid.of(list(edge), edge[0], (len(bs),)),
-        long_grid=MomentGrid.of([m for r in long for m in r], homogeneous, shape),
+        long_grid=replace(long_grid, present=long_present),
         band_grid=MomentGrid.of([m for r in band for m in r], homogeneous, shape),
     )
 
@@ -208,15 +255,29 @@ class Sweep:
 
     def best_gamma_at(self, i_b: int) -> int:
         """The γ index Algorithm 1 picks when B is fixed at row i_b."""
-        order = _order(self.cost_hr[i_b : i_b + 1], self.slo_met[i_b : i_b + 1], self.cal)
+        rows = slice(i_b, i_b + 1)
+        order = cheapest_cell(
+            self.cost_hr[rows], self.slo_met[rows], self.cal.b[rows], self.cal.gammas
+        )
         return int(order[1])
 
 
-def _order(cost: FloatArray, ok: BoolArray, cal: Calibration) -> tuple[int, int]:
+def cheapest_cell(
+    cost: FloatArray,
+    ok: BoolArray,
+    bs: IntArray,
+    gammas: FloatArray,
+    eligible: BoolArray | None = None,
+) -> tuple[int, int]:
+    """(i, j) of the cheapest cell of a (len(bs), len(gammas)) grid: eligible B first, then
+    SLO-feasible, then cost, then the smaller γ, then the smaller B."""
     nb, ng = cost.shape
-    g = np.broadcast_to(cal.gammas[None, :], (nb, ng)).ravel()
-    b = np.broadcast_to(cal.b[:nb, None], (nb, ng)).ravel()
-    first = int(np.lexsort((b, g, cost.ravel(), ~ok.ravel()))[0])
+    g = np.broadcast_to(gammas[None, :], (nb, ng)).ravel()
+    b = np.broadcast_to(bs[:, None], (nb, ng)).ravel()
+    el = np.ones(nb * ng, dtype=np.bool_)
+    if eligible is not None:
+        el = np.broadcast_to(eligible[:, None], (nb, ng)).ravel()
+    first = int(np.lexsort((b, g, cost.ravel(), ~ok.ravel(), ~el))[0])
     return first // ng, first % ng
 
 
@@ -273,9 +334,11 @@ def sweep(
         long = tail.mix(
             band, np.where(tail.present, 1.0 - cal.f_g, 0.0), np.where(band_on, band_w, 0.0)
         )
-    else:  # Algorithm 1 step 6: the tail alone, the band only when nothing lies above ⌊γB⌋
-        long = tail.where(tail.present, band)
+    else:  # Algorithm 1 step 6: the tail alone (its limit once nothing lies above ⌊γB⌋)
+        long = tail
     long = replace(long, present=tail.present | band_on)
+    if opt.slo_check == "per_class" and opt.prefill_stat == "p99":
+        short, long = _per_class_floors(cal, short, long, border * p_c > 0)
 
     mu_s = short.slots / short.m1
     mu_l = long.slots / long.m1
@@ -333,8 +396,29 @@ def sweep(
         homogeneous_rho=rate / (n_h * homo.mu_gpu) if n_h else 0.0,
         homogeneous_wait=float(wait[-1]),
         homogeneous_binding=Binding(int(bind[-1])),
-        best=_order(cost, ok, cal),
+        best=cheapest_cell(cost, ok, cal.b, cal.gammas, cal.eligible),
     )
+
+
+def _per_class_floors(
+    cal: Calibration, short: MomentGrid, long: MomentGrid, compressed: BoolArray
+) -> tuple[MomentGrid, MomentGrid]:
+    """The TTFT floors of the per-class SLO check (PlannerOptions.slo_check).
+
+    A P99 TTFT target is a promise to users about their requests, so each request is
+    judged in its class: short requests (L ≤ B) at the P99 of [1, B] plus the short
+    pool's wait; compressed requests at their served length B (Eq. 15: T_c + L_out = B);
+    the long class (B, ∞) at its own P99 request plus the long pool's wait. That request
+    is the same at every γ: C&R moves the class's *shorter* members to the short pool and
+    makes none of them slower, so a larger γ can no longer fail a plan merely because the
+    long pool's P99 length rises as it drains (the paper's per-pool Eq. 8, "paper"). At
+    γ = 1 the two checks coincide for the long pool."""
+    shape = short.floor.shape
+    edge = cal.edge_grid.broadcast(shape).floor
+    native = cal.short_grid.broadcast(shape).floor
+    short_floor = np.where(compressed, np.maximum(native, edge), native)
+    long_floor = np.broadcast_to(cal.class_floor[:, None], shape)
+    return replace(short, floor=short_floor), replace(long, floor=long_floor.copy())
 
 
 def _mix(a: FloatArray, b: FloatArray, wa: FloatArray, wb: FloatArray) -> FloatArray:

@@ -38,9 +38,11 @@ def test_windows_rotate_and_keep_one_complete_window():
 
 def test_compression_counts():
     h = TrafficHistogram(60.0, ManualClock(0.0).now)
+    for _ in range(3):  # three band requests: two compressible, one (code) never tried
+        h.band()
     h.compression(True)
     h.compression(False)
-    assert h.document()["compression"] == {"attempted": 2, "succeeded": 1}
+    assert h.document()["compression"] == {"borderline": 3, "attempted": 2, "succeeded": 1}
 
 
 def test_a_quiet_spell_longer_than_a_window_leaves_no_stale_traffic():

@@ -74,6 +74,23 @@ def test_code_and_over_band_requests_go_long() -> None:
     assert over.pools == ("long",) and over.compress_to is None
 
 
+def test_in_band_marks_every_band_request_whatever_its_category() -> None:
+    """The planner's observed p_c divides by every request in (B, γB]: code (never
+    compressed) and too-little-room requests included, not only the ones C&R tries."""
+    cr = CompressAndRoute(gamma=1.5, verify_margin=0.0)
+    prose = cr.place(req(9000), POOLS)
+    code = cr.place(req(9000, category=Category.CODE), POOLS)
+    roomless = cr.place(req(1000, max_tokens=8100), POOLS)  # T_c = 92 < min_target
+    down = cr.place(req(9000), POOLS, healthy={"long"})
+    assert prose.in_band and prose.borderline
+    assert code.in_band and not code.borderline and code.pools == ("long",)
+    assert roomless.in_band and not roomless.borderline
+    assert down.in_band and not down.borderline and down.pools == ("long",)
+    for outside in (req(1000), req(12500), req(9000, category=Category.CODE, max_tokens=5000)):
+        assert not cr.place(outside, POOLS).in_band
+    assert not ShortLongPlacement().place(req(9000), POOLS).in_band
+
+
 def test_band_edges() -> None:
     cr = CompressAndRoute(gamma=1.5, verify_margin=0.0)
     assert cr.place(req(8192 - 256), POOLS).pools == ("short", "long")

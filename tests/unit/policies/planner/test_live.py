@@ -44,6 +44,32 @@ def test_parse_and_plan_match_the_file_workload(cdfs: dict) -> None:
     assert lp.plan.fleetopt.cost_per_hr <= lp.current_required.cost_per_hr
 
 
+def test_observed_p_c_counts_every_band_request(cdfs: dict) -> None:
+    """Before: p_c = succeeded / attempted, and code (or any band request C&R never tries)
+    was in neither count, so 300 fitted of 400 tried read 0.75 though 1,000 requests were in
+    the band and only 300 of them reached the short pool (Eq. 14's p_c is 0.30)."""
+    doc = histogram_doc(cdfs["azure_2023"], 300_000, 300.0)
+    doc["compression"] = {"borderline": 1000, "attempted": 400, "succeeded": 300}
+    traffic = parse_histogram(doc)
+    assert traffic.p_c(1.0) == pytest.approx(0.3)
+    lp = live_plan(traffic, 0.5)
+    assert lp.p_c == pytest.approx(0.3)
+    # at (4096, 1.5) the short pool gets F(B) + 0.3 of the band (Eq. 14), not 0.75 of it
+    sw = lp.plan.sweep
+    observed = traffic.cdf()
+    f_b, f_g = observed.cdf(4096), observed.cdf(6144)
+    assert sw.alpha[sw.index(4096, 1.5)] == pytest.approx(f_b + 0.3 * (f_g - f_b))
+    # too few band requests to estimate: the caller's default, however many were tried
+    doc["compression"] = {"borderline": 49, "attempted": 49, "succeeded": 10}
+    assert parse_histogram(doc).p_c(0.9) == 0.9
+    # a document without "borderline" (an older gateway) keeps the old estimate
+    doc["compression"] = {"attempted": 400, "succeeded": 300}
+    assert parse_histogram(doc).p_c(1.0) == 0.75
+    doc["compression"] = {"borderline": 10, "attempted": 400, "succeeded": 300}
+    with pytest.raises(ValueError, match="borderline"):
+        parse_histogram(doc)
+
+
 def test_current_config_is_checked(cdfs: dict) -> None:
     doc = histogram_doc(cdfs["azure_2023"], 300_000, 300.0)
     doc["current"] = {"b_short": 4096, "gamma": 1.5, "n_short": 20, "n_long": 200}
