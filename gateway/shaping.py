@@ -120,7 +120,7 @@ class Shaper:
                 param=taken.param,
             )
         self.traffic.observe(taken.info.total_tokens, taken.info.prompt_tokens)
-        if taken.placement.in_band:
+        if taken.taken.placement.in_band:
             self.traffic.band()
         return taken
 
