@@ -30,9 +30,13 @@ select (select.py) → exact count → trim and repeat if over, or one refill if
 
 Counting is the served model's (`template`: its vocabulary and chat template,
 compressor/template.py; default cl100k in the emulator's Llama-3.0 layout). A template
-with `verify` (a real model's Jinja template) has the result counted again with a full
-render and encode; over the target, the compression is redone for a target lowered by
-the excess (at most `max_verify` times).
+with `verify` (a real model's Jinja template) compresses to `target − margin` and has the
+result counted again, rendered: quickly (piece by piece, within `template.margin` of the
+engine's count, compressor/hf_template.py) and with a full encode only when that count
+is within the margin of the target (`settled_count`); over the target, the compression
+is redone for a target lowered by the excess (at most `max_verify` times). A request
+that fits as given is never compressed: its count near the target is settled the same
+way.
 
 Failure posture: never raises for content reasons and never returns more than `target`
 tokens with `fits` true; when the mandatory units alone exceed the target, or nothing is
@@ -271,23 +275,52 @@ def compress_chat(
     config = config or _DEFAULT
     template = template or default_template()
     analyzer = analyzer or analyzer_for(template)
-    result = _compress_chat(messages, target, config, analyzer, template, tools)
-    if not template.verify or not result.changed:
-        return result
-    aim = target
+    if not template.verify:
+        return _compress_chat(messages, target, config, analyzer, template, tools)[0]
+    margin = template.margin
+    aim = target - margin  # a quick count this far under the target needs no full encode
+    result, fixed = _compress_chat(messages, aim, config, analyzer, template, tools)
+    before = result.tokens_before  # the original's quick count
+    if not result.changed or aim < before <= target + margin:
+        # as given it may fit: the original's count decides (exact when near the target)
+        exact = settled_count(before, target, margin, template, messages, tools)
+        if exact <= target or not result.changed:
+            detail = "" if exact <= target else result.detail
+            return replace(result, target=target, tokens_before=exact, tokens_after=exact,
+                           messages=list(messages), units_dropped=0, detail=detail)  # fmt: skip
     for _ in range(max(config.max_verify, 1)):
-        exact = template.chat_tokens(result.messages or [], tools)
-        if exact <= target:
-            return replace(result, target=target, tokens_after=exact)
-        aim -= exact - target
-        result = _compress_chat(messages, aim, config, analyzer, template, tools)
+        sent = result.messages or []
+        # the edited texts' tokens are exact (kept_tokens); the template around them is
+        # counted again, as rendered for the result
+        quick = template.fixed_tokens(sent, tools) + result.tokens_after - fixed
+        count = settled_count(quick, target, margin, template, sent, tools)
+        if count <= target:
+            return replace(result, target=target, tokens_after=count)
+        aim -= count - target
+        result, fixed = _compress_chat(messages, aim, config, analyzer, template, tools)
         if not result.changed:
             break
-    before = result.tokens_before
     return Compression(
         target, before, before, None, list(messages), result.units,
         detail="still above the target after a full recount",
     )  # fmt: skip
+
+
+def settled_count(
+    quick: int,
+    target: int,
+    margin: int,
+    template: ServedTemplate,
+    messages: Sequence[Message],
+    tools: Tools = (),
+) -> int:
+    """A chat's count as far as `target` is concerned: its quick count when that is more
+    than `margin` from the target (the engine's count, within `margin` of it, is on the
+    same side), else the engine's exact count (`template.chat_tokens`, a full encode).
+    So `settled ≤ target` exactly when the engine's count is ≤ target."""
+    if target - margin < quick <= target + margin:
+        return template.chat_tokens(messages, tools)
+    return quick
 
 
 def _compress_chat(
@@ -297,7 +330,8 @@ def _compress_chat(
     analyzer: Analyzer,
     template: ServedTemplate,
     tools: Tools,
-) -> Compression:
+) -> tuple[Compression, int]:
+    """The compression for `target` and the template's tokens outside the texts (`fixed`)."""
     original = list(messages)
     last_user = max((i for i, m in enumerate(original) if m.get("role") == "user"), default=-1)
 
@@ -313,9 +347,10 @@ def _compress_chat(
     else:
         new = [t[len(template.content_prefix) :] for t in out.texts]
         sent = _replace(original, slots, new)
-    return Compression(
+    result = Compression(
         target, out.before, out.after, None, sent, out.units, out.dropped, out.detail
     )
+    return result, fixed
 
 
 _DEFAULT = CompressorConfig()
@@ -342,7 +377,11 @@ def fit_request(
     template = template or default_template()
     analyzer = analyzer or analyzer_for(template)
     if likely_fits or not may_compress:
-        tokens = request_tokens(prompt, messages, template, tools)
+        if messages is not None:  # quick, exact near the target (see settled_count)
+            quick = template.quick_chat_tokens(messages, tools)
+            tokens = settled_count(quick, target, template.margin, template, messages, tools)
+        else:
+            tokens = template.completion_tokens(prompt or "")
         if tokens <= target or not may_compress:
             detail = "" if tokens <= target else "may not be compressed"
             sent = list(messages) if messages is not None else None

@@ -67,19 +67,27 @@ class ServedTemplate(Protocol):
     `chat_segments` gives (fixed tokens, one text per message, slots): total tokens =
     fixed + Σ counter.count(text i), and text i is `content_prefix` + the content of
     message i. `verify` true: that sum is exact for the request as given but an edited
-    request must be counted again with `chat_tokens` (a template we do not control may
-    transform contents or join them with their surroundings)."""
+    request must be counted again (a template we do not control may transform contents
+    or join them with their surroundings). Counts are quick — `quick_chat_tokens`, and
+    the fixed part of `chat_segments` — within `margin` tokens of the engine's count
+    (`chat_tokens`, a full encode); callers settle a count closer than that to a limit
+    with `chat_tokens`. `margin` 0: every count is exact."""
 
     name: str
     counter: TokenCounter
     content_prefix: str
     verify: bool
+    margin: int
 
     def chat_segments(
         self, messages: Sequence[Message], editable: Editable | None = None, tools: Tools = ()
     ) -> tuple[int, list[str], list[Slot | None]]: ...
 
     def chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int: ...
+
+    def quick_chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int: ...
+
+    def fixed_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int: ...
 
     def completion_tokens(self, prompt: str) -> int: ...
 
@@ -165,6 +173,7 @@ class Llama3Cl100k:
     name = "cl100k"
     content_prefix = CONTENT_PREFIX
     verify = False
+    margin = 0  # every count is exact
 
     def __init__(self, counter: TokenCounter | None = None) -> None:
         self.counter = counter or default_counter()
@@ -192,6 +201,9 @@ class Llama3Cl100k:
     def chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int:
         fixed, texts, _ = self.chat_segments(messages, tools=tools)
         return fixed + sum(self.counter.count(t) for t in texts)
+
+    def quick_chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int:
+        return self.chat_tokens(messages, tools)
 
     def completion_tokens(self, prompt: str) -> int:
         return BOS + self.counter.count(prompt)

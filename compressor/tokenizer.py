@@ -79,6 +79,13 @@ class HFTokenizer:
         text: str = self._tok.decode(tokens, skip_special_tokens=False)
         return text
 
+    def added_tokens(self) -> list[tuple[str, bool]]:
+        """The vocabulary's added tokens (the strings `encode` cuts out of a text before
+        it splits words), each with whether it matches plainly: no `lstrip`, `rstrip` or
+        `single_word`, which make the match depend on the characters around it."""
+        tokens = self._tok.get_added_tokens_decoder().values()
+        return [(t.content, not (t.lstrip or t.rstrip or t.single_word)) for t in tokens]
+
     def count_batch(self, texts: list[str]) -> list[int]:
         """Token counts of many texts in one call (the Rust side loops)."""
         out = self._tok.encode_batch(texts, add_special_tokens=False)
