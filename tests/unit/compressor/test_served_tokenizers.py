@@ -11,6 +11,7 @@ not against itself.
 from __future__ import annotations
 
 import json
+import shutil
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,82 @@ def test_tools_and_tool_calls_are_counted_within_one_percent(name: str) -> None:
     after = oracle_tokens(name, result.messages, tools)
     assert abs(result.tokens_after - after) <= 0.01 * after
     assert after <= engine - 600
+
+
+# --- the quick count (piece by piece) and when a full encode settles it ------------------
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_quick_count_equals_the_engines_on_the_corpus(name: str, corpus: list[Any]) -> None:
+    """The quick count (added tokens, template pieces, memoised contents) is the engine's,
+    for every request and its compressed form, tools included (bench: error 0)."""
+    template = served(name)
+    assert template.piecewise and template.margin > 0
+    messages, tools = _agent_request()
+    assert template.quick_chat_tokens(messages, tools) == oracle_tokens(name, messages, tools)
+    for s in corpus:
+        result = fit_request(B_SHORT - s.max_tokens, messages=s.messages, template=template)
+        for m in (s.messages, result.messages):
+            assert template.quick_chat_tokens(m) == oracle_tokens(name, m)
+
+
+class _OffBy(HFTemplate):
+    """A template whose quick counts are off by `error` (|error| ≤ margin): what the
+    margin is for. Full counts (`chat_tokens`) stay exact; the calls are recorded."""
+
+    def __init__(self, folder: Path, error: int) -> None:
+        self.error = self.full = 0  # exact while the load-time test runs
+        super().__init__(folder)
+        self.error = error
+        self.full = 0
+
+    def quick_chat_tokens(self, messages: Any, tools: Any = ()) -> int:
+        return super().quick_chat_tokens(messages, tools) + self.error
+
+    def fixed_tokens(self, messages: Any, tools: Any = (), texts: Any = None) -> int:
+        return super().fixed_tokens(messages, tools, texts) + self.error
+
+    def chat_tokens(self, messages: Any, tools: Any = ()) -> int:
+        self.full += 1
+        return super().chat_tokens(messages, tools)
+
+
+@pytest.mark.parametrize("error", [-8, -3, 3, 8])
+def test_a_quick_count_off_within_the_margin_never_overflows(error: int, corpus: list[Any]) -> None:
+    template = _OffBy(qwen3_dir(), error)
+    assert template.margin >= abs(error)
+    for s in corpus[:12]:
+        target = B_SHORT - s.max_tokens
+        result = fit_request(target, messages=s.messages, template=template)
+        if result.fits:
+            assert oracle_tokens("qwen3", result.messages) <= target
+
+
+def test_only_a_count_near_the_target_is_settled_with_a_full_encode(corpus: list[Any]) -> None:
+    template = _OffBy(qwen3_dir(), 0)
+    s = corpus[0]
+    engine = oracle_tokens("qwen3", s.messages)
+    for target, full in ((engine + 100, 0), (engine - 100, 0), (engine, 1), (engine - 8, 1)):
+        template.full = 0
+        result = fit_request(target, messages=s.messages, template=template, may_compress=False)
+        assert result.tokens_before == engine
+        assert result.fits == (engine <= target)
+        assert template.full == full, target - engine
+
+
+def test_a_tokenizer_whose_added_tokens_match_by_context_counts_in_full(tmp_path: Path) -> None:
+    """An added token with `lstrip` eats the spaces before it: cutting the text at added
+    tokens would miscount, so every count is a full encode (margin 0)."""
+    source = qwen3_dir()
+    spec = json.loads((source / "tokenizer.json").read_text())
+    for token in spec["added_tokens"]:
+        if token["content"] == "<|im_end|>":
+            token["lstrip"] = True
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    shutil.copy(source / "tokenizer_config.json", tmp_path / "tokenizer_config.json")
+    template = HFTemplate(tmp_path)
+    assert not template.piecewise and template.margin == 0
+    messages = [{"role": "user", "content": "spaces before the end   "}]
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    engine = len(tok.encode(template.render(messages), add_special_tokens=False).ids)
+    assert template.quick_chat_tokens(messages) == template.chat_tokens(messages) == engine
