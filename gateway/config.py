@@ -118,6 +118,9 @@ class Pool(_Section):
     # what the pool's model counts prompts with (compressor/served.py): cl100k (the
     # emulator's), hf:<tokenizer folder> (tokenizer.json + its chat template), or engine
     tokenizer: str = "cl100k"
+    # tokenizer: engine — how long the gateway waits for a worker's /tokenize before it
+    # counts locally (cl100k) instead (gateway/tokenize.py)
+    tokenize_timeout_s: float = Field(0.5, gt=0)
 
     @field_validator("tokenizer")
     @classmethod

@@ -300,6 +300,13 @@ class GatewayMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1),
             registry=r,
         )
+        self.tokenize_requests = Counter(
+            "fleetgate_tokenize_requests",
+            "Prompt counts asked of a worker's /tokenize (pools with tokenizer: engine), by "
+            "result (ok; timeout, error, unsupported: counted locally instead).",
+            ["pool", "result"],
+            registry=r,
+        )
         self.config_reloads = Counter(
             "fleetgate_config_reloads",
             "Configuration reloads (SIGHUP, file change, POST /admin/reload), by result (ok, error).",

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from compressor.served import load_served
+from compressor.served import ENGINE, load_served
 from gateway import logs
 from gateway.config import GatewayConfig
 from gateway.errors import (
@@ -41,6 +41,7 @@ from gateway.relay import StreamScanner, usage_of
 from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
 from gateway.shaping import Shaper, classify_prompt, compressed_header, rewritten_body
+from gateway.tokenize import EngineTokenizer
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
@@ -173,7 +174,12 @@ class Pipeline:
         )
         short = config.pools.get(p.short_pool)
         served = load_served(short.tokenizer) if short is not None else None
-        self.shaper = Shaper(self.core, metrics, traffic, compress_executor, served)
+        engine = None
+        if short is not None and short.tokenizer == ENGINE:
+            engine = EngineTokenizer(
+                client, fleet, p.short_pool, short.tokenize_timeout_s, metrics, self.loop.time
+            )
+        self.shaper = Shaper(self.core, metrics, traffic, compress_executor, served, engine)
         self.auth_required = bool(config.auth.api_keys)
 
     @property

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection
 from concurrent.futures import Executor
 from typing import Any
 
@@ -32,6 +32,7 @@ from compressor.template import ServedTemplate, Tools, default_template
 from gateway.errors import ContextLengthExceeded, ModelNotFound
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
+from gateway.tokenize import EngineTokenizer, fit_with_engine
 from gateway.traffic import TrafficHistogram
 from policies.budget import ChatSize
 from policies.core import Core, Ticket
@@ -74,8 +75,11 @@ class Shaper:
         traffic: TrafficHistogram,
         executor: Executor | None = None,
         served: ServedTemplate | None = None,
+        engine: EngineTokenizer | None = None,
     ) -> None:
         self.core = core
+        # tokenizer: engine — the short pool's workers count borderline requests
+        self.engine = engine
         # the short pool's tokenizer and chat template: T_c is in its tokens
         self.served = served or default_template()
         self.metrics = metrics
@@ -146,23 +150,39 @@ class Shaper:
                 target, exact, exact, detail="token-id and batched prompts are not compressed"
             )
         else:
-            call = functools.partial(
-                _timed_fit,
-                target,
-                prompt,
-                parsed.body["messages"] if parsed.endpoint == CHAT else None,
-                placement.may_compress,
-                not placement.borderline,
-                self.served,
-                parsed.body.get("tools") or () if parsed.endpoint == CHAT else (),
-            )
-            if self.executor is None:
-                result, seconds = call()
-            else:
-                result, seconds = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, call
+            messages = parsed.body["messages"] if parsed.endpoint == CHAT else None
+            raw_tools = parsed.body.get("tools") if parsed.endpoint == CHAT else None
+            tools: Tools = raw_tools if isinstance(raw_tools, list) else ()
+
+            async def run(aim: int, may: bool, likely: bool) -> Compression:
+                call = functools.partial(
+                    _timed_fit, aim, prompt, messages, may, likely, self.served, tools
                 )
-            m.compress_seconds.observe(seconds)
+                if self.executor is None:
+                    out, seconds = call()
+                else:
+                    loop = asyncio.get_running_loop()
+                    out, seconds = await loop.run_in_executor(self.executor, call)
+                m.compress_seconds.observe(seconds)
+                return out
+
+            engine_result = None
+            if self.engine is not None:
+                engine_result = await fit_with_engine(
+                    self.engine,
+                    parsed.model,
+                    target,
+                    placement.may_compress,
+                    lambda aim: run(aim, True, False),
+                    lambda: _count_of(run(0, False, False)),
+                    messages=messages,
+                    prompt=prompt if isinstance(prompt, str) else None,
+                    tools=list(tools) or None,
+                )
+            if engine_result is not None:
+                result = engine_result
+            else:  # counted locally: the served template, or the engine's fallback
+                result = await run(target, placement.may_compress, not placement.borderline)
         refusal = self.core.fitted(ticket, result, param)
         if placement.borderline:
             self.traffic.compression(result.fits)
@@ -173,6 +193,11 @@ class Shaper:
         elif result.changed:
             m.compress_compressed.inc()
             m.compress_tokens_removed.inc(result.tokens_removed)
+
+
+async def _count_of(fit: Awaitable[Compression]) -> int:
+    """The local count of a request: a count-only fit's tokens before."""
+    return (await fit).tokens_before
 
 
 def _timed_fit(
@@ -194,7 +219,7 @@ def _timed_fit(
             may_compress=may_compress,
             likely_fits=likely_fits,
             template=served,
-            tools=tools if isinstance(tools, list) else (),
+            tools=tools,
         )
     except TemplateError as exc:  # the model's template refuses it: the engine would too
         result = Compression(target, target + 1, target + 1, detail=str(exc))
