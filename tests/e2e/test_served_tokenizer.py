@@ -5,6 +5,7 @@ compresses onto the short pool fits: the engine's own prompt_tokens ≤ B_short 
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 
@@ -43,3 +44,39 @@ def test_borderline_chats_fit_the_qwen_engine(fresh_procs):
             assert raw.headers["x-fleetgate-pool"] == "short"
             assert usage.prompt_tokens == after  # the gateway counted as the engine does
     assert compressed >= len(chats) // 2
+
+
+def test_tokenizer_engine_counts_with_the_workers_tokenize(fresh_procs):
+    """`tokenizer: engine`: the gateway has no tokenizer files; the short pool's workers
+    (Qwen3 emulators) count borderline chats through /tokenize, and every compressed chat
+    fits in the engine's own tokens."""
+    spec = f"hf:{qwen3_dir()}"
+    short = emulator(fresh_procs, "short0", B_SHORT, "--tokenizer", spec)
+    long = emulator(fresh_procs, "long0", 65536, "--tokenizer", spec)
+    for p in (short, long):
+        p.wait_ready("/health")
+    cfg = gateway_config([short.url], [long.url])
+    cfg["pools"]["short"]["tokenizer"] = "engine"  # type: ignore[index]
+    gateway = start_gateway(fresh_procs, cfg)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0, timeout=60)
+    chats = [s for s in borderline_set(n=24, seed=7) if s.messages is not None][:8]
+    compressed = 0
+    for s in chats:
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=s.messages, max_tokens=s.max_tokens
+        )
+        usage = raw.parse().usage
+        if raw.headers["x-fleetgate-pool"] == "short":
+            assert usage.prompt_tokens + s.max_tokens <= B_SHORT
+        if "x-fleetgate-compressed" in raw.headers:
+            compressed += 1
+            _, after = map(int, raw.headers["x-fleetgate-compressed"].split("->"))
+            assert usage.prompt_tokens == after  # the engine's own count of what was sent
+    assert compressed >= len(chats) // 2
+    metrics = httpx.get(gateway.url + "/metrics").text
+    ok = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("fleetgate_tokenize_requests_total")
+    ]
+    assert any('result="ok"' in line and not line.endswith(" 0.0") for line in ok), ok
