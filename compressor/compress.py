@@ -283,10 +283,10 @@ def compress_chat(
     before = result.tokens_before  # the original's quick count
     if not result.changed or aim < before <= target + margin:
         # as given it may fit: the original's count decides (exact when near the target)
-        exact = settled_count(before, target, margin, template, messages, tools)
-        if exact <= target or not result.changed:
-            detail = "" if exact <= target else result.detail
-            return replace(result, target=target, tokens_before=exact, tokens_after=exact,
+        before = settled_count(before, target, margin, template, messages, tools)
+        if before <= target or not result.changed:
+            detail = "" if before <= target else result.detail
+            return replace(result, target=target, tokens_before=before, tokens_after=before,
                            messages=list(messages), units_dropped=0, detail=detail)  # fmt: skip
     for _ in range(max(config.max_verify, 1)):
         sent = result.messages or []
@@ -295,14 +295,14 @@ def compress_chat(
         quick = template.fixed_tokens(sent, tools) + result.tokens_after - fixed
         count = settled_count(quick, target, margin, template, sent, tools)
         if count <= target:
-            return replace(result, target=target, tokens_after=count)
+            return replace(result, target=target, tokens_before=before, tokens_after=count)
         aim -= count - target
         result, fixed = _compress_chat(messages, aim, config, analyzer, template, tools)
         if not result.changed:
             break
     return Compression(
         target, before, before, None, list(messages), result.units,
-        detail="still above the target after a full recount",
+        detail="still above the target after a recount",
     )  # fmt: skip
 
 

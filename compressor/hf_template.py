@@ -22,8 +22,11 @@ tokenizer cuts the rendered text at its added tokens (`<|im_start|>`, `<|eot_id|
 before anything else, so the count is the number of added tokens in the text plus the
 counts of the pieces between them, each encoded on its own; those pieces are counted
 with the memoised per-chunk counter (compressor/counting.py), exact for the ByteLevel
-pre-tokenizers with a cl100k-style split (Llama-3, Qwen2/2.5/3, GPT-4o-style). So a
-warm count of a 40 KB prompt is a regex split and dictionary look-ups (~1–2 ms).
+pre-tokenizers with a cl100k-style split (Llama-3, Qwen2/2.5/3, GPT-4o-style). The
+message contents are cut out of the rendered text at safe cuts (`_skeleton_tokens`), so
+the template's own tokens (`fixed_tokens`) cost a render and a count of its short pieces,
+and the compressor, which counts the contents anyway, never counts them twice: warm, a
+borderline chat costs 1.5× what it costs with cl100k (bench/served_tokenizers.py).
 Whether that holds for a given tokenizer is tested when it is loaded: the tokenizer's
 added tokens must match plainly (no `lstrip`/`rstrip`/`single_word`), and the quick
 count must equal a full encode on probe texts (whitespace runs, digits, accents,

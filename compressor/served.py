@@ -3,7 +3,8 @@
     cl100k          cl100k text in the Llama-3.0 layout (the emulated engines'; the default)
     hf:<path>       a tokenizer folder (tokenizer.json + tokenizer_config.json's chat template)
     engine          count locally with cl100k, and let the gateway ask the worker's
-                    `/tokenize` for the exact count of borderline requests (gateway side)
+                    `/tokenize` for the exact count of borderline requests
+                    (gateway/tokenize.py; cl100k is also its fallback)
 
 `load_served` reads files once per spec (the caller does it at start, never per request);
 everything it returns is pure.
