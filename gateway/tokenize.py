@@ -91,7 +91,10 @@ class EngineTokenizer:
         """The engine's prompt tokens for a chat (`messages`) or a completion `prompt`;
         None when it cannot say in time (counted by result in the metric)."""
         worker = self._worker()
-        if worker is None or (messages is not None and worker.engine != "vllm"):
+        if worker is None:  # the pool is down: placement sends the request elsewhere anyway
+            self._results["error"].inc()
+            return None
+        if messages is not None and worker.engine != "vllm":
             self._results["unsupported"].inc()
             return None
         body: dict[str, Any] = {"model": model}
