@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import time
 from concurrent.futures import Executor
 from typing import Any, Protocol
@@ -57,6 +58,12 @@ from policies.routing import Router, make_router
 from policies.types import Outcome, Status
 
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
+# an engine's 400 for a request too long for its context (docs/WIRE_SPEC.md §2: vLLM's
+# wordings across versions, SGLang's)
+_CONTEXT_ERROR = re.compile(
+    rb"maximum context length|is too large|maximum model length|longer than the model's context length",
+    re.IGNORECASE,
+)
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
 
@@ -96,6 +103,7 @@ class _Attempt:
 
     __slots__ = (
         "completion_tokens",
+        "context_retried",
         "error",
         "extra_headers",
         "pool",
@@ -113,6 +121,7 @@ class _Attempt:
         self.worker = "-"
         self.status = 0
         self.retries = 0
+        self.context_retried = False  # sent on to a longer context after an engine's 400
         self.ttft: float | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -312,10 +321,16 @@ class Pipeline:
                         await self._relay_stream(
                             up, responder, att, worker, rid, strip_usage, t0, source
                         )
-                    else:
-                        await self._relay_whole(up, responder, att, worker, rid)
+                        return
+                    answer = await self._read_whole(up, att, worker)
                 finally:
                     up.release()
+                if up.status == 400 and self._context_retry(ticket, worker, answer, att):
+                    # the safety net: sent again, uncompressed, to a pool with a longer
+                    # context (this attempt's slot is given back as the block ends)
+                    body, strip_usage = self._upstream_body(parsed, raw, None)
+                    continue
+                await self._send_whole(up, answer, responder, att, worker, rid)
                 return
 
     def _upstream_body(
@@ -434,19 +449,54 @@ class Pipeline:
             headers.append((b"x-fleetgate-worker", worker.id_header))
         return headers
 
-    async def _relay_whole(
+    async def _read_whole(self, up: UpstreamResponse, att: _Attempt, worker: WorkerState) -> bytes:
+        try:
+            return await up.read()
+        except UpstreamError as exc:
+            self._failed(worker, att, exc)
+            raise self._map(exc) from None
+
+    def _context_retry(
+        self, ticket: Ticket, worker: WorkerState, answer: bytes, att: _Attempt
+    ) -> bool:
+        """An engine refused the request for its context length though placement had it
+        fit (a compressed or short-pool request whose count was off for this engine): the
+        first time, send it on — the original text, to the pools serving its model with a
+        longer context — instead of passing the 400 to the client. Says so in
+        `x-fleetgate-retried: context_length`, the request log and
+        `fleetgate_context_retries_total`."""
+        if att.context_retried or not _CONTEXT_ERROR.search(answer):
+            return False
+        model = ticket.info.model
+        longer = sorted(
+            (p for p in self.fleet.specs if p.max_model_len > worker.max_model_len
+             and (not p.models or model in p.models)),
+            key=lambda p: p.max_model_len,
+        )  # fmt: skip
+        if not longer:
+            return False
+        att.context_retried = True
+        self.metrics.context_retries.labels(worker.pool).inc()
+        taken = ticket.taken
+        if taken.compression is not None:
+            ticket.info.prompt_tokens = taken.compression.tokens_before
+        taken.pools = tuple(p.name for p in longer)
+        taken.classified = False  # its size and the engine's count no longer match: learn nothing
+        att.extra_headers = [
+            *(h for h in att.extra_headers if h[0] != b"x-fleetgate-compressed"),
+            (b"x-fleetgate-retried", b"context_length"),
+        ]
+        return True
+
+    async def _send_whole(
         self,
         up: UpstreamResponse,
+        body: bytes,
         responder: Responder,
         att: _Attempt,
         worker: WorkerState,
         rid: str,
     ) -> None:
-        try:
-            body = await up.read()
-        except UpstreamError as exc:
-            self._failed(worker, att, exc)
-            raise self._map(exc) from None
         if up.status >= 500:
             self._failed(worker, att, up.status)
         else:
@@ -572,6 +622,7 @@ class Pipeline:
                     "ttft_s": None if att.ttft is None else round(att.ttft, 6),
                     "latency_s": round(latency, 6),
                     "retries": att.retries,
+                    "retried": "context_length" if att.context_retried else None,
                     "error": att.error,
                 }
             )
