@@ -40,8 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus
-from bench import shapes
+from bench import corpus, shapes
 from compressor.compress import CompressorConfig, fit_request
 from compressor.content import classify
 from compressor.template import content_text
@@ -180,9 +179,7 @@ def shape_fidelity(per_shape: int, seed: int, config: CompressorConfig | None) -
     rows: dict[str, dict[str, list[float]]] = {}
     for s, orig in zip(samples, originals, strict=True):
         shape = s.meta["shape"]
-        r = fit_request(
-            B_SHORT - s.max_tokens, prompt=s.prompt, messages=s.messages, config=config
-        )
+        r = fit_request(B_SHORT - s.max_tokens, prompt=s.prompt, messages=s.messages, config=config)
         keys = (shape, "all", "prose shapes") if shape in shapes.PROSE_SHAPES else (shape, "all")
         for key in keys:
             n[key] += 1

@@ -81,7 +81,7 @@ def roff_to_text(src: str) -> str:
             current.clear()
 
     for line in src.splitlines():
-        if line.startswith((".\\\"", "'\\\"", '.\\"')) or line.strip() == ".":
+        if line.startswith(('.\\"', "'\\\"", '.\\"')) or line.strip() == ".":
             continue
         if line.startswith((".", "'")):
             macro, _, rest = line[1:].partition(" ")
@@ -113,7 +113,9 @@ def man_sources(limit: int = 240) -> tuple[Source, ...]:
     for section in ("man1", "man5", "man8"):
         folder = MAN / section
         if folder.is_dir():
-            paths.extend(p for p in sorted(folder.glob("*.gz")) if 4000 <= p.stat().st_size <= 40000)
+            paths.extend(
+                p for p in sorted(folder.glob("*.gz")) if 4000 <= p.stat().st_size <= 40000
+            )
     step = max(1, len(paths) // limit)
     out = []
     for path in paths[::step][:limit]:

@@ -25,6 +25,7 @@ sometimes followed by 2–3 polite sentences (in the same paragraph or the next)
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,8 +63,7 @@ _DOC_QUESTIONS = (
     "What does {t} say about configuration, and which options matter most?",
     "I need to explain {t} to a colleague who has no background in this. "
     "What are the three things they must know? Please give a one-line example for each.",
-    "Is there anything in {t} that would surprise a new user? "
-    "If so, quote the relevant sentence.",
+    "Is there anything in {t} that would surprise a new user? If so, quote the relevant sentence.",
     "Which parts of {t} are outdated or unclear, in your opinion?",
     "Based on the text above, how do I get started with {t}?",
 )
@@ -131,6 +131,14 @@ _CODE_QUESTIONS = (
 )
 
 
+_FENCE_LINE = re.compile(r"^[^\S\n]*(?:```|~~~)", re.MULTILINE)
+
+
+def _unbalanced(text: str) -> bool:
+    """A slice of paragraphs that cuts a fenced block in two (chunkers keep them whole)."""
+    return len(_FENCE_LINE.findall(text)) % 2 == 1
+
+
 def _title(src: Source) -> str:
     return src.title.strip().rstrip("*").strip()
 
@@ -162,6 +170,8 @@ def _fill(rng: random.Random, pool: Sequence[Source], target: int, sep: str) -> 
                 break
             parts.append(para)
             used += m + 1
+        while parts and _unbalanced("\n\n".join(parts)):
+            parts.pop()  # the last source was cut inside a fenced block
         if used > 0.95 * target:
             break
     return sep.join(parts), title
@@ -220,6 +230,8 @@ def _passages(rng: random.Random, target: int) -> tuple[str, str]:
         paras = paragraphs(src.text)
         start = rng.randrange(max(1, len(paras) - 4))
         text = "\n\n".join(paras[start : start + rng.randint(2, 6)])
+        if _unbalanced(text):
+            continue
         n = count(text) + 12
         if used + n > target:
             if used > 0.9 * target:
@@ -322,6 +334,8 @@ def multi_turn(rng: random.Random, target: int) -> Sample:
         paras = paragraphs(src.text)
         start = rng.randrange(max(1, len(paras) - 6))
         answer = "\n\n".join(paras[start : start + rng.randint(3, 10)])
+        if _unbalanced(answer):
+            continue
         n = count(answer) + count(ask) + 12
         if used + n > target - 60:
             if used > 0.9 * target:
