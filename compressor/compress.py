@@ -32,8 +32,9 @@ Pipeline: split (sentences.py) → count and index terms (document.py) → score
 (scoring.py) → greedy select (select.py) → exact count → trim and repeat if over, or one
 refill if well under → assemble in the original order.
 
-A request with nothing shortenable (every text protected, code or empty) is known before
-any analysis: it is only counted.
+A request with nothing shortenable (every text protected, code, empty, or with less than
+`MIN_SHORTENABLE_CHARS` outside its fenced blocks) is known before any analysis: it is
+only counted.
 
 Failure posture: never raises for content reasons and never returns more than `target`
 tokens with `fits` true; when the mandatory units alone exceed the target, or nothing is
@@ -50,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.content import protect_as_code
+from compressor.content import protect_as_code, unfenced
 from compressor.document import Analyzer, Document
 from compressor.exact import kept_tokens
 from compressor.question import DEFAULT_TAIL_TOKENS, question_tail
@@ -68,6 +69,9 @@ from compressor.template import (
 )
 
 PROTECTED_ROLES = frozenset({"system", "developer"})
+# a text with less than this outside its fenced blocks has nothing to lose: its first
+# `keep_first` and last `keep_last` units (or its question) are all of it
+MIN_SHORTENABLE_CHARS = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,9 +243,10 @@ def compress_prompt(
     """Fit a completion prompt into `target` tokens (see the module docstring)."""
     config = config or _DEFAULT
     analyzer = analyzer or default_analyzer()
-    editable = not (config.skip_code and protect_as_code(prompt))
+    code = config.skip_code and protect_as_code(prompt)
+    editable = not code and len(unfenced(prompt)) >= MIN_SHORTENABLE_CHARS
     out = _compress(BOS, [prompt], [editable], target, config, analyzer, question=0)
-    detail = out.detail if editable else ("code is not compressed" if out.before > target else "")
+    detail = "code is not compressed" if code and out.before > target else out.detail
     return Compression(
         target, out.before, out.after, out.texts[0], None, out.units, out.dropped, detail
     )
@@ -284,6 +289,8 @@ def compress_chat(
             return False
         if i == last_user and config.protect_last_user:
             return False
+        if len(unfenced(text)) < MIN_SHORTENABLE_CHARS:
+            return False  # short, or fenced code and a question: nothing to shorten
         return not (config.skip_code and protect_as_code(text))
 
     fixed, texts, slots = chat_segments(original, editable)

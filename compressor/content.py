@@ -103,7 +103,7 @@ def is_log(text: str, sample: int = _SAMPLE) -> bool:
     return len(_LOG_LINE.findall(s)) >= LOG_SHARE * (s.count("\n") + 1)
 
 
-def _unfenced(text: str) -> str:
+def unfenced(text: str) -> str:
     """`text` without its fenced code blocks."""
     if "```" not in text and "~~~" not in text:
         return text
@@ -122,7 +122,7 @@ def protect_as_code(text: str) -> bool:
     blocks — those are kept whole anyway, so a README or an answer with code examples
     is shortened around them, while a message that is only a fenced program has nothing
     else to shorten. Logs are not code (`is_log`)."""
-    rest = _unfenced(text)
+    rest = unfenced(text)
     return code_score(rest, 4 * _SAMPLE) >= CODE_THRESHOLD and not is_log(rest, 4 * _SAMPLE)
 
 
