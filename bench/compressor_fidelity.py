@@ -221,8 +221,9 @@ def shape_fidelity(per_shape: int, seed: int, config: CompressorConfig | None) -
     print()
     # ROUGE-L recall is bounded by the reduction a prompt needs (1 − T_c / L_prompt, set
     # by where it falls in the band and by max_tokens): compare like with like
+    everything = rows.get("all", {})
     pairs = list(
-        zip(rows.get("all", {}).get("reduction", []), rows.get("all", {}).get("ROUGE-L recall", []))
+        zip(everything.get("reduction", []), everything.get("ROUGE-L recall", []), strict=True)
     )
     print("| reduction     |   n | ROUGE-L R (mean) |")
     print("|---------------|-----|------------------|")
