@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from compressor.compress import CompressorConfig
 from compressor.served import load_served
 from gateway import logs
 from gateway.config import GatewayConfig
@@ -182,7 +183,8 @@ class Pipeline:
         )
         short = config.pools.get(p.short_pool)
         served = load_served(short.tokenizer) if short is not None else None
-        self.shaper = Shaper(self.core, metrics, traffic, compress_executor, served)
+        compressor = CompressorConfig(protect_last_user=p.protect_last_user)
+        self.shaper = Shaper(self.core, metrics, traffic, compress_executor, served, compressor)
         self.auth_required = bool(config.auth.api_keys)
 
     @property

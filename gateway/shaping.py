@@ -25,7 +25,7 @@ from collections.abc import Collection
 from concurrent.futures import Executor
 from typing import Any
 
-from compressor.compress import Compression, fit_request
+from compressor.compress import Compression, CompressorConfig, fit_request
 from compressor.content import classify
 from compressor.hf_template import TemplateError
 from compressor.template import ServedTemplate, Tools, default_template
@@ -74,10 +74,12 @@ class Shaper:
         traffic: TrafficHistogram,
         executor: Executor | None = None,
         served: ServedTemplate | None = None,
+        compressor: CompressorConfig | None = None,
     ) -> None:
         self.core = core
         # the short pool's tokenizer and chat template: T_c is in its tokens
         self.served = served or default_template()
+        self.compressor = compressor or CompressorConfig()
         self.metrics = metrics
         self.traffic = traffic
         self.executor = executor  # where compression runs; None: inline on the event loop
@@ -155,6 +157,7 @@ class Shaper:
                 not placement.borderline,
                 self.served,
                 parsed.body.get("tools") or () if parsed.endpoint == CHAT else (),
+                self.compressor,
             )
             if self.executor is None:
                 result, seconds = call()
@@ -183,6 +186,7 @@ def _timed_fit(
     likely_fits: bool,
     served: ServedTemplate,
     tools: Tools,
+    config: CompressorConfig,
 ) -> tuple[Compression, float]:
     """fit_request and the CPU seconds it took (measured where it runs)."""
     t0 = time.perf_counter()
@@ -195,6 +199,7 @@ def _timed_fit(
             likely_fits=likely_fits,
             template=served,
             tools=tools if isinstance(tools, list) else (),
+            config=config,
         )
     except TemplateError as exc:  # the model's template refuses it: the engine would too
         result = Compression(target, target + 1, target + 1, detail=str(exc))
