@@ -30,6 +30,11 @@ from a fresh `random.Random(mc_seed)`, one `random()` to pick the bin and one `r
 inside it, exactly the reference simulator's sampler, on whose noise the paper's tables
 depend — or exactly, from prefix sums of S and S² over every integer length.
 
+A request Compress-and-Route moved into a pool of context B (`compress_to` = B) keeps its
+output and has its prompt cut to T_c = B − L_out (§5.1, Eq. 15): S = (⌈T_c/C_chunk⌉ +
+L_out)·t_iter, σ = B/C_calib. Its answer is what it holds a slot for: an Azure band request
+(4–8K tokens) decodes ~1,100 tokens against ~230 for a request below 4,096.
+
 Failure posture: pure arithmetic; a distribution with no mass raises ValueError.
 """
 

@@ -174,13 +174,14 @@ def calibrate(
     class_p99 = np.zeros(len(bs), dtype=np.int64)
     class_floor = np.zeros(len(bs))
     for i, b in enumerate(bs):
+        # one short-pool table: lengths ≤ B as they are (compression never touches them),
+        # the band's above B as C&R serves them (prompt cut to B − L_out)
+        top_band = max(min(int(g * b), spec.long_ctx) for g in gammas)
         n_short = spec.short_profile.n_slots(b)
-        table = LengthTable.build(b, n_short, spec.short_profile, options)
+        table = LengthTable.build(max(b, top_band), n_short, spec.short_profile, options, b)
         dist = short_pool(cdf, b, interp)
         short.append(moments(dist, table, options) if dist is not None else None)
         edge.append(point_moments(b, table))
-        top_band = max(min(int(g * b), spec.long_ctx) for g in gammas)
-        cut = LengthTable.build(max(b, top_band), n_short, spec.short_profile, options, b)
         # the long class: every request above B, whichever pool C&R sends it to
         cdist = long_pool(cdf, b, spec.long_ctx, interp, options.long_edge)
         if cdist is not None:
@@ -202,7 +203,7 @@ def calibrate(
             # the band's moments only matter when p_c < 1; exact is cheap and noise-free
             bdist = band_pool(cdf, b, min(lower, spec.long_ctx), spec.long_ctx, interp)
             band_row.append(exact_moments(bdist, long_table, options) if bdist else None)
-            cut_row.append(_compressed(bdist, cut, edge[-1], options) if bdist else None)
+            cut_row.append(_compressed(bdist, table, edge[-1], options) if bdist else None)
         long.append(row)
         band.append(band_row)
         compressed.append(cut_row)
