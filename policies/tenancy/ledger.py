@@ -321,7 +321,7 @@ class Ledger:
     def heartbeat(self, replica: str, now: float) -> None:
         """The replica is alive: its holds survive `heartbeat_ttl_s` more (in every pool:
         the Redis store keeps one replica table per pool, in the pool's hash slot)."""
-        alive = to_us(now + self.config.heartbeat_ttl_s)
+        alive = to_us(now) + to_us(self.config.heartbeat_ttl_s)
         for pool in self.pools.values():
             pool.replicas[replica] = alive
 

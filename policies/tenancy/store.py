@@ -41,7 +41,8 @@ class EntitlementStore(Protocol):
         ...
 
     async def reserve(self, claim: Claim) -> Verdict:
-        """§4.3's checks and, if admitted, the hold — one atomic step."""
+        """§4.3's checks and, if admitted, the hold — one atomic step. A reserve cancelled
+        while in flight leaves nothing held (a grant that arrives after is released)."""
         ...
 
     async def settle(
@@ -52,6 +53,20 @@ class EntitlementStore(Protocol):
 
     async def release(self, pool: str, hold: str) -> bool:
         """Give the hold back; False if unknown or released already (expired included)."""
+        ...
+
+    async def finish(
+        self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
+    ) -> bool:
+        """Settle (unless `used_tokens` is None) and release, in one atomic step: the one
+        call a request makes at completion."""
+        ...
+
+    def finish_soon(
+        self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
+    ) -> None:
+        """`finish` from synchronous code (the core's `complete`): run in order, retried
+        while the store is unreachable, never dropped before the hold would expire."""
         ...
 
     async def heartbeat(self, replica: str) -> None:
@@ -100,6 +115,22 @@ class MemoryStore:
 
     async def release(self, pool: str, hold: str) -> bool:
         return self.ledger.release(pool, hold)
+
+    async def finish(
+        self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
+    ) -> bool:
+        now = self.clock.now()
+        if used_tokens is not None:
+            self.ledger.settle(pool, hold, used_tokens, latency, now)
+        return self.ledger.release(pool, hold)
+
+    def finish_soon(
+        self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
+    ) -> None:
+        now = self.clock.now()
+        if used_tokens is not None:
+            self.ledger.settle(pool, hold, used_tokens, latency, now)
+        self.ledger.release(pool, hold)
 
     async def heartbeat(self, replica: str) -> None:
         self.ledger.heartbeat(replica, self.clock.now())

@@ -20,6 +20,7 @@ class Check(StrEnum):
     TOKEN_BUDGET = "token_budget"  # 4: prompt + max_tokens above the remaining λ_e budget
     KV_BYTES = "kv_bytes"  # 4b: KV footprint above χ_e
     POOL_CONTENTION = "pool_contention"  # 5: the pool is full and the priority is too low
+    STORE_UNAVAILABLE = "store_unavailable"  # the shared store is down and the class fails closed
 
 
 @dataclass(frozen=True, slots=True)
