@@ -198,7 +198,7 @@ class Ledger:
                     led.admitted_count,
                     dict(led.refusals),
                 )
-                for led in pool.entitlements.values()
+                for _, led in sorted(pool.entitlements.items())
             ),
             len(pool.holds),
         )
