@@ -158,6 +158,29 @@ class TokenPoolsAdmitter:
         self.store, self.replica = store, replica
         self.store_finisher = _StoreFinisher(finisher)
 
+    async def publish(self) -> None:
+        """Write the configured pools and entitlements (with their Eq. 1 priorities) into
+        the attached store: every replica does it at start; the definitions are the same."""
+        if self.store is None:
+            return
+        weights = priorities(self.config.definitions.values(), {}, self.config.priority_config())
+        for name, cap in self.config.capacities.items():
+            await self.store.define_pool(name, cap)
+        for ent in self.config.definitions.values():
+            await self.store.put_entitlement(ent, weights[ent.name])
+
+    async def control_step(self) -> int:
+        """One control interval on the attached store (the gateway runs it every
+        `control_interval_s`; with N replicas the store applies one step per interval);
+        returns how many pools this call stepped."""
+        if self.store is None:
+            return 0
+        config, stepped = self.config.priority_config(), 0
+        for pool in self.config.capacities:
+            view = await self.store.view(pool)
+            stepped += await self.store.apply_step(view, step(view, config))
+        return stepped
+
     async def admit_async(
         self, request: RequestInfo, now: float
     ) -> Reservation | AdmissionRefused | None:
