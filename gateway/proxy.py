@@ -220,7 +220,11 @@ class Pipeline:
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
             await self.shaper.fit(parsed, ticket)
-            refused = self.core.admit(ticket, self.loop.time())
+            core = self.core
+            if core.admission_awaits:  # state shared through a store: one round trip
+                refused = await core.admit_async(ticket, self.loop.time())
+            else:
+                refused = core.admit(ticket, self.loop.time())
             if refused is not None:
                 raise RateLimited(
                     refused.reason, code=refused.code, retry_after=refused.retry_after
