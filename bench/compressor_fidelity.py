@@ -1,7 +1,17 @@
 """Compression fidelity on borderline prompts, as FleetOpt Appendix C Table 7, and the
 content classifier's accuracy on the labelled set.
 
-    python bench/compressor_fidelity.py [--n 300] [--seed 1]
+    python bench/compressor_fidelity.py [--n 300] [--seed 1] [--per-shape 45]
+                                        [--protect-last-user]
+
+The per-shape table (issue 13) runs bench/shapes.py's borderline requests in the shapes
+users send (document + question in one message, system + paste, RAG passages in the user
+message, pasted log and JSON, a tool message, a completion prompt, multi-turn chat,
+code): p_c, and over the prompts compressed within T_c the mean token reduction,
+ROUGE-L recall, TF-IDF cosine and the fraction whose final question (the builder's exact
+trailing text of the last user message or prompt) is still in it verbatim.
+`--protect-last-user` runs the compressor with the last user message protected (the
+behaviour before issue 13).
 
 Prompts: bench/corpus.py's borderline set (B_short = 8192, γ = 1.5, L_total in
 (8192, 12288]) — a third prose, a third RAG (retrieved passages + question; half as
@@ -30,8 +40,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus
-from compressor.compress import fit_request
+from bench import corpus, shapes
+from compressor.compress import CompressorConfig, fit_request
 from compressor.content import classify
 from compressor.template import content_text
 from policies.types import Category
@@ -145,6 +155,85 @@ def fidelity(n: int, seed: int) -> None:
     print()
 
 
+TABLE7 = "1.00 | 0.154 | 0.856 | 0.981 |  —"
+
+
+def final_text(messages: list[dict[str, object]] | None, prompt: str | None) -> str:
+    """The last user message's text (chat) or the prompt (completion)."""
+    if messages is None:
+        return prompt or ""
+    users = [m for m in messages if m.get("role") == "user"]
+    return content_text(users[-1].get("content")) if users else ""
+
+
+def shape_fidelity(per_shape: int, seed: int, config: CompressorConfig | None) -> None:
+    samples = shapes.shape_set(per_shape, seed=seed, b_short=B_SHORT)
+    originals = [words(text_of(s, s.messages, s.prompt)) for s in samples]
+    df: Counter[str] = Counter()
+    for ws in originals:
+        df.update(set(ws))
+    idf = {w: math.log((1 + len(samples)) / (1 + d)) + 1 for w, d in df.items()}
+    n = Counter[str]()
+    fits = Counter[str]()
+    kept = Counter[str]()
+    rows: dict[str, dict[str, list[float]]] = {}
+    for s, orig in zip(samples, originals, strict=True):
+        shape = s.meta["shape"]
+        r = fit_request(B_SHORT - s.max_tokens, prompt=s.prompt, messages=s.messages, config=config)
+        keys = (shape, "all", "prose shapes") if shape in shapes.PROSE_SHAPES else (shape, "all")
+        for key in keys:
+            n[key] += 1
+        if not r.fits:
+            continue
+        comp = words(text_of(s, r.messages, r.prompt))
+        metrics = {
+            "reduction": 1 - r.tokens_after / r.tokens_before,
+            "ROUGE-L recall": lcs_length(orig, comp) / max(len(orig), 1),
+            "TF-IDF cosine": cosine(Counter(orig), Counter(comp), idf),
+        }
+        question_kept = s.meta["question"] in final_text(r.messages, r.prompt)
+        for key in keys:
+            fits[key] += 1
+            kept[key] += question_kept
+            for name, value in metrics.items():
+                rows.setdefault(key, {}).setdefault(name, []).append(value)
+    protect = config is not None and getattr(config, "protect_last_user", False)
+    print(
+        f"# Per shape: {len(samples)} borderline requests from real offline text "
+        f"(B_short={B_SHORT}, γ=1.5), last user message "
+        f"{'protected' if protect else 'compressible'}; metrics over the prompts that fit T_c"
+    )
+    print()
+    print("| shape        |   n | p_c   | reduction | ROUGE-L R | TF-IDF cos | question kept |")
+    print("|--------------|-----|-------|-----------|-----------|------------|---------------|")
+    for key in [*(k for k in shapes.SHAPES if n[k]), "prose shapes", "all"]:
+        r_ = rows.get(key, {})
+
+        def mean(name: str, r_: dict[str, list[float]] = r_) -> str:
+            return f"{statistics.fmean(r_[name]):.3f}" if r_.get(name) else "  —  "
+
+        q = f"{kept[key] / fits[key]:.3f}" if fits[key] else "  —  "
+        print(
+            f"| {key:<12} | {n[key]:3d} | {fits[key] / n[key]:.3f} | {mean('reduction'):>9} "
+            f"| {mean('ROUGE-L recall'):>9} | {mean('TF-IDF cosine'):>10} | {q:>13} |"
+        )
+    print(f"| FleetOpt T7  | 300 | {TABLE7} (LMSYS-Chat-1M prose/RAG)        |")
+    print()
+    # ROUGE-L recall is bounded by the reduction a prompt needs (1 − T_c / L_prompt, set
+    # by where it falls in the band and by max_tokens): compare like with like
+    everything = rows.get("all", {})
+    pairs = list(
+        zip(everything.get("reduction", []), everything.get("ROUGE-L recall", []), strict=True)
+    )
+    print("| reduction     |   n | ROUGE-L R (mean) |")
+    print("|---------------|-----|------------------|")
+    for lo, hi in ((0.0, 0.10), (0.10, 0.154), (0.154, 0.20), (0.20, 0.25), (0.25, 1.0)):
+        got = [rl for red, rl in pairs if lo <= red < hi]
+        if got:
+            print(f"| {lo:.3f}–{hi:.3f} | {len(got):3d} | {statistics.fmean(got):16.3f} |")
+    print()
+
+
 def category_accuracy(per_class: int, seed: int) -> None:
     samples = corpus.labelled_set(per_class, seed=seed)
     labels = [c for c in Category]
@@ -171,7 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--per-class", type=int, default=100)
+    ap.add_argument("--per-shape", type=int, default=45)
+    ap.add_argument("--shapes-only", action="store_true", help="only the per-shape table")
+    ap.add_argument("--protect-last-user", action="store_true")
     args = ap.parse_args(argv)
+    config = CompressorConfig(protect_last_user=True) if args.protect_last_user else None
+    shape_fidelity(args.per_shape, args.seed + 12, config)
+    if args.shapes_only:
+        return 0
     fidelity(args.n, args.seed)
     category_accuracy(args.per_class, args.seed + 100)
     return 0

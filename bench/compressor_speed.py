@@ -1,7 +1,12 @@
 """Compressor latency on borderline prompts, and the per-request cost C&R adds to requests
 that are not compressed (FleetOpt §7.3, Table 4).
 
-    python bench/compressor_speed.py [--n 150] [--repeat 5] [--cpu 0]
+    python bench/compressor_speed.py [--corpus shapes|borderline] [--per-shape 20]
+                                     [--n 150] [--repeat 5] [--cpu 0]
+
+`--corpus shapes` (the default) times bench/shapes.py's borderline requests in the shapes
+users send (issue 13), with rows for the requests compressed and those not (nothing to
+shorten, or the units kept whole exceed T_c) and per shape; `borderline` the older set.
 
 Prompts: bench/corpus.py's borderline set at the Agent-heavy configuration (B_short =
 8192, γ = 1.5: L_total in (8192, 12288], prompts of ~7.9K–12K tokens): prose, RAG
@@ -30,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus
+from bench import corpus, shapes
 from compressor.compress import fit_request
 from compressor.content import classify
 from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt
@@ -59,6 +64,10 @@ def compress_once(s: corpus.Sample) -> tuple[float, float, bool, int, int]:
     r = fit_request(target, prompt=s.prompt, messages=s.messages)
     c1, w1 = time.process_time(), time.perf_counter()
     return (w1 - w0) * 1e3, (c1 - c0) * 1e3, r.fits, r.tokens_before, r.tokens_after
+
+
+def kind_of(s: corpus.Sample) -> str:
+    return str(s.meta.get("shape") or s.label.value)
 
 
 def hot_path(samples: list[corpus.Sample], repeat: int) -> list[tuple[str, float, float]]:
@@ -110,28 +119,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="warm passes over the prompts")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--corpus", choices=("shapes", "borderline"), default="shapes")
+    ap.add_argument("--per-shape", type=int, default=20)
     args = ap.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    samples = corpus.borderline_set(args.n, seed=args.seed, b_short=B_SHORT)
+    if args.corpus == "shapes":
+        samples = shapes.shape_set(args.per_shape, seed=args.seed + 12, b_short=B_SHORT)
+    else:
+        samples = corpus.borderline_set(args.n, seed=args.seed, b_short=B_SHORT)
     sizes = [s.meta["l_total"] - s.max_tokens for s in samples]
 
     cold_w, cold_c, warm_w, warm_c = [], [], [], []
     fits = 0
     removed = []
     by_kind: dict[str, list[float]] = {}
+    by_outcome: dict[str, list[float]] = {}
     for s in samples:
         w, c, ok, before, after = compress_once(s)
         cold_w.append(w)
         cold_c.append(c)
         fits += ok
         removed.append(before - after)
+        outcome = "compressed" if ok else "not compressed"
+        by_outcome.setdefault(f"cold wall, {outcome}", []).append(w)
     for _ in range(args.repeat):
         for s in samples:
-            w, c, *_ = compress_once(s)
+            w, c, ok, *_ = compress_once(s)
             warm_w.append(w)
             warm_c.append(c)
-            by_kind.setdefault(s.label.value, []).append(c)
+            by_kind.setdefault(kind_of(s), []).append(c)
+            outcome = "compressed" if ok else "not compressed"
+            by_outcome.setdefault(f"warm wall, {outcome}", []).append(w)
 
     print(
         f"# Compressor latency: {len(samples)} borderline prompts, {min(sizes)}–{max(sizes)} prompt tokens"
@@ -149,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     print(row("cold, CPU", cold_c))
     print(row("warm, wall", warm_w))
     print(row("warm, CPU", warm_c))
+    for name, values in sorted(by_outcome.items()):
+        print(row(name, values))
     for kind, values in sorted(by_kind.items()):
         print(row(f"warm CPU, {kind}", values))
     print("| paper Table 4 (Agent-heavy) |    3.4  |    6.2  |    7.8  |         |       |")

@@ -2,7 +2,8 @@
 
     python bench/planner_tables.py [--data-dir DIR] [--no-sensitivity]
 
-Prints (1) Table 3 with the paper-reproducing options and with exact moments, (2) Table 5's
+Prints (1) Table 3 with the paper-reproducing options (PAPER), with exact moments, and with
+the defaults (compressed requests priced as served, options.py), (2) Table 5's
 analytical utilisation (and the simulator's measured one when `simulator/` is present, see
 bench/planner_sim.py), (3) Table 6, (4) §7.4's P99 TTFT figures under the options that
 bear on them, (5) Table 3 totals under each single-option change, (6) Algorithm 1's full
@@ -19,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fleetgate.plan import load_workload
-from policies.planner import EXACT, PAPER, LengthCdf, PlannerOptions, plan
+from policies.planner import DEFAULT, EXACT, PAPER, LengthCdf, PlannerOptions, plan
 from policies.planner import paper as ref
 from policies.planner.fleet import Plan
 
@@ -36,22 +37,29 @@ def _plans(cdfs: dict[str, LengthCdf], opts: PlannerOptions) -> dict[str, Plan]:
 
 
 def table3(cdfs: dict[str, LengthCdf]) -> None:
-    paper_opts, exact = _plans(cdfs, PAPER), _plans(cdfs, EXACT)
-    print("Table 3 — λ = 1,000 req/s, SLO 500 ms, ρ_max 0.85 (GPUs n_s+n_l=total, K$/yr)")
+    paper_opts = _plans(cdfs, PAPER)
+    exact = _plans(cdfs, replace(PAPER, moments="exact"))
+    default = _plans(cdfs, DEFAULT)
+    print("Table 3 — λ = 1,000 req/s, SLO 500 ms, ρ_max 0.85 (GPUs n_s+n_l=total, K$/yr); "
+          "default = compressed requests priced as served")  # fmt: skip
     print(f"{'workload':<13} {'method':<20} {'paper':>18} {'ours (paper opts)':>18} "
-          f"{'Δ':>4} {'ours (exact)':>18} {'Δ':>5} {'K$ paper/ours':>16}")  # fmt: skip
+          f"{'Δ':>4} {'ours (exact)':>18} {'Δ':>5} {'ours (default)':>18} {'Δ':>5} "
+          f"{'K$ paper/ours':>16}")  # fmt: skip
     for c in ref.TABLE3:
-        p, e = paper_opts[c.workload], exact[c.workload]
+        p, e, d = paper_opts[c.workload], exact[c.workload], default[c.workload]
         theirs = [(0, c.homogeneous), c.pool_routing, c.pr_cr, c.fleetopt]
         names = ["Homogeneous", "Pool routing", "PR + C&R (γ=1.5)",
-                 f"FleetOpt γ*={c.gamma_star}/{p.fleetopt.gamma}/{e.fleetopt.gamma}"]  # fmt: skip
-        for k, (row, erow) in enumerate(zip(p.rows, e.rows, strict=True)):
+                 f"FleetOpt γ*={c.gamma_star}/{p.fleetopt.gamma}/{e.fleetopt.gamma}/"
+                 f"{d.fleetopt.gamma}"]  # fmt: skip
+        for k, (row, erow, drow) in enumerate(zip(p.rows, e.rows, d.rows, strict=True)):
             t = theirs[k]
             tp = f"{t[1]:,}" if k == 0 else _fleet(*t)
             op = f"{row.total:,}" if k == 0 else _fleet(row.n_s, row.n_l)
             ex = f"{erow.total:,}" if k == 0 else _fleet(erow.n_s, erow.n_l)
+            df = f"{drow.total:,}" if k == 0 else _fleet(drow.n_s, drow.n_l)
             print(f"{c.workload:<13} {names[k]:<20} {tp:>18} {op:>18} "
                   f"{row.total - sum(t):>+4} {ex:>18} {erow.total - sum(t):>+5} "
+                  f"{df:>18} {drow.total - sum(t):>+5} "
                   f"{c.annual_kusd[k]:>7,}/{row.annual_cost / 1e3:<8,.0f}")  # fmt: skip
     print()
 
@@ -111,8 +119,9 @@ def ttft(cdfs: dict[str, LengthCdf]) -> None:
 def sensitivity(cdfs: dict[str, LengthCdf]) -> None:
     print("Option sensitivity — Table 3 totals (homogeneous / PR / PR+C&R / FleetOpt γ*)")
     variants: dict[str, PlannerOptions] = {
-        "paper options (default)": PAPER,
-        "moments=exact": EXACT,
+        "paper options (PAPER)": PAPER,
+        "compressed_mass=band (the default)": DEFAULT,
+        "moments=exact": replace(PAPER, moments="exact"),
         "mc_seed=1": replace(PAPER, mc_seed=1),
         "mc_seed=2": replace(PAPER, mc_seed=2),
         "mc_draws=30000": replace(PAPER, mc_draws=30_000),
@@ -144,7 +153,7 @@ def full_sweep(cdfs: dict[str, LengthCdf]) -> None:
     print(f"{'workload':<13} {'options':<8} {'B*':>7} {'γ*':>4} {'n_s+n_l':>14} {'K$/yr':>8} "
           f"{'vs paper B':>11} {'SLO':>5}")  # fmt: skip
     for c in ref.TABLE3:
-        for label, opts in (("paper", PAPER), ("exact", EXACT)):
+        for label, opts in (("paper", PAPER), ("default", DEFAULT), ("exact", EXACT)):
             p = plan(cdfs[c.workload], ref.RATE, ref.SLO_S, c.p_c, options=opts)
             fixed = plan(cdfs[c.workload], ref.RATE, ref.SLO_S, c.p_c, c.b_short, options=opts)
             fo = p.fleetopt

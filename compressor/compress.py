@@ -15,18 +15,26 @@ the request comes back unchanged with `fits` false and a `detail`, and the calle
 it uncompressed (the long pool) or refuses it.
 
 What may be shortened: in a chat, every message text except the system/developer
-prompts, the last user message, texts that are code (compressor/content.py) and
-messages whose content has several text parts — those come back as the same objects; in
-a completion, the whole prompt unless it is code. All message texts are analysed as one
-document (each text one segment, encoded on its own like the template does), the fixed
-ones as single mandatory units, so IDF, the similarity graph and novelty see the whole
-conversation, and the bulkiest shortenable content — retrieved documents in a tool
-message, long earlier turns — loses the most units, while every shortenable text keeps
-its first `keep_first` (at least 1: it holds the template's "\n\n") and last
-`keep_last` units and its fenced code blocks byte-identical. Pipeline: split
-(sentences.py) → count and index terms (document.py) → score (scoring.py) → greedy
-select (select.py) → exact count → trim and repeat if over, or one refill if well under
-→ assemble in the original order.
+prompts, texts that are code (compressor/content.py) and messages whose content has
+several text parts — those come back as the same objects; the last user message too
+(issue 13: most real borderline prompts are one user message holding a pasted text and a
+question), unless `protect_last_user`. In a completion, the whole prompt unless it is
+code. All message texts are analysed as one document (each text one segment, encoded on
+its own like the template does), the fixed ones as single mandatory units, so IDF, the
+similarity graph and novelty see the whole conversation, and the bulkiest shortenable
+content — a pasted document, retrieved passages in a tool message, long earlier turns —
+loses the most units, while every shortenable text keeps its first `keep_first` (at least
+1: it holds the template's "\n\n") and last `keep_last` units (FleetOpt §5.2's
+primacy/recency invariant, applied per text) and its fenced code blocks byte-identical,
+and the last user message (or the completion prompt) keeps its trailing question whole
+(compressor/question.py: the short trailing paragraphs, else `question_tail_tokens`).
+Pipeline: split (sentences.py) → count and index terms (document.py) → score
+(scoring.py) → greedy select (select.py) → exact count → trim and repeat if over, or one
+refill if well under → assemble in the original order.
+
+A request with nothing shortenable (every text protected, code, empty, or with less than
+`MIN_SHORTENABLE_CHARS` outside its fenced blocks) is known before any analysis: it is
+only counted.
 
 Counting is the served model's (`template`: its vocabulary and chat template,
 compressor/template.py; default cl100k in the emulator's Llama-3.0 layout). A template
@@ -53,16 +61,20 @@ from typing import Any
 
 import numpy as np
 
-from compressor.content import protect_as_code
+from compressor.content import protect_as_code, unfenced
 from compressor.counting import default_counter
 from compressor.document import Analyzer, Document
 from compressor.exact import kept_tokens
+from compressor.question import DEFAULT_TAIL_TOKENS, question_tail
 from compressor.scoring import ScoreConfig, scores
 from compressor.select import BoolArray, greedy_select, refill, trim
 from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
 from compressor.template import Message, ServedTemplate, Slot, Tools, default_template
 
 PROTECTED_ROLES = frozenset({"system", "developer"})
+# a text with less than this outside its fenced blocks has nothing to lose: its first
+# `keep_first` and last `keep_last` units (or its question) are all of it
+MIN_SHORTENABLE_CHARS = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,11 @@ class CompressorConfig:
     refill_slack: int = 48  # tokens left under T_c worth one more exact count to fill
     skip_code: bool = True  # FleetOpt §5.2's safety gate: code is never compressed
     max_verify: int = 3  # re-compressions after a full recount over the target (verify templates)
+    # the last user message is never shortened (the behaviour before issue 13)
+    protect_last_user: bool = False
+    # the trailing question of the last user message / completion prompt is kept whole:
+    # its short trailing paragraphs up to this many tokens (compressor/question.py)
+    question_tail_tokens: int = DEFAULT_TAIL_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +178,12 @@ def _assemble(doc: Document, spans: list[tuple[int, int]]) -> list[str]:
     return ["".join(p) for p in out]
 
 
-def _mandatory(doc: Document, editable: list[bool], config: CompressorConfig) -> BoolArray:
-    """Fixed and code units, and each editable text's first `keep_first` (at least 1: it
+def _mandatory(
+    doc: Document, editable: list[bool], config: CompressorConfig, question: int | None
+) -> BoolArray:
+    """Fixed and code units, each editable text's first `keep_first` (at least 1: it
     holds the template's "\n\n") and last `keep_last` units (select.mandatory_mask per
-    text, for all texts at once)."""
+    text, for all texts at once), and the trailing question of text `question`."""
     keep = np.asarray(doc.units.fixed, dtype=np.bool_) | np.asarray(doc.units.code, dtype=np.bool_)
     group = doc.group
     start = np.searchsorted(group, group, side="left")
@@ -173,6 +192,9 @@ def _mandatory(doc: Document, editable: list[bool], config: CompressorConfig) ->
     if config.keep_last > 0:
         ends |= at >= np.searchsorted(group, group, side="right") - start - config.keep_last
     keep |= ends & np.asarray(editable, dtype=np.bool_)[group]
+    if question is not None and editable[question]:
+        end = int(np.searchsorted(group, question, side="right"))
+        keep[question_tail(doc, question, config.question_tail_tokens) : end] = True
     return keep
 
 
@@ -183,17 +205,23 @@ def _compress(
     target: int,
     config: CompressorConfig,
     analyzer: Analyzer,
+    question: int | None = None,
 ) -> _Outcome:
     """Drop units of the editable texts until fixed + Σ tokens(text) ≤ `target` (each text
-    is encoded on its own, compressor/template.py)."""
+    is encoded on its own, compressor/template.py); text `question` keeps its trailing
+    question."""
     if not texts:
         return _Outcome(texts, fixed, fixed, 0)
+    if not any(editable):  # nothing to shorten: count, and skip the analysis
+        before = fixed + analyzer.counter.count_all(texts)
+        detail = "" if before <= target else "nothing to shorten"
+        return _Outcome(texts, before, before, 0, detail=detail)
     doc = analyzer.analyse(texts, [not e for e in editable], config.max_unit_chars)
     n = len(doc)
     before = fixed + int(doc.tokens.sum())  # exact: Σ over every text's chunks
     if before <= target:
         return _Outcome(texts, before, before, n)
-    mandatory = _mandatory(doc, editable, config)
+    mandatory = _mandatory(doc, editable, config, question)
     if bool(mandatory.all()):
         return _Outcome(texts, before, before, n, detail="nothing to shorten")
     score = scores(doc, config.scoring)
@@ -234,10 +262,11 @@ def compress_prompt(
     config = config or _DEFAULT
     template = template or default_template()
     analyzer = analyzer or analyzer_for(template)
-    editable = not (config.skip_code and protect_as_code(prompt))
+    code = config.skip_code and protect_as_code(prompt)
+    editable = not code and len(unfenced(prompt)) >= MIN_SHORTENABLE_CHARS
     bos = template.completion_tokens("")
-    out = _compress(bos, [prompt], [editable], target, config, analyzer)
-    detail = out.detail if editable else ("code is not compressed" if out.before > target else "")
+    out = _compress(bos, [prompt], [editable], target, config, analyzer, question=0)
+    detail = "code is not compressed" if code and out.before > target else out.detail
     return Compression(
         target, out.before, out.after, out.texts[0], None, out.units, out.dropped, detail
     )
@@ -336,12 +365,19 @@ def _compress_chat(
     last_user = max((i for i, m in enumerate(original) if m.get("role") == "user"), default=-1)
 
     def editable(i: int, role: str, text: str) -> bool:
-        if i == last_user or role in PROTECTED_ROLES or not text.strip():
+        if role in PROTECTED_ROLES or not text.strip():
             return False
+        if i == last_user and config.protect_last_user:
+            return False
+        if len(unfenced(text)) < MIN_SHORTENABLE_CHARS:
+            return False  # short, or fenced code and a question: nothing to shorten
         return not (config.skip_code and protect_as_code(text))
 
     fixed, texts, slots = template.chat_segments(original, editable, tools)
-    out = _compress(fixed, texts, [s is not None for s in slots], target, config, analyzer)
+    question = last_user if last_user >= 0 else None
+    out = _compress(
+        fixed, texts, [s is not None for s in slots], target, config, analyzer, question
+    )
     if not out.dropped:
         sent = original
     else:

@@ -86,11 +86,44 @@ def is_code(text: str, threshold: float = CODE_THRESHOLD, sample: int = _SAMPLE)
     return code_score(text, sample) >= threshold or _fenced_share(text) > 0.5
 
 
+# a log line opens with a timestamp: ISO date, syslog "Mon DD HH:MM:SS", or a bare time
+_LOG_LINE = re.compile(
+    r"^[^\S\n]*(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|"
+    r"\[?\d\d:\d\d:\d\d)",
+    re.MULTILINE,
+)
+LOG_SHARE = 0.6  # of a sample's lines opening with a timestamp: a pasted log
+
+
+def is_log(text: str, sample: int = _SAMPLE) -> bool:
+    """Mostly timestamped lines: a log. Log lines end in `:` `)` `,` like statements,
+    so the code score takes them for code, but they are records, not a program: each
+    line stands alone and dropping some is what extractive summarisation of a log does."""
+    s = _sample(text, sample)
+    return len(_LOG_LINE.findall(s)) >= LOG_SHARE * (s.count("\n") + 1)
+
+
+def unfenced(text: str) -> str:
+    """`text` without its fenced code blocks."""
+    if "```" not in text and "~~~" not in text:
+        return text
+    out, pos = [], 0
+    for a, b in code_spans(text):
+        out.append(text[pos:a])
+        pos = b
+    out.append(text[pos:])
+    return "\n".join(out)
+
+
 def protect_as_code(text: str) -> bool:
-    """The compressor's per-text gate (a text inside a request it may shorten): the same
-    score on a 4× larger sample, which separates documentation with examples from source
-    code better than the hot-path classifier's sample; fenced code is protected anyway."""
-    return is_code(text, CODE_THRESHOLD, 4 * _SAMPLE)
+    """The compressor's per-text gate (a text inside a request it may shorten): the code
+    score on a 4× larger sample (it separates documentation with examples from source
+    code better than the hot-path classifier's sample) of the text *outside* its fenced
+    blocks — those are kept whole anyway, so a README or an answer with code examples
+    is shortened around them, while a message that is only a fenced program has nothing
+    else to shorten. Logs are not code (`is_log`)."""
+    rest = unfenced(text)
+    return code_score(rest, 4 * _SAMPLE) >= CODE_THRESHOLD and not is_log(rest, 4 * _SAMPLE)
 
 
 def _is_rag(text: str, need_ask: bool = True) -> bool:

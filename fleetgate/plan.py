@@ -24,8 +24,14 @@ The SLO check (--slo-check) is per request class by default: short requests at t
 document (shape in policies/planner/live.py). The answer puts the recommended fleet and
 (B_short, γ) next to the deployed configuration and its predicted cost.
 
+Compressed requests load the short pool as C&R serves them (--compressed-mass band, the
+default): prompt cut to T_c = B − L_out, original output. The paper's Algorithm 1 prices
+them as ordinary short requests (--compressed-mass restricted), which under-sizes the short
+pool at γ > 1 (on Azure at B 4,096, γ 2: 48 short GPUs where 91 are needed at λ 1,000).
+--table3 / --table6 use the paper's choice and reproduce its cells.
+
 Every modelling option of policies.planner.options is a flag (--moments, --h-scaling, ...);
-the defaults reproduce the paper. An SLO no fleet can meet (e.g. agent-heavy's long
+the defaults are policies.planner.DEFAULT (the tables': PAPER). An SLO no fleet can meet (e.g. agent-heavy's long
 prompts, whose prefill alone exceeds 500 ms) is a finding: the plan is printed with what
 misses and by how much. Exit status: 0 planned (SLO met or not), 1 the SLO is missed and
 --strict was given, 2 usage or input error.
@@ -43,6 +49,7 @@ from typing import Any
 
 from policies.planner import (
     BUILTIN_PROFILES,
+    DEFAULT,
     PAPER,
     FleetSpec,
     HardwareProfile,
@@ -66,6 +73,10 @@ OPTION_HELP = {
     "slo_budget": "eq8 (default): P99 wait ≤ SLO − prefill − first decode; wait_only: "
     "P99 wait ≤ SLO (the reference simulator)",
     "prefill_stat": "the prefill in the TTFT floor: the P99 request's (default) or the mean",
+    "compressed_mass": "band (default): compressed requests in the short pool as C&R serves "
+    "them, prompt cut to B − L_out, original output; restricted: priced as short requests "
+    "(Algorithm 1 step 5, the paper's tables and --table3/--table6); at_boundary: all at "
+    "L_total = B",
 }
 PAPER_PROFILE = "a100_80gb_llama3_70b"
 
@@ -128,7 +139,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--long-ctx", type=int, default=65536, help="long pool context, tokens")
     q.add_argument("--observed-split", action="store_true",
                    help="live: use the window's observed input fraction")  # fmt: skip
-    m = p.add_argument_group("modelling options (defaults reproduce the paper's tables)")
+    m = p.add_argument_group(
+        "modelling options (defaults: policies.planner.DEFAULT; --table3/--table6: PAPER)"
+    )
     m.add_argument("--exact", action="store_true", help="shorthand for --moments exact")
     for name, allowed in CHOICES.items():
         m.add_argument(f"--{name.replace('_', '-')}", choices=allowed, help=OPTION_HELP.get(name))
@@ -158,7 +171,8 @@ def _int_list(text: str) -> tuple[int, ...]:
     return values
 
 
-def options_from(args: argparse.Namespace) -> PlannerOptions:
+def options_from(args: argparse.Namespace, base: PlannerOptions = DEFAULT) -> PlannerOptions:
+    """`base` with every modelling flag the user gave."""
     changes: dict[str, Any] = {}
     for name in (*CHOICES, "mc_draws", "mc_seed", "input_fraction", "fixed_output_tokens",
                  "rho_max", "min_pool_rate"):  # fmt: skip
@@ -167,7 +181,7 @@ def options_from(args: argparse.Namespace) -> PlannerOptions:
             changes[name] = value
     if args.exact:
         changes.setdefault("moments", "exact")
-    return replace(PAPER, **changes)
+    return replace(base, **changes)
 
 
 def spec_from(args: argparse.Namespace) -> FleetSpec:
@@ -227,7 +241,7 @@ def _table3(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> 
         print(json.dumps(results, indent=2))
         return 0
     print(f"Table 3 (λ = {ref.RATE:g} req/s, SLO {ref.SLO_S * 1e3:g} ms), ours vs paper, "
-          f"moments = {opts.moments}")  # fmt: skip
+          f"moments = {opts.moments}, compressed_mass = {opts.compressed_mass}")  # fmt: skip
     print(f"{'workload':<14} {'method':<18} {'ours n_s+n_l=total':>20} {'paper':>20}")
     names = ("Homogeneous", "Pool routing", "PR + C&R (γ=1.5)", "FleetOpt")
     for r in results:
@@ -258,7 +272,8 @@ def _table6(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> 
                            r.pool_routing, r.fleetopt, r.gamma_star]} for r, p in rows],
                          indent=2))  # fmt: skip
         return 0
-    print(f"Table 6 (agent-heavy, B_short 8,192, p_c 0.75), ours / paper, moments = {opts.moments}")
+    print(f"Table 6 (agent-heavy, B_short 8,192, p_c 0.75), ours / paper, "
+          f"moments = {opts.moments}, compressed_mass = {opts.compressed_mass}")  # fmt: skip
     print(f"{'λ':>6} {'homogeneous':>13} {'PR':>13} {'FleetOpt (γ*)':>24} {'PR saving':>15} "
           f"{'FleetOpt saving':>17}")  # fmt: skip
     for r, p in rows:
@@ -275,7 +290,8 @@ def _table6(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        opts = options_from(args)
+        # the tables are the paper's: its choices unless a flag overrides one
+        opts = options_from(args, PAPER if args.table3 or args.table6 else DEFAULT)
         spec = spec_from(args)
         if args.table3 or args.table6:
             code = 0

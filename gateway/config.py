@@ -141,6 +141,9 @@ class Placement(_Section):
     verify_margin: float = Field(0.05, ge=0.0, lt=1.0)
     # threads that count and compress borderline prompts off the event loop; 0: inline
     compress_workers: int = Field(1, ge=0, le=64)
+    # never shorten the last user message (compressor.compress.CompressorConfig's
+    # protect_last_user; false: it is shortened around its trailing question)
+    protect_last_user: bool = False
 
 
 class Admission(_Section):

@@ -227,6 +227,13 @@ class GatewayMetrics:
             ["pool"],
             registry=r,
         )
+        self.context_retries = Counter(
+            "fleetgate_context_retries",
+            "Requests an engine refused for its context length, sent again uncompressed to a "
+            "pool with a longer context (by the refusing pool).",
+            ["pool"],
+            registry=r,
+        )
         self.spills = Counter(
             "fleetgate_pool_spills",
             "Requests served by a larger pool because every worker of the chosen pool was down.",

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import time
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
 import orjson
 
+from compressor.compress import CompressorConfig
 from compressor.served import ENGINE, load_served
 from gateway import logs
 from gateway.config import GatewayConfig
@@ -58,6 +60,12 @@ from policies.routing import Router, make_router
 from policies.types import Outcome, Status
 
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
+# an engine's 400 for a request too long for its context (docs/WIRE_SPEC.md §2: vLLM's
+# wordings across versions, SGLang's)
+_CONTEXT_ERROR = re.compile(
+    rb"maximum context length|is too large|maximum model length|longer than the model's context length",
+    re.IGNORECASE,
+)
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
 
@@ -97,6 +105,7 @@ class _Attempt:
 
     __slots__ = (
         "completion_tokens",
+        "context_retried",
         "error",
         "extra_headers",
         "pool",
@@ -114,6 +123,7 @@ class _Attempt:
         self.worker = "-"
         self.status = 0
         self.retries = 0
+        self.context_retried = False  # sent on to a longer context after an engine's 400
         self.ttft: float | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
@@ -174,12 +184,15 @@ class Pipeline:
         )
         short = config.pools.get(p.short_pool)
         served = load_served(short.tokenizer) if short is not None else None
+        compressor = CompressorConfig(protect_last_user=p.protect_last_user)
         engine = None
         if short is not None and short.tokenizer == ENGINE:
             engine = EngineTokenizer(
                 client, fleet, p.short_pool, short.tokenize_timeout_s, metrics, self.loop.time
             )
-        self.shaper = Shaper(self.core, metrics, traffic, compress_executor, served, engine)
+        self.shaper = Shaper(
+            self.core, metrics, traffic, compress_executor, served, compressor, engine
+        )
         self.auth_required = bool(config.auth.api_keys)
 
     @property
@@ -215,7 +228,11 @@ class Pipeline:
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
             await self.shaper.fit(parsed, ticket)
-            refused = self.core.admit(ticket, self.loop.time())
+            core = self.core
+            if core.admission_awaits:  # state shared through a store: one round trip
+                refused = await core.admit_async(ticket, self.loop.time())
+            else:
+                refused = core.admit(ticket, self.loop.time())
             if refused is not None:
                 raise RateLimited(
                     refused.reason, code=refused.code, retry_after=refused.retry_after
@@ -318,10 +335,16 @@ class Pipeline:
                         await self._relay_stream(
                             up, responder, att, worker, rid, strip_usage, t0, source
                         )
-                    else:
-                        await self._relay_whole(up, responder, att, worker, rid)
+                        return
+                    answer = await self._read_whole(up, att, worker)
                 finally:
                     up.release()
+                if up.status == 400 and self._context_retry(ticket, worker, answer, att):
+                    # the safety net: sent again, uncompressed, to a pool with a longer
+                    # context (this attempt's slot is given back as the block ends)
+                    body, strip_usage = self._upstream_body(parsed, raw, None)
+                    continue
+                await self._send_whole(up, answer, responder, att, worker, rid)
                 return
 
     def _upstream_body(
@@ -440,19 +463,54 @@ class Pipeline:
             headers.append((b"x-fleetgate-worker", worker.id_header))
         return headers
 
-    async def _relay_whole(
+    async def _read_whole(self, up: UpstreamResponse, att: _Attempt, worker: WorkerState) -> bytes:
+        try:
+            return await up.read()
+        except UpstreamError as exc:
+            self._failed(worker, att, exc)
+            raise self._map(exc) from None
+
+    def _context_retry(
+        self, ticket: Ticket, worker: WorkerState, answer: bytes, att: _Attempt
+    ) -> bool:
+        """An engine refused the request for its context length though placement had it
+        fit (a compressed or short-pool request whose count was off for this engine): the
+        first time, send it on — the original text, to the pools serving its model with a
+        longer context — instead of passing the 400 to the client. Says so in
+        `x-fleetgate-retried: context_length`, the request log and
+        `fleetgate_context_retries_total`."""
+        if att.context_retried or not _CONTEXT_ERROR.search(answer):
+            return False
+        model = ticket.info.model
+        longer = sorted(
+            (p for p in self.fleet.specs if p.max_model_len > worker.max_model_len
+             and (not p.models or model in p.models)),
+            key=lambda p: p.max_model_len,
+        )  # fmt: skip
+        if not longer:
+            return False
+        att.context_retried = True
+        self.metrics.context_retries.labels(worker.pool).inc()
+        taken = ticket.taken
+        if taken.compression is not None:
+            ticket.info.prompt_tokens = taken.compression.tokens_before
+        taken.pools = tuple(p.name for p in longer)
+        taken.classified = False  # its size and the engine's count no longer match: learn nothing
+        att.extra_headers = [
+            *(h for h in att.extra_headers if h[0] != b"x-fleetgate-compressed"),
+            (b"x-fleetgate-retried", b"context_length"),
+        ]
+        return True
+
+    async def _send_whole(
         self,
         up: UpstreamResponse,
+        body: bytes,
         responder: Responder,
         att: _Attempt,
         worker: WorkerState,
         rid: str,
     ) -> None:
-        try:
-            body = await up.read()
-        except UpstreamError as exc:
-            self._failed(worker, att, exc)
-            raise self._map(exc) from None
         if up.status >= 500:
             self._failed(worker, att, up.status)
         else:
@@ -578,6 +636,7 @@ class Pipeline:
                     "ttft_s": None if att.ttft is None else round(att.ttft, 6),
                     "latency_s": round(latency, 6),
                     "retries": att.retries,
+                    "retried": "context_length" if att.context_retried else None,
                     "error": att.error,
                 }
             )

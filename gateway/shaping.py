@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Collection
 from concurrent.futures import Executor
 from typing import Any
 
-from compressor.compress import Compression, fit_request
+from compressor.compress import Compression, CompressorConfig, fit_request
 from compressor.content import classify
 from compressor.hf_template import TemplateError
 from compressor.template import ServedTemplate, Tools, default_template
@@ -75,6 +75,7 @@ class Shaper:
         traffic: TrafficHistogram,
         executor: Executor | None = None,
         served: ServedTemplate | None = None,
+        compressor: CompressorConfig | None = None,
         engine: EngineTokenizer | None = None,
     ) -> None:
         self.core = core
@@ -82,6 +83,7 @@ class Shaper:
         self.engine = engine
         # the short pool's tokenizer and chat template: T_c is in its tokens
         self.served = served or default_template()
+        self.compressor = compressor or CompressorConfig()
         self.metrics = metrics
         self.traffic = traffic
         self.executor = executor  # where compression runs; None: inline on the event loop
@@ -156,7 +158,15 @@ class Shaper:
 
             async def run(aim: int, may: bool, likely: bool) -> Compression:
                 call = functools.partial(
-                    _timed_fit, aim, prompt, messages, may, likely, self.served, tools
+                    _timed_fit,
+                    aim,
+                    prompt,
+                    messages,
+                    may,
+                    likely,
+                    self.served,
+                    tools,
+                    self.compressor,
                 )
                 if self.executor is None:
                     out, seconds = call()
@@ -208,6 +218,7 @@ def _timed_fit(
     likely_fits: bool,
     served: ServedTemplate,
     tools: Tools,
+    config: CompressorConfig,
 ) -> tuple[Compression, float]:
     """fit_request and the CPU seconds it took (measured where it runs)."""
     t0 = time.perf_counter()
@@ -220,6 +231,7 @@ def _timed_fit(
             likely_fits=likely_fits,
             template=served,
             tools=tools,
+            config=config,
         )
     except TemplateError as exc:  # the model's template refuses it: the engine would too
         result = Compression(target, target + 1, target + 1, detail=str(exc))

@@ -9,8 +9,9 @@ the real outcome when the request ends and `release` on every path, exactly once
 Registered policies (`admission.policy`):
 - `always` — admits everything, holds nothing (the default: no entitlements configured);
 - `concurrency` — at most `limit` requests of one entitlement in flight at once (the
-  simplest entitlement in request units; token pools, the token-pool issue's policy,
-  reserve tokens/s and KV bytes through this same seam, shared across replicas).
+  simplest entitlement in request units);
+- `token_pools` — token-pool entitlements (policies/tenancy/): service classes, tokens/s,
+  KV bytes and slots, priority with debt, shared across replicas through a store.
 
 Failure posture: admission fails closed (a refusal) only on the entitlement's own
 figures; an admitter that cannot reach its state (later: Redis) decides by its own
@@ -54,7 +55,11 @@ class Admitter(Protocol):
         ...
 
 
-ADMITTERS: Registry[Admitter] = Registry("admission policy")
+def _load_builtins() -> None:
+    import policies.tenancy.admitter  # noqa: F401  (registers `token_pools`)
+
+
+ADMITTERS: Registry[Admitter] = Registry("admission policy", _load_builtins)
 
 
 @dataclass(slots=True)

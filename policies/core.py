@@ -130,7 +130,25 @@ class Core:
 
     # --- step 5 ---------------------------------------------------------------------
     def admit(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
-        verdict = self.admitter.admit(ticket.info, now)
+        return self._admitted(ticket, self.admitter.admit(ticket.info, now))
+
+    @property
+    def admission_awaits(self) -> bool:
+        """The admitter keeps its state in a shared store (Redis, across replicas): the
+        gateway awaits `admit_async` (one round trip) instead of calling `admit`."""
+        return getattr(self.admitter, "store", None) is not None
+
+    async def admit_async(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
+        """Step 5 against a shared store; an admitter without `admit_async` answers
+        synchronously (the simulator always calls `admit`)."""
+        admit_async = getattr(self.admitter, "admit_async", None)
+        if admit_async is None:
+            return self.admit(ticket, now)
+        return self._admitted(ticket, await admit_async(ticket.info, now))
+
+    def _admitted(
+        self, ticket: Ticket, verdict: Reservation | AdmissionRefused | None
+    ) -> AdmissionRefused | None:
         if verdict is None:
             return None  # admitted, nothing held
         if isinstance(verdict, AdmissionRefused):

@@ -5,6 +5,7 @@ exact counts against this."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,4 +29,10 @@ def engine_tokens(
             + text_tokens(str(m.get("role")))
             + text_tokens("\n\n" + content_text(m.get("content")))
         )
+        # each assistant tool call, encoded on its own after the content (the emulator's
+        # documented layout, emulator/chat_template.py)
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {})
+            spelled = {"name": fn.get("name"), "arguments": fn.get("arguments")}
+            n += text_tokens(json.dumps(spelled, ensure_ascii=False, separators=(",", ":")))
     return n + 2 + text_tokens("assistant") + text_tokens("\n\n")

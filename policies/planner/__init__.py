@@ -26,7 +26,7 @@ Pure: no I/O, no clock. The CLI (`fleetgate plan`) reads files and fetches histo
 from policies.planner.erlang import Binding, erlang_c, kimura_p99_wait, log_erlang_c, size_pool
 from policies.planner.fleet import FleetRow, Plan, PoolReport, evaluate, plan, plan_from_sweep
 from policies.planner.live import ObservedTraffic, live_plan, parse_histogram
-from policies.planner.options import EXACT, GAMMAS, PAPER, PlannerOptions
+from policies.planner.options import DEFAULT, EXACT, GAMMAS, PAPER, PlannerOptions
 from policies.planner.profile import A100_LLAMA3_70B, BUILTIN_PROFILES, HardwareProfile
 from policies.planner.sweep import Calibration, FleetSpec, Sweep, calibrate, sweep
 from policies.planner.workload import LengthCdf
@@ -34,6 +34,7 @@ from policies.planner.workload import LengthCdf
 __all__ = [
     "A100_LLAMA3_70B",
     "BUILTIN_PROFILES",
+    "DEFAULT",
     "EXACT",
     "GAMMAS",
     "PAPER",

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from policies.planner.erlang import Binding, p99_wait
-from policies.planner.options import GAMMAS, PAPER, PlannerOptions
+from policies.planner.options import DEFAULT, GAMMAS, PlannerOptions
 from policies.planner.profile import HOURS_PER_YEAR
 from policies.planner.sweep import (
     MAX_SHORT_SHARE,
@@ -238,7 +238,7 @@ def plan(
     b_ref: int | None = None,
     gammas: tuple[float, ...] = GAMMAS,
     spec: FleetSpec | None = None,
-    options: PlannerOptions = PAPER,
+    options: PlannerOptions = DEFAULT,
     phi: float | None = None,
 ) -> Plan:
     """FleetOpt end to end: the optimal (n_s, n_l, B, γ) and the Table 3 baselines.

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from policies.planner.fleet import FleetRow, Plan, cell_row, evaluate, plan_from_sweep
-from policies.planner.options import GAMMAS, PAPER, PlannerOptions
+from policies.planner.options import DEFAULT, GAMMAS, PlannerOptions
 from policies.planner.sweep import FleetSpec, calibrate, feasible_boundaries, sweep
 from policies.planner.workload import LengthCdf
 
@@ -182,7 +182,7 @@ def live_plan(
     p_c: float = 1.0,
     *,
     spec: FleetSpec | None = None,
-    options: PlannerOptions = PAPER,
+    options: PlannerOptions = DEFAULT,
     observed_split: bool = False,
     phi: float | None = None,
 ) -> LivePlan:

@@ -1,11 +1,16 @@
 """Every modelling choice FleetOpt leaves open, as one explicit option set.
 
 The paper (§3–4, §6, App. A) fixes the queueing model but not how it is fed. Each field
-below is one such choice; the defaults are the combination that reproduces the paper's
-Tables 3, 5 (ρ_ana) and 6 cell for cell (they are the reference simulator's choices,
-inference-fleet-sim, which the paper's numbers were computed with — see
-../shared/data/README.md). `EXACT` swaps the Monte Carlo moments for exact ones: the
-principled choice for a live planner, 0–5 % away from the paper's cells.
+below is one such choice. `PAPER` is the combination that reproduces the paper's Tables 3,
+5 (ρ_ana) and 6 cell for cell (the reference simulator's choices, inference-fleet-sim,
+which the paper's numbers were computed with — see ../shared/data/README.md). The
+defaults (`DEFAULT`) differ from it in one place: how compressed requests load the short
+pool (`compressed_mass`). Algorithm 1 step 5 calibrates the short pool on F over [1, B]
+whatever γ, so a compressed request is priced as an ordinary short one; but compression
+shortens the prompt, not the answer — a band request keeps its original output (about
+5× a short request's on Azure at B 4,096), and the fleet sized the paper's way is unstable
+in simulation (bench/sim_compress_and_route.py). `EXACT` is the defaults with exact
+moments instead of Monte Carlo ones: the principled choice for a live planner.
 
 Failure posture: an unknown option value raises ValueError at construction.
 """
@@ -19,7 +24,7 @@ Moments = Literal["monte_carlo", "exact"]
 Interpolation = Literal["linear", "step"]
 HScaling = Literal["request", "none"]
 LongEdge = Literal["inclusive", "exclusive"]
-CompressedMass = Literal["restricted", "at_boundary"]
+CompressedMass = Literal["band", "restricted", "at_boundary"]
 UncompressedBand = Literal["ignore", "long"]
 PrefillStat = Literal["p99", "mean"]
 TtftBatch = Literal["solo", "full"]
@@ -31,7 +36,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "interpolation": ("linear", "step"),
     "h_scaling": ("request", "none"),
     "long_edge": ("inclusive", "exclusive"),
-    "compressed_mass": ("restricted", "at_boundary"),
+    "compressed_mass": ("band", "restricted", "at_boundary"),
     "uncompressed_band": ("ignore", "long"),
     "prefill_stat": ("p99", "mean"),
     "ttft_batch": ("solo", "full"),
@@ -67,9 +72,13 @@ class PlannerOptions:
     # The long pool's first bin after ⌊γB⌋: "inclusive" samples [⌊γB⌋, t] (reference),
     # "exclusive" samples [⌊γB⌋+1, t] (strictly above the band).
     long_edge: LongEdge = "inclusive"
-    # Short-pool distribution under C&R: "restricted" = F on [1, B] whatever γ (Algorithm 1
-    # step 5), "at_boundary" = compressed requests join at L = B (Eq. 15: T_c + L_out = B).
-    compressed_mass: CompressedMass = "restricted"
+    # Short-pool service under C&R, a mixture weighted by arrival rate (F(B) short requests,
+    # (F(⌊γB⌋) − F(B))·p_c compressed ones): "band" = the band (B, ⌊γB⌋]'s own requests
+    # as C&R serves them, prompt cut to T_c = B − L_out (§5.1, Eq. 15), original output;
+    # "restricted" = F on [1, B] whatever γ (Algorithm 1 step 5, the paper's tables: a
+    # compressed request priced as a short one); "at_boundary" = every compressed request
+    # at L_total = B split like any other (its output shrinks to B's share).
+    compressed_mass: CompressedMass = "band"
     # Long-pool distribution when p_c < 1: "ignore" = F on (⌊γB⌋, ∞) only (Algorithm 1 step
     # 6; the band is used only if nothing lies above ⌊γB⌋, so its traffic is never dropped),
     # "long" = that mixed with the uncompressed band (B, ⌊γB⌋] in proportion (1 − p_c)β.
@@ -117,5 +126,6 @@ class PlannerOptions:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-PAPER = PlannerOptions()
-EXACT = replace(PAPER, moments="exact")
+DEFAULT = PlannerOptions()
+PAPER = replace(DEFAULT, compressed_mass="restricted")  # reproduces Tables 3, 5, 6
+EXACT = replace(DEFAULT, moments="exact")

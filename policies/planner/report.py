@@ -44,7 +44,8 @@ def table(plan: Plan, extra: tuple[FleetRow, ...] = ()) -> str:
     lines = [
         f"{plan.workload}: λ = {plan.rate:g} req/s, P99 TTFT SLO {1e3 * plan.slo_s:g} ms, "
         f"p_c = {plan.p_c:g}, baselines at B_short = {plan.b_ref:,}, "
-        f"SLO check {plan.sweep.cal.options.slo_check}",
+        f"SLO check {plan.sweep.cal.options.slo_check}, "
+        f"compressed requests priced {plan.sweep.cal.options.compressed_mass}",
         f"{'method':<26} {'B_short':>7} {'n_s':>6} {'n_l':>6} {'total':>6} "
         f"{'K$/yr':>9} {'saving':>7} {'ρ_s':>6} {'ρ_l':>6} {'TTFT99 s/l ms':>14} {'SLO':>4}",
     ]

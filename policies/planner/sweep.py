@@ -3,7 +3,8 @@
     for B in 𝓑 (hardware-feasible boundaries), γ in {1.0, 1.1, …, 2.0}:
         α' = F(B) + [F(⌊γB⌋) − F(B)]·p_c                                  (Eq. 1, 14)
         λ_s = α'λ,  λ_l = (1 − α')λ                                        (Eq. 1–2)
-        μ_s, C²_s from F on [1, B];  μ_l, C²_l from F on (⌊γB⌋, ∞)         (steps 5–6)
+        μ_s, C²_s from F on [1, B] and the compressed band                (step 5, see below)
+        μ_l, C²_l from F on (⌊γB⌋, ∞)                                       (step 6)
         n_s, n_l by Erlang-C inversion under ρ_max                        (Eq. 11)
         cost = c_s n_s + c_l n_l,  c_l = φ c_s                             (Eq. 9)
     return the argmin
@@ -14,6 +15,14 @@ distinct ⌊γB⌋ (long pool, recalibrated on the post-compression distribution
 "critical" step), cached by ⌊γB⌋. `sweep` depends on λ, the SLO, p_c and φ: it is pure
 array arithmetic over the (B, γ) grid (numpy, one pass for all pools), so re-planning when
 traffic shifts costs microseconds.
+
+The short pool serves F(B)·λ short requests and (F(⌊γB⌋) − F(B))·p_c·λ compressed ones.
+Algorithm 1 step 5 prices it on F over [1, B] alone (`compressed_mass="restricted"`, the
+paper's tables). By default ("band") its service distribution is the rate-weighted mixture
+of that slice and the band (B, ⌊γB⌋] as C&R serves it: each band request with its prompt
+cut to T_c = B − L_out (Eq. 15) and its original output, which is what it holds a slot
+for. Its moments are exact (prefix sums over a per-B table of compressed requests), so
+the mixture is continuous in γ and re-weighting for p_c is array arithmetic.
 
 𝓑 leaves out boundaries with F(B) > 0.999 (a long pool of < 0.1 % of traffic). When
 ⌊γB⌋ reaches the CDF's last point the tail (⌊γB⌋, ∞) is empty; under Algorithm 1's
@@ -41,7 +50,7 @@ import numpy.typing as npt
 
 from policies.planner.erlang import Binding, size_pools
 from policies.planner.grid import MomentGrid
-from policies.planner.options import GAMMAS, PAPER, PlannerOptions
+from policies.planner.options import DEFAULT, GAMMAS, PlannerOptions
 from policies.planner.profile import A100_LLAMA3_70B, HardwareProfile
 from policies.planner.service import (
     LengthTable,
@@ -50,7 +59,14 @@ from policies.planner.service import (
     moments,
     point_moments,
 )
-from policies.planner.workload import LengthCdf, band_pool, long_pool, short_pool, whole
+from policies.planner.workload import (
+    LengthCdf,
+    PoolDistribution,
+    band_pool,
+    long_pool,
+    short_pool,
+    whole,
+)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -100,6 +116,9 @@ class Calibration:
     f_g: FloatArray  # (nB, nG) F(⌊γB⌋)
     short: list[PoolMoments | None]  # per B: F on [1, B]
     edge: list[PoolMoments]  # per B: every request at L = B (compressed, Eq. 15)
+    # per (B, γ): the band (B, ⌊γB⌋] served compressed (prompt ≤ B − L_out, its own
+    # output), exact moments, TTFT floor at L = B's; None if the band is empty
+    compressed: list[list[PoolMoments | None]]
     long: list[list[PoolMoments | None]]  # per (B, γ): F on (⌊γB⌋, ∞); None if empty
     band: list[list[PoolMoments | None]]  # per (B, γ): F on (B, ⌊γB⌋], exact moments
     homogeneous: PoolMoments
@@ -108,6 +127,7 @@ class Calibration:
     class_floor: FloatArray  # (nB,) its TTFT floor in the long pool (per_class check)
     short_grid: MomentGrid = field(repr=False)  # (nB,)
     edge_grid: MomentGrid = field(repr=False)  # (nB,)
+    compressed_grid: MomentGrid = field(repr=False)  # (nB, nG)
     # (nB, nG); where (⌊γB⌋, ∞) is empty: absent, holding the tail's limit (see calibrate)
     long_grid: MomentGrid = field(repr=False)
     band_grid: MomentGrid = field(repr=False)  # (nB, nG)
@@ -118,7 +138,7 @@ def calibrate(
     b_candidates: tuple[int, ...] | None = None,
     gammas: tuple[float, ...] = GAMMAS,
     spec: FleetSpec | None = None,
-    options: PlannerOptions = PAPER,
+    options: PlannerOptions = DEFAULT,
     reference_b: tuple[int, ...] = (),
 ) -> Calibration:
     """Per-pool service moments for every (B, γ) cell (Algorithm 1 steps 5–6).
@@ -147,13 +167,18 @@ def calibrate(
     edge: list[PoolMoments] = []
     long: list[list[PoolMoments | None]] = []
     band: list[list[PoolMoments | None]] = []
+    compressed: list[list[PoolMoments | None]] = []
     long_cache: dict[int, PoolMoments | None] = {}
     f_g = np.zeros((len(bs), len(gammas)))
     lowers = np.zeros((len(bs), len(gammas)), dtype=np.int64)
     class_p99 = np.zeros(len(bs), dtype=np.int64)
     class_floor = np.zeros(len(bs))
     for i, b in enumerate(bs):
-        table = LengthTable.build(b, spec.short_profile.n_slots(b), spec.short_profile, options)
+        # one short-pool table: lengths ≤ B as they are (compression never touches them),
+        # the band's above B as C&R serves them (prompt cut to B − L_out)
+        top_band = max(min(int(g * b), spec.long_ctx) for g in gammas)
+        n_short = spec.short_profile.n_slots(b)
+        table = LengthTable.build(max(b, top_band), n_short, spec.short_profile, options, b)
         dist = short_pool(cdf, b, interp)
         short.append(moments(dist, table, options) if dist is not None else None)
         edge.append(point_moments(b, table))
@@ -164,6 +189,7 @@ def calibrate(
             class_floor[i] = float(long_table.floor[class_p99[i]])
         row: list[PoolMoments | None] = []
         band_row: list[PoolMoments | None] = []
+        cut_row: list[PoolMoments | None] = []
         for j, gamma in enumerate(gammas):
             lower = int(gamma * b)  # ⌊γB⌋ in the reference's float arithmetic
             lowers[i, j] = lower
@@ -177,8 +203,10 @@ def calibrate(
             # the band's moments only matter when p_c < 1; exact is cheap and noise-free
             bdist = band_pool(cdf, b, min(lower, spec.long_ctx), spec.long_ctx, interp)
             band_row.append(exact_moments(bdist, long_table, options) if bdist else None)
+            cut_row.append(_compressed(bdist, table, edge[-1], options) if bdist else None)
         long.append(row)
         band.append(band_row)
+        compressed.append(cut_row)
 
     shape = (len(bs), len(gammas))
     long_grid = MomentGrid.of([m or top for r in long for m in r], top, shape)
@@ -196,12 +224,14 @@ def calibrate(
         edge=edge,
         long=long,
         band=band,
+        compressed=compressed,
         homogeneous=homogeneous,
         lower=lowers,
         class_p99=class_p99,
         class_floor=class_floor,
         short_grid=MomentGrid.of(list(short), edge[0], (len(bs),)),
         edge_grid=MomentGrid.of(list(edge), edge[0], (len(bs),)),
+        compressed_grid=MomentGrid.of([m for r in compressed for m in r], edge[0], shape),
         long_grid=replace(long_grid, present=long_present),
         band_grid=MomentGrid.of([m for r in band for m in r], homogeneous, shape),
     )
@@ -317,16 +347,20 @@ def sweep(
     lam_l = (1.0 - alpha) * rate
 
     short = cal.short_grid.broadcast(shape)
-    if opt.compressed_mass == "at_boundary":  # compressed requests join at L = B (Eq. 15)
+    if opt.compressed_mass != "restricted":  # compressed requests share the short pool
         edge = cal.edge_grid.broadcast(shape)
+        # "band": the band's own requests, prompt cut to T_c; "at_boundary": all at L = B
+        comp = cal.compressed_grid if opt.compressed_mass == "band" else edge
         w = border * p_c
-        short = short.mix(edge, f_b, w)
+        native = short
+        short = short.mix(comp, f_b, w)
         if opt.prefill_stat == "p99":  # the mixture's P99 sits at B once B holds > 1 %
             with np.errstate(divide="ignore", invalid="ignore"):
                 share = np.where(alpha > 0, w / alpha, 0.0)
             short = replace(short, floor=np.where(share > 0.01, edge.floor, short.floor))
         else:
-            short = replace(short, floor=_mix(short.floor, edge.floor, f_b, w))
+            short = replace(short, floor=_mix(short.floor, comp.floor, f_b, w))
+        short = short.where(w > 0, native)  # no compressed traffic: the slice, bit for bit
     band_w = border * (1.0 - p_c)
     tail, band = cal.long_grid, cal.band_grid
     band_on = band.present & (band_w > 0)
@@ -398,6 +432,17 @@ def sweep(
         homogeneous_binding=Binding(int(bind[-1])),
         best=cheapest_cell(cost, ok, cal.b, cal.gammas, cal.eligible),
     )
+
+
+def _compressed(
+    band: PoolDistribution, cut: LengthTable, edge: PoolMoments, options: PlannerOptions
+) -> PoolMoments:
+    """The band's requests as the short pool serves them after C&R: exact moments over
+    `cut` (LengthTable with compress_to = B). A compressed request's prefill is longest
+    when its output is shortest, at the band's lower end, where it is B's own: the TTFT
+    floor under "p99" is the edge's (L = B), the per-class check's compressed class."""
+    m = exact_moments(band, cut, options)
+    return m if options.prefill_stat == "mean" else replace(m, ttft_floor_s=edge.ttft_floor_s)
 
 
 def _per_class_floors(

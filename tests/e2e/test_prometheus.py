@@ -56,8 +56,8 @@ BORDERLINE = [
     {"role": "user", "content": "Here is the document:\n\n" + DOCUMENT},
     {"role": "user", "content": "Summarise it in three sentences."},
 ]
-# borderline too, but all of it is the last user message, which compression never touches:
-# it falls back to the long pool uncompressed
+# borderline too, but all of it is the last user message, which this test's gateway protects
+# (`placement.protect_last_user: true`): it falls back to the long pool uncompressed
 UNCOMPRESSIBLE = [
     {"role": "user", "content": "Summarise this document:\n\n" + DOCUMENT},
 ]
@@ -97,6 +97,8 @@ def fleet() -> Iterator[Fleet]:
             [long.url, long_sglang.url],
             # two engine 500s in a row open the failing worker's circuit, for a second
             breaker={"failures": 2, "open_s": 1.0},
+            # the last user message is left whole, so UNCOMPRESSIBLE falls back
+            placement={"protect_last_user": True},
         )
         pools: Any = cfg["pools"]
         dead_mid = f"http://127.0.0.1:{free_port()}"

@@ -10,33 +10,14 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import load_config
-from policies.types import Category, Outcome, RequestInfo
+from policies.types import Category
 from simulator.run import run
 from simulator.workloads import RequestSpec
 from tests.e2e.fleet import MODEL, emulator, gateway_config
+from tests.hook_events import Events
 from tests.unit.simulator.conftest import small
 
 pytestmark = pytest.mark.e2e
-
-
-class Events:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str]] = []
-
-    def on_arrival(self, request: RequestInfo, now: float) -> None:
-        self.seen.append((request.id, "arrival"))
-
-    def on_dispatch(self, request: RequestInfo, worker: str, now: float) -> None:
-        self.seen.append((request.id, "dispatch"))
-
-    def on_first_token(self, request: RequestInfo, now: float) -> None:
-        self.seen.append((request.id, "first_token"))
-
-    def on_complete(self, request: RequestInfo, outcome: Outcome, now: float) -> None:
-        self.seen.append((request.id, f"complete:{outcome.status.value}"))
-
-    def of(self, rid: str) -> list[str]:
-        return [e for r, e in self.seen if r == rid]
 
 
 # (id, prompt tokens, max tokens): short, long (beyond the short pool), too long for any

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compressor.compress import compress_chat, compress_prompt
+from compressor.compress import CompressorConfig, compress_chat, compress_prompt
 from compressor.document import Analyzer
 from compressor.fences import code_spans
 from compressor.sentences import split_units
@@ -137,6 +137,9 @@ def test_prompt_properties(text: str, frac: float) -> None:
     assert is_unit_subsequence(text, r.prompt)
     for block_text in code_blocks(text):
         assert block_text in r.prompt
+    final = text.rsplit("\n\n", 1)[-1]  # the trailing question, when short, stays whole
+    if count(final) <= 200:
+        assert r.prompt.endswith(final)
     again = compress_prompt(text, target, analyzer=Analyzer())
     assert again.prompt == r.prompt and again.tokens_after == r.tokens_after
 
@@ -156,11 +159,12 @@ chat = st.builds(
 
 
 @SETTINGS
-@given(chat, fraction)
-def test_chat_properties(messages: list[dict[str, Any]], frac: float) -> None:
+@given(chat, fraction, st.booleans())
+def test_chat_properties(messages: list[dict[str, Any]], frac: float, protect: bool) -> None:
     before = engine_tokens(messages=messages)
     target = max(1, int(before * frac))
-    r = compress_chat(messages, target)
+    config = CompressorConfig(protect_last_user=protect)
+    r = compress_chat(messages, target, config)
     assert r.messages is not None
     assert r.tokens_before == before
     assert r.tokens_after == engine_tokens(messages=r.messages)
@@ -168,11 +172,17 @@ def test_chat_properties(messages: list[dict[str, Any]], frac: float) -> None:
         assert r.tokens_after <= target
     assert len(r.messages) == len(messages)
     assert r.messages[0] is messages[0]  # the system prompt
-    assert r.messages[-1] is messages[-1]  # the last user message
+    last, new_last = messages[-1]["content"], r.messages[-1]["content"]
+    if protect:
+        assert r.messages[-1] is messages[-1]  # the last user message
+    else:  # its trailing question: a short last paragraph stays whole, at the end
+        final = last.rsplit("\n\n", 1)[-1]
+        if count(final) <= 200:
+            assert new_last.endswith(final)
     for old, new in zip(messages, r.messages, strict=True):
         assert old["role"] == new["role"]
         assert is_unit_subsequence(old["content"], new["content"])
         for block_text in code_blocks(old["content"]):
             assert block_text in new["content"]
-    again = compress_chat(messages, target, analyzer=Analyzer())
+    again = compress_chat(messages, target, config, analyzer=Analyzer())
     assert again.messages == r.messages

@@ -9,7 +9,24 @@ from policies.admission import ADMITTERS, AdmissionRefused, make_admitter
 from policies.types import Outcome, RequestInfo, Status
 
 # parameters that make each registered admitter refuse within a few requests, where it can
-TIGHT = {"concurrency": {"limit": 2}}
+TIGHT = {
+    "concurrency": {"limit": 2},
+    # one guaranteed entitlement of 2 slots in a 16-slot pool: the third request is refused
+    "token_pools": {
+        "pools": {
+            "p": {"slots": 16, "tokens_per_s": 1e6, "kv_bytes": 10**12, "bytes_per_token": 1000}
+        },
+        "entitlements": {
+            "team-a": {
+                "pool": "p",
+                "class": "guaranteed",
+                "tokens_per_s": 1e5,
+                "kv_bytes": 10**10,
+                "concurrency": 2,
+            }
+        },
+    },
+}
 
 
 def _request(i: int, entitlement: str = "team-a") -> RequestInfo:

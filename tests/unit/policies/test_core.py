@@ -134,3 +134,32 @@ def test_complete_learns_only_from_successful_answers():
         t = core.arrive(_prompt(100), str(status), 0.0, POOLS)
         core.complete(t, Outcome(status, prompt_tokens=tokens), 0.0)
     assert learned == [120]
+
+
+async def test_admission_through_a_shared_store_is_awaited_and_released_on_complete():
+    """An admitter with a store attached (the gateway's Redis store; here the in-memory
+    one behind the same async protocol) is awaited; `complete` gives its hold back."""
+    from policies.admission import make_admitter
+    from policies.clock import ManualClock
+    from policies.tenancy.store import MemoryStore
+
+    pool = {"slots": 1, "tokens_per_s": 1e6, "kv_bytes": 10**12, "bytes_per_token": 10}
+    ent = {"pool": "p", "class": "guaranteed", "tokens_per_s": 1e5, "kv_bytes": 10**10,
+           "concurrency": 1}  # fmt: skip
+    admitter = make_admitter(
+        "token_pools", {"pools": {"p": pool}, "entitlements": {"default": ent}}
+    )
+    core = _core(admitter=admitter)
+    assert not core.admission_awaits
+    store = MemoryStore(ManualClock())
+    admitter.attach(store, store, "replica-1")  # type: ignore[attr-defined]
+    await admitter.publish()  # type: ignore[attr-defined]
+    assert core.admission_awaits
+    a = core.arrive(_prompt(100), "a", 0.0, POOLS)
+    b = core.arrive(_prompt(100), "b", 0.0, POOLS)
+    assert await core.admit_async(a, 0.0) is None
+    refused = await core.admit_async(b, 0.0)
+    assert isinstance(refused, AdmissionRefused) and refused.retry_after > 0
+    core.complete(a, Outcome(Status.OK, prompt_tokens=100, completion_tokens=5), 1.0)
+    c = core.arrive(_prompt(100), "c", 1.0, POOLS)
+    assert await core.admit_async(c, 1.0) is None  # the hold came back through the store

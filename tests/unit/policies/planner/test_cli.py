@@ -22,9 +22,14 @@ def test_plan_process_prints_table3(cdfs: dict) -> None:
 
 
 def test_plan_json_for_a_named_workload(cdfs: dict, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--workload", "azure", "--rate", "1000", "--b-short", "4096", "--json"]) == 0
+    args = ["--workload", "azure", "--rate", "1000", "--b-short", "4096", "--json"]
+    assert main([*args, "--compressed-mass", "restricted"]) == 0  # the paper's pricing
     body = json.loads(capsys.readouterr().out)
     assert body["optimum"]["gamma"] == 2.0 and body["optimum"]["total_gpus"] == 50
+    assert main(args) == 0  # compressed requests priced as served: 91 + 2
+    served = json.loads(capsys.readouterr().out)
+    assert served["options"]["compressed_mass"] == "band"
+    assert served["optimum"]["gamma"] == 2.0 and served["optimum"]["total_gpus"] == 93
     methods = [r["method"] for r in body["rows"]]
     assert methods == ["homogeneous", "pool_routing", "pr_cr", "fleetopt"]
     assert body["rows"][0]["annual_cost_usd"] == pytest.approx(284 * 2.21 * 8760)
@@ -95,7 +100,8 @@ def test_slo_check_flag(cdfs: dict, capsys: pytest.CaptureFixture[str]) -> None:
     paper = json.loads(capsys.readouterr().out)
     assert per_class["options"]["slo_check"] == "per_class"
     assert paper["options"]["slo_check"] == "paper"
-    assert per_class["optimum"]["total_gpus"] == 36 and paper["optimum"]["total_gpus"] == 50
+    # 36 with the paper's pricing of compressed requests (test_check_points.py)
+    assert per_class["optimum"]["total_gpus"] == 38 and paper["optimum"]["total_gpus"] == 50
 
 
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,437 @@
+"""The Redis entitlement store: token-pool counters shared by every gateway replica.
+
+Implements policies/tenancy/store.py's `EntitlementStore` with redis-py's asyncio client
+(hiredis parses replies). Every check-and-reserve and every settle-and-release is ONE Lua
+script (gateway/store_redis_lua.py, the ledger's algorithm line for line), so admission
+costs one round trip and completion one, atomic across replicas. Keys are hash-tagged per
+pool (`fg:{pool}:…`), so each script touches one Redis Cluster slot.
+
+Holds never leak: each carries a TTL (`hold_ttl_s`, longer than any request) and its
+replica's id; replicas heartbeat every `heartbeat_ttl_s / 3`, and a replica silent for
+`heartbeat_ttl_s` (crashed, partitioned) has its holds reaped by the next reserve in that
+pool (a bounded sweep on the hot path) or by `expire`. A reserve cancelled in flight (the
+client left) releases its grant when it arrives.
+
+Redis unreachable — a per-class posture, never a hang:
+- every call has a timeout (`timeout_s`, and the client's socket timeouts);
+- a circuit breaker opens after `failures` consecutive errors and for `cooldown_s` sends
+  nothing to Redis (no latency spent on a dead server), then lets one probe through;
+- while it is open (or a call fails) a request of a class that *fails open* is admitted
+  against a local ledger whose pools and entitlements are the shared ones divided by the
+  number of live replicas (the last count the heartbeat saw), so N replicas together stay
+  near the global limits; a class that *fails closed* is refused with
+  `store_unavailable` and a Retry-After of the breaker's remaining cooldown.
+  Default: dedicated, guaranteed and elastic fail open (protected work keeps flowing),
+  spot and preemptible fail closed (surplus is not handed out blind).
+- one log line per breaker transition; `transitions` and `state` for metrics;
+- completions (`finish_soon`) queue while Redis is away and are retried in order until
+  the hold would have expired anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gateway import store_redis_lua as lua
+from policies.tenancy.bucket import to_us
+from policies.tenancy.capacity import PoolCapacity
+from policies.tenancy.classes import ServiceClass
+from policies.tenancy.control import Dynamics, PoolView, Usage
+from policies.tenancy.entitlement import Entitlement, EntitlementState
+from policies.tenancy.ledger import SWEEP_MAX, Ledger, StoreConfig
+from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
+
+log = logging.getLogger("fleetgate.tenancy")
+
+LOCAL = "local:"  # the prefix of a hold granted by the local fallback ledger
+FAIL_OPEN_DEFAULT: Mapping[ServiceClass, bool] = {
+    ServiceClass.DEDICATED: True,
+    ServiceClass.GUARANTEED: True,
+    ServiceClass.ELASTIC: True,
+    ServiceClass.SPOT: False,
+    ServiceClass.PREEMPTIBLE: False,
+}
+
+
+class StoreUnavailable(Exception):
+    """Redis did not answer (timeout, connection, script error) or the breaker is open."""
+
+
+@dataclass(slots=True)
+class CircuitBreaker:
+    """closed → (`failures` consecutive errors) → open for `cooldown_s` → half-open: one
+    probe; its success closes, its failure opens again."""
+
+    failures: int = 3
+    cooldown_s: float = 2.0
+    state: str = "closed"
+    errors: int = 0
+    open_until: float = 0.0
+    transitions: int = 0
+
+    def allow(self, now: float) -> bool:
+        if self.state == "closed":
+            return True
+        if self.state == "open" and now >= self.open_until:
+            self._move("half_open", "probing")
+            return True
+        return False
+
+    def succeeded(self) -> None:
+        self.errors = 0
+        if self.state != "closed":
+            self._move("closed", "Redis answers again")
+
+    def failed(self, now: float, why: str) -> None:
+        self.errors += 1
+        if self.state == "half_open" or (self.state == "closed" and self.errors >= self.failures):
+            self.open_until = now + self.cooldown_s
+            self._move("open", why)
+
+    def retry_in(self, now: float) -> float:
+        return max(0.001, self.open_until - now) if self.state == "open" else self.cooldown_s
+
+    def _move(self, state: str, why: str) -> None:
+        log.warning("entitlement store breaker %s → %s: %s", self.state, state, why)
+        self.state = state
+        self.transitions += 1
+
+
+def _scaled_pool(cap: PoolCapacity, n: int) -> PoolCapacity:
+    return replace(
+        cap,
+        tokens_per_s=cap.tokens_per_s / n,
+        kv_bytes=max(1, cap.kv_bytes // n),
+        slots=max(1, cap.slots // n),
+    )
+
+
+def _scaled_entitlement(ent: Entitlement, n: int) -> Entitlement:
+    return replace(
+        ent,
+        tokens_per_s=ent.tokens_per_s / n,
+        kv_bytes=max(1, ent.kv_bytes // n) if ent.kv_bytes else 0,
+        concurrency=max(1, ent.concurrency // n) if ent.concurrency else 0,
+    )
+
+
+def _s(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+@dataclass(eq=False)
+class RedisStore:
+    client: aioredis.Redis
+    config: StoreConfig = field(default_factory=StoreConfig)
+    prefix: str = "fg"
+    timeout_s: float = 0.25
+    # the store's clock: None → the Redis server's (production); a function → tests
+    clock: Callable[[], float] | None = None
+    fail_open: Mapping[ServiceClass, bool] = field(default_factory=lambda: dict(FAIL_OPEN_DEFAULT))
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    live_replicas: int = 1  # the last count a heartbeat saw
+    local: Ledger = field(init=False)
+    capacities: dict[str, PoolCapacity] = field(default_factory=dict)
+    definitions: dict[tuple[str, str], tuple[Entitlement, float]] = field(default_factory=dict)
+    _scaled_for: int = 0
+    _outbox: deque[tuple[float, str, str, int | None, float | None]] = field(default_factory=deque)
+    _drainer: asyncio.Task[None] | None = None
+    _beater: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.local = Ledger(self.config)
+        c = self.client
+        self._reserve = c.register_script(lua.RESERVE)
+        self._finish = c.register_script(lua.FINISH)
+        self._expire = c.register_script(lua.EXPIRE)
+        self._heartbeat = c.register_script(lua.HEARTBEAT)
+        self._define_pool = c.register_script(lua.DEFINE_POOL)
+        self._put = c.register_script(lua.PUT_ENTITLEMENT)
+        self._view = c.register_script(lua.VIEW)
+        self._apply = c.register_script(lua.APPLY_STEP)
+
+    @classmethod
+    def from_url(cls, url: str, timeout_s: float = 0.25, **kw: Any) -> RedisStore:
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
+        )
+        return cls(client, timeout_s=timeout_s, **kw)
+
+    # --- plumbing ------------------------------------------------------------------------
+    def keys(self, pool: str) -> list[str]:
+        base = f"{self.prefix}:{{{pool}}}:"
+        return [
+            base + k
+            for k in ("state", "holds", "admitted", "evictable", "expiry", "owners", "replicas")
+        ]
+
+    def _now_arg(self) -> str:
+        return "" if self.clock is None else str(to_us(self.clock()))
+
+    def _local_now(self) -> float:
+        return self.clock() if self.clock is not None else time.monotonic()
+
+    async def _call(self, script: Any, pool: str, *args: Any) -> Any:
+        now = self._local_now()
+        if not self.breaker.allow(now):
+            raise StoreUnavailable("the entitlement store's breaker is open")
+        try:
+            result = await asyncio.wait_for(
+                script(keys=self.keys(pool), args=[self._now_arg(), *args]), self.timeout_s
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+            raise StoreUnavailable(str(exc)) from exc
+        self.breaker.succeeded()
+        return result
+
+    # --- definitions -----------------------------------------------------------------
+    async def define_pool(self, name: str, capacity: PoolCapacity) -> None:
+        self.capacities[name] = capacity
+        self._scaled_for = 0
+        await self._call(
+            self._define_pool,
+            name,
+            capacity.slots,
+            repr(float(capacity.tokens_per_s)),
+            capacity.kv_bytes,
+            capacity.bytes_per_token,
+            repr(float(capacity.window_s)),
+            repr(float(capacity.typical_request_s)),
+        )
+
+    async def put_entitlement(self, ent: Entitlement, priority: float) -> None:
+        self.definitions[(ent.pool, ent.name)] = (ent, priority)
+        self._scaled_for = 0
+        await self._call(
+            self._put,
+            ent.pool,
+            ent.name,
+            ent.service_class.value,
+            ent.state.value,
+            repr(float(ent.tokens_per_s)),
+            ent.kv_bytes,
+            ent.concurrency,
+            repr(float(ent.window_s)),
+            repr(float(priority)),
+        )
+
+    # --- the hot path --------------------------------------------------------------------
+    async def reserve(self, claim: Claim) -> Verdict:
+        task = asyncio.ensure_future(self._reserve_or_fallback(claim))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(lambda t: self._drop_grant(claim.pool, t))
+            raise
+
+    def _drop_grant(self, pool: str, task: asyncio.Task[Verdict]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            verdict = task.result()
+            if isinstance(verdict, Granted):
+                self.finish_soon(pool, verdict.reservation, None, None)
+
+    async def _reserve_or_fallback(self, claim: Claim) -> Verdict:
+        try:
+            raw = await self._call(
+                self._reserve,
+                claim.pool,
+                claim.entitlement,
+                claim.request,
+                claim.tokens,
+                claim.replica,
+                to_us(self.config.hold_ttl_s),
+                repr(float(self.config.state_retry_s)),
+                SWEEP_MAX,
+            )
+        except StoreUnavailable as exc:
+            return self._fallback(claim, str(exc))
+        out = [_s(x) for x in raw]
+        if out[0] == "ok":
+            return Granted(out[1], float(out[2]), out[3] == "1", tuple(out[4:]))
+        return Denied(Check(out[1]), float(out[2]), out[3])
+
+    def _fallback(self, claim: Claim, why: str) -> Verdict:
+        """Redis is away: fail open against local limits / n replicas, or fail closed."""
+        known = self.definitions.get((claim.pool, claim.entitlement))
+        now = self._local_now()
+        if known is None or not self.fail_open.get(known[0].service_class, False):
+            return Denied(
+                Check.STORE_UNAVAILABLE,
+                self.breaker.retry_in(now),
+                f"the entitlement store is unavailable ({why}) and "
+                f"{known[0].service_class if known else 'an unknown entitlement'} fails closed",
+            )
+        n = max(1, self.live_replicas)
+        if self._scaled_for != n:
+            self._scaled_for = n
+            for pool, cap in self.capacities.items():
+                self.local.define_pool(pool, _scaled_pool(cap, n), now)
+            for ent, prio in self.definitions.values():
+                if ent.pool in self.capacities:
+                    self.local.put_entitlement(_scaled_entitlement(ent, n), prio, now)
+        verdict = self.local.reserve(replace(claim, replica=""), now)
+        if isinstance(verdict, Granted):
+            return replace(verdict, reservation=LOCAL + verdict.reservation)
+        return verdict
+
+    async def settle(
+        self, pool: str, hold: str, used_tokens: int, latency: float | None = None
+    ) -> bool:
+        return (await self._finish_call(pool, hold, used_tokens, latency, release=False))[0]
+
+    async def release(self, pool: str, hold: str) -> bool:
+        return (await self._finish_call(pool, hold, None, None, release=True))[1]
+
+    async def finish(
+        self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
+    ) -> bool:
+        return (await self._finish_call(pool, hold, used_tokens, latency, release=True))[1]
+
+    async def _finish_call(
+        self, pool: str, hold: str, used: int | None, latency: float | None, release: bool
+    ) -> tuple[bool, bool]:
+        if hold.startswith(LOCAL):
+            now, hid = self._local_now(), hold[len(LOCAL) :]
+            settled = used is not None and self.local.settle(pool, hid, used, latency, now)
+            return settled, release and self.local.release(pool, hid)
+        out = await self._call(
+            self._finish,
+            pool,
+            hold,
+            "" if used is None else used,
+            "" if latency is None else repr(float(latency)),
+            "1" if release else "0",
+        )
+        return bool(int(out[0])), bool(int(out[1]))
+
+    def finish_soon(
+        self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
+    ) -> None:
+        if hold.startswith(LOCAL):
+            now, hid = self._local_now(), hold[len(LOCAL) :]
+            if used_tokens is not None:
+                self.local.settle(pool, hid, used_tokens, latency, now)
+            self.local.release(pool, hid)
+            return
+        self._outbox.append((self._local_now(), pool, hold, used_tokens, latency))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        """Completions in order; while Redis is away, retried until the hold would have
+        expired by its TTL anyway (then dropped: the TTL gives it back)."""
+        while self._outbox:
+            queued, pool, hold, used, latency = self._outbox[0]
+            try:
+                await self._finish_call(pool, hold, used, latency, release=True)
+            except StoreUnavailable:
+                if self._local_now() - queued > self.config.hold_ttl_s:
+                    self._outbox.popleft()
+                    continue
+                await asyncio.sleep(self.breaker.retry_in(self._local_now()))
+                continue
+            self._outbox.popleft()
+
+    async def drained(self) -> None:
+        """Wait until every queued completion has reached Redis (tests, shutdown)."""
+        while self._drainer is not None and not self._drainer.done():
+            await asyncio.shield(self._drainer)
+
+    # --- expiry ----------------------------------------------------------------------
+    async def heartbeat(self, replica: str) -> None:
+        alive = 1
+        for pool in self.capacities:
+            count = await self._call(
+                self._heartbeat, pool, replica, to_us(self.config.heartbeat_ttl_s)
+            )
+            alive = max(alive, int(count))
+        self.live_replicas = alive
+
+    def start(self, replica: str) -> None:
+        """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`."""
+
+        async def beat() -> None:
+            while True:
+                with contextlib.suppress(StoreUnavailable):
+                    await self.heartbeat(replica)
+                await asyncio.sleep(self.config.heartbeat_ttl_s / 3)
+
+        self._beater = asyncio.get_running_loop().create_task(beat())
+
+    async def expire(self) -> int:
+        gone = 0
+        for pool in self.capacities:
+            gone += int(await self._call(self._expire, pool, 1 << 40))
+        return gone
+
+    # --- the control step --------------------------------------------------------------
+    async def view(self, pool: str) -> PoolView:
+        out = [_s(x) for x in await self._call(self._view, pool)]
+        now_us, step_us, in_flight, kv = (int(float(x)) for x in out[:4])
+        typical, threshold, holds = float(out[4]), out[5], int(float(out[6]))
+        usages = []
+        for i in range(7, len(out), 18):
+            name, rec = out[i], out[i + 1 : i + 18]
+            definition = self.definitions.get((pool, name), (None, 0.0))[0]
+            cls, state = ServiceClass(rec[0]), EntitlementState(rec[1])
+            num = [float(x) for x in rec[2:16]]
+            if definition is None:
+                definition = Entitlement(
+                    name, pool, cls, num[0], int(num[1]), int(num[2]), None, "", state, num[3]
+                )
+            refusals = dict(
+                (k, int(float(v))) for k, v in (p.split("=") for p in rec[16].split(",") if p)
+            )
+            usages.append(
+                Usage(
+                    definition,
+                    int(num[4]),
+                    int(num[5]),
+                    int(num[6]),
+                    int(num[7]),
+                    int(num[8]),
+                    int(num[9]),
+                    num[10],
+                    num[11],
+                    num[12],
+                    int(num[13]),
+                    refusals,
+                )
+            )
+        return PoolView(
+            pool,
+            now_us,
+            step_us,
+            in_flight,
+            kv,
+            float(threshold) if threshold else None,
+            typical,
+            tuple(sorted(usages, key=lambda u: u.definition.name)),
+            holds,
+        )
+
+    async def apply_step(self, view: PoolView, dynamics: Mapping[str, Dynamics]) -> bool:
+        args: list[Any] = [f"{view.step_us:.17g}", view.now_us]
+        for name, d in dynamics.items():
+            args += [name, repr(d.debt), repr(d.burst), repr(d.priority)]
+            args += [d.charged_mark, d.refused_mark]
+        return bool(int(await self._call(self._apply, view.pool, *args)))
+
+    async def close(self) -> None:
+        for task in (self._beater, self._drainer):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self.client.aclose()

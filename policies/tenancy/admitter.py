@@ -1,0 +1,214 @@
+"""The `token_pools` admitter: step 5 of the pipeline over token-pool entitlements.
+
+Request → claim: the entitlement the gateway mapped the request's key to (or
+`default_entitlement`), its pool, and its token budget prompt + max_tokens, where a
+request without max_tokens gets `default_max_tokens` (§4.3 check 2). The claim goes to
+the ledger (ledger.py: checks 1, 3–5 and the hold, atomically); a grant becomes a
+`TokenCharge` (a `Reservation`: settled with the engine's real usage, released once), a
+denial an `AdmissionRefused` whose code is the refusing check.
+
+Every `control_interval_s` (on the clock the core passes) the admitter steps each pool's
+debt, burst and priority from observed usage (control.py).
+
+Two paths:
+- `admit` (synchronous, the core's step 5 today): the in-memory ledger, no awaiting;
+- `admit_async`, when a shared store is attached (`attach`, the gateway's Redis store):
+  one awaited `reserve` at admission, and one fire-and-forget `finish_soon` (settle and
+  release in one atomic call) at completion.
+A grant may name preemptible requests to evict (`TokenCharge.evict`): cancelling them is
+the driver's part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from policies.admission import ADMITTERS, AdmissionRefused, Reservation
+from policies.registry import config_from
+from policies.tenancy.config import TokenPoolsConfig
+from policies.tenancy.control import priorities, step
+from policies.tenancy.ledger import Ledger
+from policies.tenancy.store import EntitlementStore
+from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
+from policies.types import Outcome, RequestInfo
+
+
+class Finisher(Protocol):
+    def finish(self, pool: str, hold: str, used_tokens: int | None, latency: float | None) -> None:
+        """Settle (unless `used_tokens` is None) and release, once."""
+        ...
+
+
+@dataclass(slots=True, eq=False)
+class TokenCharge:
+    """One admitted request's hold; what it used is charged at `settle`, the hold given
+    back at `release` (both once: a second call does nothing)."""
+
+    finisher: Finisher = field(repr=False)
+    pool: str
+    hold: str
+    entitlement: str
+    tokens: int  # reserved: prompt + max_tokens
+    priority: float
+    bursting: bool
+    evict: tuple[str, ...] = ()  # request ids of preemptible requests to cancel now
+    used: int | None = None
+    latency: float | None = None
+    done: bool = False
+
+    def settle(self, outcome: Outcome, now: float) -> None:
+        used = outcome.prompt_tokens + outcome.completion_tokens
+        # no usage reported (an error before the engine counted): the reserved charge stands
+        self.used = used if used > 0 else None
+        self.latency = outcome.latency
+
+    def release(self) -> None:
+        if not self.done:
+            self.done = True
+            self.finisher.finish(self.pool, self.hold, self.used, self.latency)
+
+
+@dataclass(slots=True)
+class _LedgerFinisher:
+    ledger: Ledger
+    now: float = 0.0  # the admitter's latest clock reading (settlement's refill time)
+
+    def finish(self, pool: str, hold: str, used_tokens: int | None, latency: float | None) -> None:
+        if used_tokens is not None:
+            self.ledger.settle(pool, hold, used_tokens, latency, self.now)
+        self.ledger.release(pool, hold)
+
+
+class AsyncFinisher(Protocol):
+    def finish_soon(
+        self, pool: str, hold: str, used_tokens: int | None, latency: float | None
+    ) -> None: ...
+
+
+@dataclass(slots=True)
+class _StoreFinisher:
+    store: AsyncFinisher
+
+    def finish(self, pool: str, hold: str, used_tokens: int | None, latency: float | None) -> None:
+        self.store.finish_soon(pool, hold, used_tokens, latency)
+
+
+@dataclass(slots=True)
+class TokenPoolsAdmitter:
+    config: TokenPoolsConfig
+    name: str = "token_pools"
+    ledger: Ledger = field(init=False, repr=False)
+    finisher: _LedgerFinisher = field(init=False, repr=False)
+    last_step: float | None = None
+    store: EntitlementStore | None = None  # attached by the gateway: admit_async uses it
+    store_finisher: _StoreFinisher | None = None
+    replica: str = ""
+
+    def __post_init__(self) -> None:
+        self.ledger = Ledger(self.config.store_config())
+        self.finisher = _LedgerFinisher(self.ledger)
+        weights = priorities(self.config.definitions.values(), {}, self.config.priority_config())
+        for name, cap in self.config.capacities.items():
+            self.ledger.define_pool(name, cap, 0.0)
+        for ent in self.config.definitions.values():
+            self.ledger.put_entitlement(ent, weights[ent.name], 0.0)
+
+    # --- request → claim -------------------------------------------------------------
+    def claim(self, request: RequestInfo) -> Claim | AdmissionRefused:
+        name = request.entitlement
+        ent = self.config.definitions.get(name)
+        if ent is None and self.config.default_entitlement is not None:
+            ent = self.config.definitions[self.config.default_entitlement]
+        if ent is None:
+            return AdmissionRefused(
+                f"no token-pool entitlement {name!r} (admission.params.entitlements)",
+                self.config.state_retry_s,
+                Check.UNKNOWN.value,
+            )
+        max_tokens = (
+            request.max_tokens if request.max_tokens > 0 else self.config.default_max_tokens
+        )
+        return Claim(
+            ent.pool, ent.name, request.id, request.prompt_tokens + max_tokens, self.replica
+        )
+
+    # --- the synchronous path: the in-memory ledger -------------------------------------
+    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
+        self.finisher.now = now
+        self._step(now)
+        claim = self.claim(request)
+        if isinstance(claim, AdmissionRefused):
+            return claim
+        return self._answer(claim, self.ledger.reserve(claim, now), self.finisher)
+
+    def _step(self, now: float) -> None:
+        if self.last_step is not None and now - self.last_step < self.config.control_interval_s:
+            return
+        self.last_step = now
+        config = self.config.priority_config()
+        for pool in self.ledger.pools:
+            view = self.ledger.view(pool, now)
+            self.ledger.apply_step(view, step(view, config))
+
+    # --- the asynchronous path: a shared store ------------------------------------------
+    def attach(self, store: EntitlementStore, finisher: AsyncFinisher, replica: str) -> None:
+        """Use a shared store (the gateway's Redis store) for `admit_async`."""
+        self.store, self.replica = store, replica
+        self.store_finisher = _StoreFinisher(finisher)
+
+    async def publish(self) -> None:
+        """Write the configured pools and entitlements (with their Eq. 1 priorities) into
+        the attached store: every replica does it at start; the definitions are the same."""
+        if self.store is None:
+            return
+        weights = priorities(self.config.definitions.values(), {}, self.config.priority_config())
+        for name, cap in self.config.capacities.items():
+            await self.store.define_pool(name, cap)
+        for ent in self.config.definitions.values():
+            await self.store.put_entitlement(ent, weights[ent.name])
+
+    async def control_step(self) -> int:
+        """One control interval on the attached store (the gateway runs it every
+        `control_interval_s`; with N replicas the store applies one step per interval);
+        returns how many pools this call stepped."""
+        if self.store is None:
+            return 0
+        config, stepped = self.config.priority_config(), 0
+        for pool in self.config.capacities:
+            view = await self.store.view(pool)
+            stepped += await self.store.apply_step(view, step(view, config))
+        return stepped
+
+    async def admit_async(
+        self, request: RequestInfo, now: float
+    ) -> Reservation | AdmissionRefused | None:
+        if self.store is None or self.store_finisher is None:
+            return self.admit(request, now)
+        claim = self.claim(request)
+        if isinstance(claim, AdmissionRefused):
+            return claim
+        return self._answer(claim, await self.store.reserve(claim), self.store_finisher)
+
+    def _answer(
+        self, claim: Claim, verdict: Verdict, finisher: Finisher
+    ) -> TokenCharge | AdmissionRefused:
+        if isinstance(verdict, Denied):
+            return AdmissionRefused(verdict.detail, verdict.retry_after, verdict.check.value)
+        assert isinstance(verdict, Granted)
+        return TokenCharge(
+            finisher,
+            claim.pool,
+            verdict.reservation,
+            claim.entitlement,
+            claim.tokens,
+            verdict.priority,
+            verdict.bursting,
+            verdict.evict,
+        )
+
+
+@ADMITTERS.register("token_pools")
+def _token_pools(params: Mapping[str, Any]) -> TokenPoolsAdmitter:
+    return TokenPoolsAdmitter(config_from(TokenPoolsConfig, params))

@@ -1,0 +1,88 @@
+"""The `token_pools` admitter on the synchronous path (the in-memory ledger): the control
+step moves debt and priority from observed usage, refusals carry the check, evictions are
+surfaced on the reservation, configuration errors fail at start."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.admission import AdmissionRefused, make_admitter
+from policies.types import Outcome, RequestInfo, Status
+
+POOL = {"slots": 8, "tokens_per_s": 1e6, "kv_bytes": 10**12, "bytes_per_token": 10}
+
+
+def _req(i, ent, max_tokens=100):
+    return RequestInfo(f"{ent}{i}", "m", 0.0, 100, max_tokens, entitlement=ent)
+
+
+def _params(**ents):
+    return {"pools": {"p": POOL}, "entitlements": ents, "control_interval_s": 1.0}
+
+
+def test_an_underserved_elastic_entitlement_gains_debt_and_priority():
+    base = {"pool": "p", "class": "elastic", "tokens_per_s": 400.0, "kv_bytes": 10**10}
+    a = make_admitter(
+        "token_pools",
+        _params(
+            copilot=base | {"concurrency": 5, "slo_target_ms": 500},
+            synth=base | {"concurrency": 5, "slo_target_ms": 30000},
+        ),
+    )
+    held = [a.admit(_req(i, "copilot"), 0.0) for i in range(8)]  # fills the pool (bursting)
+    assert not any(isinstance(h, AdmissionRefused) for h in held)
+    refused = [a.admit(_req(i, "synth"), 0.5) for i in range(20)]
+    assert all(isinstance(r, AdmissionRefused) and r.code == "pool_contention" for r in refused)
+    before = {u.definition.name: u for u in a.ledger.view("p", 0.5).entitlements}
+    a.admit(_req(99, "synth"), 1.0)  # the next interval: a control step runs first
+    after = {u.definition.name: u for u in a.ledger.view("p", 1.0).entitlements}
+    assert after["synth"].debt > 0 and after["synth"].priority > before["synth"].priority
+    assert after["copilot"].debt < 0  # overserved: credit, priority down
+    assert round(before["copilot"].priority, 1) == 93.8  # Eq. 1 with ℓ̄* = 15.25 s
+    for h in held:
+        h.settle(Outcome(Status.OK, prompt_tokens=100, completion_tokens=10), 2.0)
+        h.release()
+    assert a.ledger.pools["p"].in_flight == 0
+
+
+def test_a_guaranteed_request_names_preemptible_victims():
+    a = make_admitter(
+        "token_pools",
+        {
+            "pools": {"p": POOL | {"slots": 2}},
+            "entitlements": {
+                "g": {"pool": "p", "class": "guaranteed", "tokens_per_s": 1e5}
+                | {"kv_bytes": 10**10, "concurrency": 2},
+                "batch": {"pool": "p", "class": "preemptible", "concurrency": 4},
+            },
+        },
+    )
+    victims = [a.admit(_req(i, "batch"), 0.0) for i in range(2)]
+    g = a.admit(_req(0, "g"), 0.0)
+    assert g.evict == ("batch0",)
+    for r in [*victims, g]:
+        r.release()
+
+
+def test_unknown_entitlements_go_to_the_default_or_are_refused():
+    ent = {"pool": "p", "class": "spot", "concurrency": 1}
+    strict = make_admitter("token_pools", _params(anyone=ent))
+    refused = strict.admit(_req(0, "nobody"), 0.0)
+    assert isinstance(refused, AdmissionRefused) and refused.code == "unknown_entitlement"
+    lenient = make_admitter("token_pools", _params(anyone=ent) | {"default_entitlement": "anyone"})
+    assert not isinstance(lenient.admit(_req(0, "nobody"), 0.0), AdmissionRefused)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"pools": {"p": POOL}, "entitlements": {"x": {"pool": "q", "class": "spot"}}},
+        {"pools": {"p": POOL}, "entitlements": {"x": {"pool": "p", "class": "gold"}}},
+        {"pools": {"p": POOL}, "entitlements": {"x": {"pool": "p", "class": "guaranteed"}}},
+        {"pools": {"p": POOL | {"kv_geometry": {"layers": 1, "kv_heads": 1, "head_dim": 1}}}},
+        {"pools": {"p": POOL}, "default_entitlement": "nobody"},
+    ],
+)
+def test_bad_configuration_fails_at_start(params):
+    with pytest.raises(ValueError):
+        make_admitter("token_pools", params)
