@@ -149,7 +149,9 @@ class Gateway:
                 return
             if taken.compressed is not None:
                 record.compressed_to = taken.compressed[1]
-        if core.admit(ticket, now) is not None:
+        refused = core.admit(ticket, now)
+        if refused is not None:
+            record.refusal = refused.code
             self._end(ticket, record, "rejected_429", now)
             return
         if core.queued_behind(ticket):

@@ -44,6 +44,7 @@ class RequestRecord:
         "pool",
         "preemptions",
         "prompt_tokens",
+        "refusal",
         "scheduled",
         "slo_class",
         "status",
@@ -68,6 +69,7 @@ class RequestRecord:
         self.cached_tokens = 0
         self.preemptions = 0
         self.status = "pending"
+        self.refusal: str | None = None  # an admission refusal's code (the refusing check)
 
 
 class Recorder:
@@ -101,13 +103,19 @@ class Sampler:
     """Samples the fleet every `interval` virtual seconds while anything is left to happen."""
 
     def __init__(
-        self, kernel: Kernel, cluster: Cluster, interval: float, active: Callable[[], bool]
+        self,
+        kernel: Kernel,
+        cluster: Cluster,
+        interval: float,
+        active: Callable[[], bool],
+        probe: Callable[[float], None] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("sample interval must be positive")
         self.kernel = kernel
         self.cluster = cluster
         self.active = active
+        self.probe = probe  # also called at every sampling instant (run.py `probe`)
         self.series = Series(interval, pools={p: PoolSeries() for p in cluster.pools})
         self._last_slot = {p: 0.0 for p in cluster.pools}
         self._last_tokens = 0
@@ -139,5 +147,7 @@ class Sampler:
             ps.imbalance.append(1.0 - (sum(loads) / len(loads)) / peak if peak > 0 else None)
         s.tokens_per_s.append((tokens - self._last_tokens) / s.interval)
         self._last_tokens = tokens
+        if self.probe is not None:
+            self.probe(self.kernel.now())
         if self.active():
             self.kernel.after(s.interval, PRIO_SAMPLE, self._sample)
