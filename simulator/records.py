@@ -32,12 +32,14 @@ from simulator.workloads import RequestSpec
 class RequestRecord:
     __slots__ = (
         "arrival",
+        "attempt",
         "cached_tokens",
         "client",
         "completion_tokens",
         "compressed_to",
         "dispatch",
         "finish",
+        "first_arrival",
         "first_token",
         "id",
         "output_tokens",
@@ -45,6 +47,7 @@ class RequestRecord:
         "preemptions",
         "prompt_tokens",
         "refusal",
+        "refusal_reason",
         "scheduled",
         "slo_class",
         "status",
@@ -58,6 +61,9 @@ class RequestRecord:
         self.prompt_tokens = spec.prompt_tokens
         self.output_tokens = spec.output_tokens
         self.arrival = now
+        self.attempt = spec.attempt  # 1, or a client's retry of a refused request
+        # when the request's first attempt arrived (its own arrival unless a retry)
+        self.first_arrival = now if spec.first_arrival is None else spec.first_arrival
         self.pool: str | None = None
         self.worker: str | None = None
         self.compressed_to: int | None = None  # prompt tokens sent, when compressed
@@ -70,6 +76,7 @@ class RequestRecord:
         self.preemptions = 0
         self.status = "pending"
         self.refusal: str | None = None  # an admission refusal's code (the refusing check)
+        self.refusal_reason: str | None = None  # ... and its message
 
 
 class Recorder:

@@ -40,6 +40,7 @@ from simulator.workloads import (
     GammaArrivals,
     Poisson,
     RequestSpec,
+    Retry,
     Tenant,
     generate,
     generate_tenants,
@@ -208,6 +209,11 @@ def run(
             if scenario.policy.budget.estimate == "bytes"
             else None
         ),
+        retries={
+            t.name: Retry(t.retry.max_attempts, t.retry.max_wait_s)
+            for t in scenario.workload.tenants
+            if t.retry.max_attempts > 1
+        },
     )
     for p in scenario.fleet.pools:
         cluster.add_pool(

@@ -230,6 +230,13 @@ class TraceModel(_Strict):
     speedup: float = Field(default=1.0, gt=0)  # divide the trace's inter-arrival times
 
 
+class RetryModel(_Strict):
+    """A client that resends a refused request after its Retry-After (capped)."""
+
+    max_attempts: int = Field(default=1, ge=1)  # in all, the first included
+    max_wait_s: float = Field(default=5.0, gt=0)
+
+
 class TenantModel(_Strict):
     """One tenant (simulator/workloads.py `Tenant`): its own arrivals from `join` until
     `leave`, its request shapes (default: the workload's `components`), and its `name`,
@@ -241,6 +248,7 @@ class TenantModel(_Strict):
     join: float = Field(default=0.0, ge=0)
     leave: float | None = None  # None: after `requests` requests
     requests: int | None = Field(default=None, ge=1)
+    retry: RetryModel = RetryModel()  # default: a refused request is not retried
 
     @model_validator(mode="after")
     def _check(self) -> TenantModel:

@@ -77,6 +77,21 @@ class RequestSpec:
     category: Category = Category.CHAT
     model: str = "model"
     prefix_hashes: tuple[int, ...] = ()
+    attempt: int = 1  # a retry of a refused request is attempt 2, 3, …
+    first_arrival: float | None = None  # a retry: when its first attempt arrived
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A client that retries a refused request (429) after the refusal's Retry-After,
+    capped at `max_wait_s`, up to `max_attempts` attempts in all (1: never retries)."""
+
+    max_attempts: int = 1
+    max_wait_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.max_wait_s <= 0:
+            raise ValueError("retry: max_attempts >= 1 and max_wait_s > 0")
 
 
 @dataclass(frozen=True, slots=True)
