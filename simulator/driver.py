@@ -27,6 +27,10 @@ by those (as a live /metrics scrape mid-step would). `WorkerView.load` takes the
 Either way `in_flight` and `outstanding_tokens` are the core's worker-slot leases.
 Views are long-lived objects updated in place: a router must not keep them past `choose`.
 
+Clients given a `Retry` (scenario tenants' `retry`) send a request refused at admission
+again after its Retry-After, capped; each attempt is a record of its own (id `r…~2`, …)
+carrying its attempt number and its first attempt's arrival.
+
 Failure posture: a request no pool can hold is recorded as rejected (413), one refused
 admission as rejected (429), one no worker can take as rejected (503), one the engine
 refuses (ValueError on submit) as an error; every placed request gets exactly one
@@ -35,7 +39,8 @@ on_complete, whatever its outcome.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 
 from emulator.engine import EngineRequest, FinishedRequest
 from policies.budget import ChatSize
@@ -46,9 +51,9 @@ from policies.leases import WorkerSlot
 from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.compression import CompressionModel
-from simulator.kernel import PRIO_TIMER, Kernel
+from simulator.kernel import PRIO_ARRIVAL, PRIO_TIMER, Kernel
 from simulator.records import Recorder, RequestRecord
-from simulator.workloads import RequestSpec
+from simulator.workloads import RequestSpec, Retry
 
 
 class Gateway:
@@ -64,6 +69,7 @@ class Gateway:
         scrape_interval: float = 0.0,
         compression: CompressionModel | None = None,
         bytes_per_token: dict[Category, float] | None = None,
+        retries: Mapping[str, Retry] | None = None,
     ) -> None:
         self.kernel = kernel
         self.cluster = cluster
@@ -75,6 +81,9 @@ class Gateway:
         self.bytes_per_token = bytes_per_token
         self.recorder = recorder
         self.scrape_interval = scrape_interval
+        # clients that retry an admission refusal (429) after its Retry-After, by client
+        self.retries = dict(retries or {})
+        self._retrying = 0  # retries scheduled, not yet arrived (they keep the run alive)
         # in flight: its ticket, record, spec and worker slot, by request id
         self._live: dict[str, tuple[Ticket, RequestRecord, RequestSpec, WorkerSlot]] = {}
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
@@ -149,8 +158,11 @@ class Gateway:
                 return
             if taken.compressed is not None:
                 record.compressed_to = taken.compressed[1]
-        if core.admit(ticket, now) is not None:
+        refused = core.admit(ticket, now)
+        if refused is not None:
+            record.refusal, record.refusal_reason = refused.code, refused.reason
             self._end(ticket, record, "rejected_429", now)
+            self._retry(spec, refused.retry_after)
             return
         if core.queued_behind(ticket):
             self._wait(ticket)  # first come, first served
@@ -159,6 +171,27 @@ class Gateway:
                 self._wait(ticket)  # every healthy worker is at capacity
             else:
                 self._end(ticket, record, "rejected_503", now)
+
+    def _retry(self, spec: RequestSpec, retry_after: float) -> None:
+        """The client sends the refused request again after Retry-After (capped), as a new
+        attempt with its own record, until it has made `max_attempts` attempts."""
+        policy = self.retries.get(spec.client)
+        if policy is None or spec.attempt >= policy.max_attempts:
+            return
+        now = self.kernel.now()
+        again = dataclasses.replace(
+            spec,
+            id=f"{spec.id.split('~')[0]}~{spec.attempt + 1}",
+            arrival=now + min(max(retry_after, 0.0), policy.max_wait_s),
+            attempt=spec.attempt + 1,
+            first_arrival=spec.arrival if spec.first_arrival is None else spec.first_arrival,
+        )
+        self._retrying += 1
+        self.kernel.at(again.arrival, PRIO_ARRIVAL, self._retried, again)
+
+    def _retried(self, spec: RequestSpec) -> None:
+        self._retrying -= 1
+        self.arrive(spec)
 
     def _end(self, ticket: Ticket, record: RequestRecord, status: str, now: float) -> None:
         """A placed request that never reached an engine."""
@@ -256,4 +289,4 @@ class Gateway:
 
     def active(self) -> bool:
         """Anything left to happen: arrivals to come or requests in flight."""
-        return self.arrivals_left > 0 or bool(self._live) or self._waiting > 0
+        return self.arrivals_left > 0 or bool(self._live) or self._waiting > 0 or self._retrying > 0

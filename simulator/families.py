@@ -12,6 +12,7 @@ distribution; `workloads.py` pairs them with an arrival process and clients.
   k retrieved passages; ``structured`` shared templates (controlled prefix reuse, Zipf
   popularity) plus a short unique suffix. "Mixed" (Chat + RAG) and "Mixed Bursty" are
   mixtures of these declared in a scenario, not families of their own.
+- ``uniform`` — lengths uniform on a range, or fixed: a synthetic load generator's requests.
 - ``burstgpt`` — BurstGPT-like heavy tails: Pareto prompt and output lengths, drawn
   independently (BurstGPT reports Zipf-like request lengths and weak input/output
   correlation).
@@ -168,4 +169,27 @@ class BurstGptFamily:
         return Shape(p, o)
 
 
-Family = CdfFamily | ChatFamily | RagFamily | StructuredFamily | BurstGptFamily
+@dataclass(frozen=True, slots=True)
+class UniformFamily:
+    """Prompt and output lengths uniform on [min, max] (fixed when min = max): a synthetic
+    load generator's requests, e.g. the token-pools paper's §5.1 (Exp. 1: 64 in, 64 out;
+    Exp. 2: 32–176)."""
+
+    prompt_min: int = 64
+    prompt_max: int = 64
+    output_min: int = 64
+    output_max: int = 64
+
+    def __post_init__(self) -> None:
+        if not (
+            1 <= self.prompt_min <= self.prompt_max and 1 <= self.output_min <= self.output_max
+        ):
+            raise ValueError("uniform family: need 1 <= min <= max for prompt and output")
+
+    def draw(self, rng: random.Random, seq: int) -> Shape:
+        p = rng.randint(self.prompt_min, self.prompt_max)
+        o = rng.randint(self.output_min, self.output_max)
+        return Shape(p, o)
+
+
+Family = CdfFamily | ChatFamily | RagFamily | StructuredFamily | BurstGptFamily | UniformFamily

@@ -32,18 +32,22 @@ from simulator.workloads import RequestSpec
 class RequestRecord:
     __slots__ = (
         "arrival",
+        "attempt",
         "cached_tokens",
         "client",
         "completion_tokens",
         "compressed_to",
         "dispatch",
         "finish",
+        "first_arrival",
         "first_token",
         "id",
         "output_tokens",
         "pool",
         "preemptions",
         "prompt_tokens",
+        "refusal",
+        "refusal_reason",
         "scheduled",
         "slo_class",
         "status",
@@ -57,6 +61,9 @@ class RequestRecord:
         self.prompt_tokens = spec.prompt_tokens
         self.output_tokens = spec.output_tokens
         self.arrival = now
+        self.attempt = spec.attempt  # 1, or a client's retry of a refused request
+        # when the request's first attempt arrived (its own arrival unless a retry)
+        self.first_arrival = now if spec.first_arrival is None else spec.first_arrival
         self.pool: str | None = None
         self.worker: str | None = None
         self.compressed_to: int | None = None  # prompt tokens sent, when compressed
@@ -68,6 +75,8 @@ class RequestRecord:
         self.cached_tokens = 0
         self.preemptions = 0
         self.status = "pending"
+        self.refusal: str | None = None  # an admission refusal's code (the refusing check)
+        self.refusal_reason: str | None = None  # ... and its message
 
 
 class Recorder:
@@ -101,13 +110,19 @@ class Sampler:
     """Samples the fleet every `interval` virtual seconds while anything is left to happen."""
 
     def __init__(
-        self, kernel: Kernel, cluster: Cluster, interval: float, active: Callable[[], bool]
+        self,
+        kernel: Kernel,
+        cluster: Cluster,
+        interval: float,
+        active: Callable[[], bool],
+        probe: Callable[[float], None] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("sample interval must be positive")
         self.kernel = kernel
         self.cluster = cluster
         self.active = active
+        self.probe = probe  # also called at every sampling instant (run.py `probe`)
         self.series = Series(interval, pools={p: PoolSeries() for p in cluster.pools})
         self._last_slot = {p: 0.0 for p in cluster.pools}
         self._last_tokens = 0
@@ -139,5 +154,7 @@ class Sampler:
             ps.imbalance.append(1.0 - (sum(loads) / len(loads)) / peak if peak > 0 else None)
         s.tokens_per_s.append((tokens - self._last_tokens) / s.interval)
         self._last_tokens = tokens
+        if self.probe is not None:
+            self.probe(self.kernel.now())
         if self.active():
             self.kernel.after(s.interval, PRIO_SAMPLE, self._sample)

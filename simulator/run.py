@@ -23,10 +23,16 @@ from simulator.cluster import Cluster, EngineFactory, default_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
 from simulator.driver import Gateway
 from simulator.families import CdfFamily
-from simulator.kernel import PRIO_ARRIVAL, Kernel
+from simulator.kernel import PRIO_ARRIVAL, PRIO_STEP, Kernel
 from simulator.lengths import load_cdf
 from simulator.records import Recorder, RequestRecord, Sampler, Series
-from simulator.scenario import FAMILIES, Scenario
+from simulator.scenario import (
+    FAMILIES,
+    ComponentModel,
+    EntitlementEventModel,
+    Scenario,
+    WorkersEventModel,
+)
 from simulator.workloads import (
     Arrivals,
     Bursty,
@@ -34,9 +40,16 @@ from simulator.workloads import (
     GammaArrivals,
     Poisson,
     RequestSpec,
+    Retry,
+    Tenant,
     generate,
+    generate_tenants,
     read_trace,
 )
+
+# called at every sampling instant with the run's core and the virtual time (experiments
+# read the admitter's state this way, e.g. the token-pool ledger's debt and priority)
+Probe = Callable[[Core, float], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +73,7 @@ class RunResult:
     events: int
     end: float  # virtual time of the last event
     engine_stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    core: Core | None = None  # the pipeline core as the run left it (its admitter's state)
 
 
 def _arrivals(model: object) -> Arrivals:
@@ -71,9 +85,11 @@ def _arrivals(model: object) -> Arrivals:
     return Bursty(model.rate, model.burst_factor, model.burst_every, model.burst_duration)  # type: ignore[attr-defined]
 
 
-def components(scenario: Scenario, seed: int) -> list[Component]:
+def components(
+    scenario: Scenario, seed: int, models: list[ComponentModel] | None = None
+) -> list[Component]:
     out = []
-    for c in scenario.workload.components:
+    for c in scenario.workload.components if models is None else models:
         cls, slo_class, category = FAMILIES[c.family]
         if c.family == "cdf":
             family = CdfFamily(load_cdf(c.cdf or "", c.series), c.input_fraction)
@@ -95,6 +111,21 @@ def build_workload(
     n = w.requests if requests is None else requests
     if w.trace is not None:
         return read_trace(w.trace.path, w.trace.speedup, limit=n)
+    if w.tenants:
+        shared = components(scenario, seed) if w.components else []
+        tenants = [
+            Tenant(
+                t.name,
+                _arrivals(t.arrivals),
+                components(scenario, seed, t.components) if t.components else shared,
+                t.join,
+                t.leave if t.leave is not None else float("inf"),
+                t.requests,
+            )
+            for t in w.tenants
+        ]
+        cap = n if (requests is not None or "requests" in w.model_fields_set) else None
+        return generate_tenants(tenants, seed, w.model, cap)
     assert w.arrivals is not None
     return generate(
         components(scenario, seed),
@@ -145,9 +176,11 @@ def run(
     engine_factory: EngineFactory = default_engine,
     specs: list[RequestSpec] | None = None,
     routers: dict[str, Router] | None = None,
+    probe: Probe | None = None,
 ) -> RunResult:
     """Run `scenario` to completion. `specs` replaces its workload and `routers` its
-    per-pool routing policies (any object with the `Router` protocol), for experiments."""
+    per-pool routing policies (any object with the `Router` protocol), for experiments;
+    `probe` is called at every sampling instant."""
     seed = scenario.seed if seed is None else seed
     if specs is None:
         specs = build_workload(scenario, seed, requests)
@@ -176,6 +209,11 @@ def run(
             if scenario.policy.budget.estimate == "bytes"
             else None
         ),
+        retries={
+            t.name: Retry(t.retry.max_attempts, t.retry.max_wait_s)
+            for t in scenario.workload.tenants
+            if t.retry.max_attempts > 1
+        },
     )
     for p in scenario.fleet.pools:
         cluster.add_pool(
@@ -189,6 +227,8 @@ def run(
                 kv = w.config.num_kv_blocks * w.config.block_size
                 w.view.token_capacity = int(kv * dispatch.kv_overcommit)
     gateway.bind()
+    for ev in sorted(scenario.events, key=lambda e: e.at):
+        kernel.at(ev.at, PRIO_STEP, _apply_event, (ev, cluster, core, kernel))
 
     feed = iter(specs)
     gateway.arrivals_left = len(specs)
@@ -206,7 +246,13 @@ def run(
     interval = scenario.report.sample_interval or max(
         0.01, (specs[-1].arrival if specs else 1.0) / 400
     )
-    sampler = Sampler(kernel, cluster, interval, gateway.active)
+    sampler = Sampler(
+        kernel,
+        cluster,
+        interval,
+        gateway.active,
+        None if probe is None else (lambda now: probe(core, now)),
+    )
     gateway.start()
     kernel.run()
 
@@ -238,4 +284,27 @@ def run(
         kernel.events,
         kernel.now(),
         engine_stats,
+        core,
     )
+
+
+def _apply_event(arg: tuple[object, Cluster, Core, Kernel]) -> None:
+    """A scenario event (scenario.py `events`) at its time: workers taken out of service
+    or brought back (the token pool following), or an entitlement's new state."""
+    ev, cluster, core, kernel = arg
+    now = kernel.now()
+    admitter = core.admitter
+    if isinstance(ev, WorkersEventModel):
+        workers = cluster.pools[ev.pool]
+        for i, w in enumerate(workers):
+            w.view.healthy = i < ev.workers  # out of service: drains, takes nothing new
+        if ev.token_pool is not None:
+            scale = getattr(admitter, "scale_pool", None)
+            if scale is None:
+                raise ValueError(f"admission policy {admitter.name!r} has no token pools")
+            scale(ev.token_pool, ev.workers / len(workers), now)
+    elif isinstance(ev, EntitlementEventModel):
+        set_state = getattr(admitter, "set_state", None)
+        if set_state is None:
+            raise ValueError(f"admission policy {admitter.name!r} has no entitlements")
+        set_state(ev.name, ev.state, now)

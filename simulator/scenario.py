@@ -22,6 +22,19 @@
       clients: 16
     slo: {interactive: 2.0, long: 4.0}    # TTFT targets per class (QUARTZ §5.2)
 
+Multi-tenant workloads (the token-pools experiments, scenarios/token-pools-*.yaml) list
+tenants instead of one arrival process; a tenant's name is its requests' client, which
+is their entitlement at admission:
+
+    workload:
+      components: [{family: uniform}]     # shared shapes (a tenant may give its own)
+      tenants:
+        - {name: guaranteed-a, arrivals: {kind: poisson, rate: 1.4}, leave: 90}
+        - {name: guaranteed-c, arrivals: {kind: poisson, rate: 1.4}, join: 30, leave: 60}
+    events:                               # changes over time, in `at` order
+      - {kind: workers, at: 30, pool: main, workers: 1, token_pool: qwen}  # capacity halves
+      - {kind: entitlement, at: 210, name: reports, state: bound}          # a tenant binds
+
 Every mapping forbids unknown keys, and engine/family parameters are checked against the
 dataclasses they build, so a typo fails at load with the dotted path of the bad key
 (``fleet.pools.0.workerz: unknown key``). Shipped scenarios live in
@@ -185,11 +198,12 @@ FAMILIES: dict[str, tuple[type, str, Category]] = {
     "rag": (fam.RagFamily, "long", Category.RAG),
     "structured": (fam.StructuredFamily, "interactive", Category.PROSE),
     "burstgpt": (fam.BurstGptFamily, "interactive", Category.CHAT),
+    "uniform": (fam.UniformFamily, "interactive", Category.CHAT),
 }
 
 
 class ComponentModel(_Strict):
-    family: Literal["cdf", "chat", "rag", "structured", "burstgpt"]
+    family: Literal["cdf", "chat", "rag", "structured", "burstgpt", "uniform"]
     weight: float = Field(default=1.0, gt=0)
     slo_class: str | None = None  # default: the family's (rag → long, others → interactive)
     category: Category | None = None
@@ -216,22 +230,93 @@ class TraceModel(_Strict):
     speedup: float = Field(default=1.0, gt=0)  # divide the trace's inter-arrival times
 
 
+class RetryModel(_Strict):
+    """A client that resends a refused request after its Retry-After (capped)."""
+
+    max_attempts: int = Field(default=1, ge=1)  # in all, the first included
+    max_wait_s: float = Field(default=5.0, gt=0)
+
+
+class TenantModel(_Strict):
+    """One tenant (simulator/workloads.py `Tenant`): its own arrivals from `join` until
+    `leave`, its request shapes (default: the workload's `components`), and its `name`,
+    the client of its requests — their entitlement at admission (`policy.admission`)."""
+
+    name: str
+    arrivals: ArrivalsModel
+    components: list[ComponentModel] = Field(default_factory=list)
+    join: float = Field(default=0.0, ge=0)
+    leave: float | None = None  # None: after `requests` requests
+    requests: int | None = Field(default=None, ge=1)
+    retry: RetryModel = RetryModel()  # default: a refused request is not retried
+
+    @model_validator(mode="after")
+    def _check(self) -> TenantModel:
+        if self.leave is None and self.requests is None:
+            raise ValueError(f"tenant {self.name!r} needs `leave` or `requests`")
+        if self.leave is not None and self.leave <= self.join:
+            raise ValueError(f"tenant {self.name!r}: `leave` must come after `join`")
+        return self
+
+
 class WorkloadModel(_Strict):
+    # with `tenants`: a cap on the total (the first requests by arrival) only if given
     requests: int = Field(default=3000, ge=1)
     arrivals: ArrivalsModel | None = None
     components: list[ComponentModel] = Field(default_factory=list)
     trace: TraceModel | None = None
+    tenants: list[TenantModel] = Field(default_factory=list)
     clients: int = Field(default=16, ge=1)
     client_skew: float = Field(default=0.0, ge=0)  # Zipf exponent of client popularity; 0 = uniform
     model: str = "model"
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadModel:
+        if self.tenants:
+            if self.arrivals is not None or self.trace is not None:
+                raise ValueError("a `tenants` workload takes neither `arrivals` nor `trace`")
+            names = [t.name for t in self.tenants]
+            if len(set(names)) != len(names):
+                raise ValueError("tenant names must be unique")
+            for t in self.tenants:
+                if not (t.components or self.components):
+                    raise ValueError(
+                        f"tenant {t.name!r} needs `components` (its own or the workload's)"
+                    )
+            return self
         if self.trace is None and (self.arrivals is None or not self.components):
             raise ValueError("a workload needs `arrivals` and `components`, or a `trace`")
         if self.trace is not None and (self.arrivals is not None or self.components):
             raise ValueError("a `trace` workload takes neither `arrivals` nor `components`")
         return self
+
+
+class WorkersEventModel(_Strict):
+    """At `at`, `pool` keeps its first `workers` workers in service. A worker taken out
+    drains: routing skips it (unhealthy), its in-flight requests finish; one brought back
+    takes requests again. With `token_pool`, the `token_pools` admitter's pool of that
+    name follows: its capacity becomes the configured one × workers in service / workers
+    configured (the paper's Λ_p = replicas × per-replica capacity, §3.1)."""
+
+    kind: Literal["workers"]
+    at: float = Field(ge=0)
+    pool: str
+    workers: int = Field(ge=0)
+    token_pool: str | None = None
+
+
+class EntitlementEventModel(_Strict):
+    """At `at`, the `token_pools` admitter's entitlement `name` enters `state` (bound,
+    pending, degraded, expired): a tenant's entitlement binding as it joins, expiring
+    as it leaves. Eq. 1's pool-average SLO counts bound entitlements only."""
+
+    kind: Literal["entitlement"]
+    at: float = Field(ge=0)
+    name: str
+    state: Literal["pending", "bound", "degraded", "expired"]
+
+
+EventModel = Annotated[WorkersEventModel | EntitlementEventModel, Field(discriminator="kind")]
 
 
 class ReportModel(_Strict):
@@ -249,6 +334,8 @@ class Scenario(_Strict):
     workload: WorkloadModel
     slo: dict[str, float] = Field(default_factory=lambda: {"interactive": 2.0, "long": 4.0})
     report: ReportModel = ReportModel()
+    # changes over time: workers in service, entitlement states (applied in `at` order)
+    events: list[EventModel] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
@@ -257,6 +344,7 @@ class Scenario(_Strict):
         if dupes:
             raise ValueError(f"pool(s) defined twice: {', '.join(dupes)}")
         _check_policies(self)
+        _check_events(self)
         return self
 
     def engine_config(self, pool: PoolModel) -> EngineConfig:
@@ -290,6 +378,35 @@ def _check_policies(sc: Scenario) -> None:
             build()
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{where}: {exc}") from None
+
+
+def _check_events(sc: Scenario) -> None:
+    """Events name pools and entitlements that exist; admitter events need `token_pools`."""
+    pools = {p.name: p.workers for p in sc.fleet.pools}
+    admission = sc.policy.admission
+    token_pools = admission.params.get("pools", {}) if admission.policy == "token_pools" else {}
+    entitlements = (
+        admission.params.get("entitlements", {}) if admission.policy == "token_pools" else {}
+    )
+    for i, ev in enumerate(sc.events):
+        where = f"events.{i}"
+        if isinstance(ev, WorkersEventModel):
+            if ev.pool not in pools:
+                raise ValueError(f"{where}: no pool {ev.pool!r} in fleet.pools")
+            if ev.workers > pools[ev.pool]:
+                raise ValueError(
+                    f"{where}: {ev.workers} workers, but pool {ev.pool!r} has {pools[ev.pool]}"
+                )
+            if ev.token_pool is not None and ev.token_pool not in token_pools:
+                raise ValueError(
+                    f"{where}: no token pool {ev.token_pool!r} (needs policy.admission "
+                    "token_pools with that pool)"
+                )
+        elif ev.name not in entitlements:
+            raise ValueError(
+                f"{where}: no entitlement {ev.name!r} (needs policy.admission token_pools "
+                "with that entitlement)"
+            )
 
 
 class ScenarioError(ValueError):

@@ -10,7 +10,9 @@ Arrivals (the times requests reach the gateway):
 
 A workload is a weighted mixture of components (family + SLO class + content category);
 each request picks its component, then its shape, then its client (uniform, or Zipf with
-exponent `client_skew` so a few clients dominate). Every concern draws from its own
+exponent `client_skew` so a few clients dominate). Or a workload is a list of tenants
+(`Tenant`, `generate_tenants`), each with its own arrival process, shapes, and join and
+leave times, its name the client of its requests (in the simulator: their entitlement). Every concern draws from its own
 `random.Random` seeded from (seed, concern), so changing e.g. the client count leaves the
 arrival times unchanged, and a seed fixes the workload exactly.
 
@@ -27,9 +29,11 @@ comparison feeds both sides one trace.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +77,21 @@ class RequestSpec:
     category: Category = Category.CHAT
     model: str = "model"
     prefix_hashes: tuple[int, ...] = ()
+    attempt: int = 1  # a retry of a refused request is attempt 2, 3, …
+    first_arrival: float | None = None  # a retry: when its first attempt arrived
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A client that retries a refused request (429) after the refusal's Retry-After,
+    capped at `max_wait_s`, up to `max_attempts` attempts in all (1: never retries)."""
+
+    max_attempts: int = 1
+    max_wait_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1 or self.max_wait_s <= 0:
+            raise ValueError("retry: max_attempts >= 1 and max_wait_s > 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,38 +102,41 @@ class Component:
     category: Category = Category.CHAT
 
 
-def arrival_times(process: Arrivals, n: int, rng: random.Random, start: float = 0.0) -> list[float]:
-    """`n` increasing arrival times drawn from `process`."""
-    out: list[float] = []
+def iter_arrivals(process: Arrivals, rng: random.Random, start: float = 0.0) -> Iterator[float]:
+    """Increasing arrival times drawn from `process`, starting after `start`, forever."""
     t = start
     if isinstance(process, Poisson):
-        for _ in range(n):
+        while True:
             t += rng.expovariate(process.rate)
-            out.append(t)
+            yield t
     elif isinstance(process, GammaArrivals):
         shape = 1.0 / (process.cv * process.cv)
         scale = 1.0 / (process.rate * shape)
-        for _ in range(n):
+        while True:
             t += rng.gammavariate(shape, scale)
-            out.append(t)
+            yield t
     else:
         calm_end = t + rng.expovariate(1.0 / process.burst_every)
         burst_end = calm_end + process.burst_duration
-        while len(out) < n:
+        while True:
             in_burst = calm_end <= t < burst_end
             rate = process.rate * (process.burst_factor if in_burst else 1.0)
             boundary = burst_end if in_burst else calm_end
             gap = rng.expovariate(rate)
             if t + gap < boundary:
                 t += gap
-                out.append(t)
+                yield t
                 continue
             # Memorylessness: restart the draw at the boundary with the new rate.
             t = boundary
             if t >= burst_end:
                 calm_end = t + rng.expovariate(1.0 / process.burst_every)
                 burst_end = calm_end + process.burst_duration
-    return out
+
+
+def arrival_times(process: Arrivals, n: int, rng: random.Random, start: float = 0.0) -> list[float]:
+    """`n` increasing arrival times drawn from `process`."""
+    return list(itertools.islice(iter_arrivals(process, rng, start), n))
 
 
 def _zipf_weights(n: int, s: float) -> list[float]:
@@ -163,6 +185,71 @@ def generate(
                 prefix_hashes=shape.hashes,
             )
         )
+    return specs
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """One tenant of a multi-tenant workload: its own arrival process between `join` and
+    `leave`, its own request shapes, and its name as every request's client — which the
+    simulator passes to admission as the request's entitlement."""
+
+    name: str
+    arrivals: Arrivals
+    components: Sequence[Component]
+    join: float = 0.0  # its first request comes after this time
+    leave: float = math.inf  # ... and its last before this one
+    requests: int | None = None  # at most this many (None: until it leaves)
+
+    def __post_init__(self) -> None:
+        if self.leave == math.inf and self.requests is None:
+            raise ValueError(f"tenant {self.name!r} needs `leave` or `requests` (or both)")
+        if self.leave <= self.join:
+            raise ValueError(f"tenant {self.name!r}: leave must come after join")
+
+
+def generate_tenants(
+    tenants: Sequence[Tenant], seed: int, model: str = "model", limit: int | None = None
+) -> list[RequestSpec]:
+    """Every tenant's requests, merged in arrival order (ids in that order); at most `limit`.
+
+    Each tenant draws from its own generators seeded from (seed, tenant, concern), so
+    adding, removing or retiming one tenant leaves every other tenant's requests unchanged.
+    """
+    names = [t.name for t in tenants]
+    if len(set(names)) != len(names):
+        raise ValueError("tenant names must be unique")
+    drawn: list[tuple[float, int, int, RequestSpec]] = []
+    for k, tenant in enumerate(tenants):
+        if not tenant.components:
+            raise ValueError(f"tenant {tenant.name!r} needs at least one component")
+        key = f"{seed}:tenant:{tenant.name}"
+        times = iter_arrivals(tenant.arrivals, random.Random(f"{key}:arrivals"), tenant.join)
+        pick = random.Random(f"{key}:components")
+        shape_rng = random.Random(f"{key}:shapes")
+        weights = [c.weight for c in tenant.components]
+        for i, t in enumerate(times):
+            if t >= tenant.leave or (tenant.requests is not None and i >= tenant.requests):
+                break
+            comp = tenant.components[pick.choices(range(len(weights)), weights)[0]]
+            shape = comp.family.draw(shape_rng, i)
+            spec = RequestSpec(
+                id="",
+                arrival=t,
+                prompt_tokens=shape.prompt,
+                output_tokens=shape.output,
+                max_tokens=shape.output,
+                client=tenant.name,
+                slo_class=comp.slo_class,
+                category=comp.category,
+                model=model,
+                prefix_hashes=shape.hashes,
+            )
+            drawn.append((t, k, i, spec))
+    drawn.sort(key=lambda x: x[:3])
+    specs = [d[3] for d in drawn[:limit]]
+    for i, spec in enumerate(specs):
+        spec.id = f"r{i:07d}"
     return specs
 
 

@@ -22,13 +22,14 @@ the driver's part.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from policies.admission import ADMITTERS, AdmissionRefused, Reservation
 from policies.registry import config_from
 from policies.tenancy.config import TokenPoolsConfig
 from policies.tenancy.control import priorities, step
+from policies.tenancy.entitlement import EntitlementState
 from policies.tenancy.ledger import Ledger
 from policies.tenancy.store import EntitlementStore
 from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
@@ -151,6 +152,38 @@ class TokenPoolsAdmitter:
         for pool in self.ledger.pools:
             view = self.ledger.view(pool, now)
             self.ledger.apply_step(view, step(view, config))
+
+    # --- changes over time (the simulator's scenario events) -----------------------------
+    def scale_pool(self, pool: str, fraction: float, now: float) -> None:
+        """The pool's backends changed: its capacity becomes the configured one × `fraction`
+        (§3.1: Λ_p is replica count × per-replica capacity; slots and KV bytes likewise).
+        Holds are kept: a pool shrunk below what it holds admits nothing new until enough
+        requests end. In-memory ledger only."""
+        if fraction < 0:
+            raise ValueError("scale_pool: fraction cannot be negative")
+        cap = self.config.capacities.get(pool)
+        if cap is None:
+            raise ValueError(f"no token pool {pool!r} (admission.params.pools)")
+        scaled = replace(
+            cap,
+            tokens_per_s=max(cap.tokens_per_s * fraction, 1e-9),
+            kv_bytes=max(1, int(cap.kv_bytes * fraction)),
+            slots=max(1, round(cap.slots * fraction)),
+        )
+        self.ledger.define_pool(pool, scaled, now)
+
+    def set_state(self, entitlement: str, state: str, now: float) -> None:
+        """The entitlement enters `state` (bound, pending, degraded, expired): a tenant's
+        entitlement binding as it joins or expiring as it leaves. Its debt, burst and holds
+        are kept; priorities follow at the next control step (Eq. 1's pool-average SLO
+        counts bound entitlements only). In-memory ledger only."""
+        ent = self.config.definitions.get(entitlement)
+        if ent is None:
+            raise ValueError(f"no token-pool entitlement {entitlement!r}")
+        pool = self.ledger.pools[ent.pool]
+        led = pool.entitlements[entitlement]
+        changed = replace(led.definition, state=EntitlementState(state))
+        self.ledger.put_entitlement(changed, led.priority, now)
 
     # --- the asynchronous path: a shared store ------------------------------------------
     def attach(self, store: EntitlementStore, finisher: AsyncFinisher, replica: str) -> None:

@@ -84,3 +84,45 @@ def test_trace_paths_are_relative_to_the_scenario_file(tmp_path: Path) -> None:
     sc = load(str(tmp_path / "s.yaml"))
     assert sc.workload.trace is not None and Path(sc.workload.trace.path) == tmp_path / "t.jsonl"
     assert len(build_workload(sc)) == 1
+
+
+def _tenant_doc(**extra: object) -> dict:
+    doc = {
+        "name": "t",
+        "fleet": {"pools": [{"name": "main", "workers": 2}]},
+        "workload": {
+            "components": [{"family": "uniform"}],
+            "tenants": [{"name": "a", "arrivals": {"kind": "poisson", "rate": 1}, "leave": 10}],
+        },
+    }
+    doc.update(extra)
+    return doc
+
+
+def test_tenant_workloads_and_events_validate() -> None:
+    from simulator.scenario import ScenarioError, parse
+
+    parse(_tenant_doc(events=[{"kind": "workers", "at": 3, "pool": "main", "workers": 1}]))
+    with pytest.raises(ScenarioError, match="workers"):
+        parse(_tenant_doc(events=[{"kind": "workers", "at": 3, "pool": "main", "workers": 3}]))
+    with pytest.raises(ScenarioError, match="token pool"):
+        parse(
+            _tenant_doc(
+                events=[
+                    {"kind": "workers", "at": 3, "pool": "main", "workers": 1, "token_pool": "p"}
+                ]
+            )
+        )
+    with pytest.raises(ScenarioError, match="entitlement"):
+        parse(_tenant_doc(events=[{"kind": "entitlement", "at": 3, "name": "a", "state": "bound"}]))
+    bad = _tenant_doc()
+    bad["workload"]["arrivals"] = {"kind": "poisson", "rate": 1}
+    with pytest.raises(ScenarioError, match="tenants"):
+        parse(bad)
+
+
+def test_shipped_token_pool_scenarios_load() -> None:
+    from simulator.scenario import load
+
+    for name in ("token-pools-exp1", "token-pools-exp1-off", "token-pools-exp2"):
+        assert load(name).workload.tenants

@@ -133,3 +133,24 @@ def test_a_trace_with_nothing_to_replay_is_refused(tmp_path: Path) -> None:
     path.write_text('{"ts": 1, "status": 429}\n')
     with pytest.raises(ValueError, match="no replayable"):
         read_trace(path)
+
+
+def test_tenants_have_their_own_arrivals_and_windows() -> None:
+    from simulator.families import UniformFamily
+    from simulator.workloads import Tenant, generate_tenants
+
+    shape = [Component(UniformFamily(64, 64, 32, 32))]
+    a = Tenant("a", Poisson(10.0), shape, leave=20.0)
+    c = Tenant("c", Poisson(10.0), shape, join=5.0, leave=10.0)
+    specs = generate_tenants([a, c], seed=3)
+    assert [s.arrival for s in specs] == sorted(s.arrival for s in specs)
+    assert [s.id for s in specs] == [f"r{i:07d}" for i in range(len(specs))]
+    mine = [s for s in specs if s.client == "c"]
+    assert all(5.0 < s.arrival < 10.0 for s in mine) and len(mine) == pytest.approx(50, rel=0.4)
+    assert all(s.prompt_tokens == 64 and s.output_tokens == 32 for s in specs)
+    # a tenant's requests do not depend on the others
+    alone = generate_tenants([a], seed=3)
+    assert [s.arrival for s in alone] == [s.arrival for s in specs if s.client == "a"]
+    assert len(generate_tenants([a, c], seed=3, limit=7)) == 7
+    with pytest.raises(ValueError, match="leave"):
+        Tenant("x", Poisson(1.0), shape)
