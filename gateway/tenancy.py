@@ -123,6 +123,7 @@ class Tenancy:
     _rates: dict[str, _Rate] = field(default_factory=dict)
     _version: int = -1  # the registry's version last read
     _task: asyncio.Task[None] | None = None
+    _republishing: asyncio.Task[None] | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
@@ -161,6 +162,7 @@ class Tenancy:
                 breaker=CircuitBreaker(s.breaker_failures, s.breaker_cooldown_s),
             )
             self.store = store
+            store.on_lost = self._lost
             adm.attach(store, store, self.replica)
             try:
                 await self._read_registry()
@@ -189,6 +191,8 @@ class Tenancy:
             self.store.definitions[(ent.pool, ent.name)] = (ent, 0.0)
 
     async def stop(self) -> None:
+        if self._republishing is not None:
+            self._republishing.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -224,12 +228,50 @@ class Tenancy:
                 self._observe(adm.ledger.view(pool, now))
             return
         await self._read_registry()
+        for pool in adm.config.capacities:
+            if not await self._call(store.client.exists(store.keys(pool)[0])):
+                await self.republish()  # Redis lost its state (restarted, flushed)
+                break
         await store.expire()
         config = adm.config.priority_config()
         for pool in adm.config.capacities:
             view = await store.view(pool)
             await store.apply_step(view, step(view, config))
             self._observe(view)
+
+    async def _call(self, awaitable: Any) -> Any:
+        """A plain Redis call (registry, existence checks) with the store's timeout."""
+        assert self.store is not None
+        try:
+            return await asyncio.wait_for(awaitable, self.store.timeout_s * 4)
+        except Exception as exc:  # Redis away, a timeout
+            raise StoreUnavailable(str(exc)) from exc
+
+    def _lost(self) -> None:
+        if self._republishing is None or self._republishing.done():
+            self._republishing = asyncio.get_running_loop().create_task(self._republish_quietly())
+
+    async def _republish_quietly(self) -> None:
+        with contextlib.suppress(StoreUnavailable):
+            await self.republish()
+
+    async def republish(self) -> None:
+        """Write every definition back (Redis restarted without its data): the pools, the
+        entitlements, and the registry of run-time changes this replica knows."""
+        adm, store = self.admitter, self.store
+        if adm is None or store is None:
+            return
+        log.warning("entitlement store: Redis has lost the pools; publishing them again")
+        await adm.publish()
+        admin = [n for n, src in self.sources.items() if src == "admin"]
+        if admin:
+            pipe = store.client.pipeline(transaction=True)
+            for name in admin:
+                hashes = [h for h, n in self.keys.managed.items() if n == name]
+                ent = entitlement_dict(adm.definitions[name]) | {"keys": hashes}
+                pipe.hsetnx(self.registry_key, name, orjson.dumps(ent))
+            pipe.incr(self.registry_key + ":version")
+            await self._call(pipe.execute())
 
     # --- what the metrics read -------------------------------------------------------------
     def snapshot(self) -> list[PoolView]:
@@ -301,6 +343,8 @@ class Tenancy:
         out = entitlement_dict(ent)
         out["keys"] = self.keys.count(name)
         out["source"] = self.sources.get(name, "config")
+        if self.store is None:
+            self.snapshot()  # the in-memory ledger: as of now
         view = self.views.get(ent.pool)
         usage = (
             next((u for u in view.entitlements if u.definition.name == name), None)
@@ -414,18 +458,10 @@ class Tenancy:
         store = self.store
         if store is None:
             return
-        try:
-            raw = await asyncio.wait_for(
-                store.client.get(self.registry_key + ":version"), store.timeout_s
-            )
-            version = int(raw or 0)
-            if version == self._version:
-                return
-            records = await asyncio.wait_for(
-                store.client.hgetall(self.registry_key), store.timeout_s * 4
-            )
-        except Exception as exc:  # Redis away, a timeout
-            raise StoreUnavailable(str(exc)) from exc
+        version = int(await self._call(store.client.get(self.registry_key + ":version")) or 0)
+        if version == self._version:
+            return
+        records = await self._call(store.client.hgetall(self.registry_key))
         for _, value in sorted(records.items()):
             d = orjson.loads(value)
             try:
