@@ -161,6 +161,7 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
     unavailable: dict[int | str, dict[str, Any]] = {
         503: {"description": "the entitlement store (Redis) is unreachable; nothing changed"}
     }
+
     def info(d: dict[str, Any]) -> Any:
         return EntitlementInfo.model_validate(d).model_dump(by_alias=True)
 
