@@ -283,11 +283,12 @@ class Pipeline:
 
     def _authenticate(self, authorization: bytes | None) -> str | None:
         """Step 2: the entitlement the request's API key names (None: a key of
-        `auth.api_keys`, or no authentication configured)."""
-        if not self.auth_required:
-            return None
+        `auth.api_keys`, or no key). Without authentication configured a key is optional,
+        but one created through /admin/entitlements still names its entitlement."""
         auth = (authorization or b"").decode("latin-1")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not self.auth_required:
+            return self.keys.entitlement_of(key) if key and self.tenancy is not None else None
         entitlement = self.keys.entitlement_of(key) if key else None
         if entitlement is None and (not key or not self.keys.key_ok(key)):
             raise AuthenticationFailed(
