@@ -210,7 +210,7 @@ class Admission(_Section):
                 self.store_settings()
             except ValidationError as exc:
                 first = exc.errors()[0]
-                loc = ".".join(str(p) for p in first["loc"])
+                loc = ".".join(str(p) for p in first["loc"] if p != "[key]")
                 msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
                 raise ValueError(f"params.{loc}: {msg.removeprefix('Value error, ')}") from None
         _check_builds(
