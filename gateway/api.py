@@ -25,7 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway import admin
+from gateway import admin, api_entitlements
 from gateway.config import ConfigError, Worker
 from gateway.edge import PROXY_PATHS
 from gateway.errors import (
@@ -407,6 +407,7 @@ def build_api(gateway: Gateway) -> FastAPI:
             not_applied=result.not_applied,
         ).model_dump()
 
+    api_entitlements.add_routes(api, gateway)
     _document_models(api, sorted(gateway.fleet.models))
     return api
 

@@ -25,6 +25,7 @@ import gc
 import hmac
 import logging
 import os
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -35,6 +36,7 @@ import orjson
 from fleetgate import __version__
 from gateway import drain
 from gateway.api import build_api
+from gateway.apikeys import KeyDirectory
 from gateway.config import ConfigError, ConfigSource, GatewayConfig, load_config
 from gateway.edge import ProxyRoutes
 from gateway.health import HealthChecker
@@ -44,6 +46,7 @@ from gateway.proxy import Pipeline
 from gateway.reload import Reloader, ReloadResult
 from gateway.requestlog import RequestLog
 from gateway.telemetry import Scraper
+from gateway.tenancy import Tenancy
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import Timeouts, UpstreamClient
 from gateway.workers import Fleet, WorkerState
@@ -55,6 +58,8 @@ CONFIG_ENV = "FLEETGATE_CONFIG"  # a YAML file, for `uvicorn --factory gateway.a
 CONFIG_JSON_ENV = "FLEETGATE_CONFIG_JSON"  # the validated config, handed to --workers children
 # where that config came from ({"path", "listen"}), so that --workers children can reload it
 CONFIG_SOURCE_ENV = "FLEETGATE_CONFIG_SOURCE"
+# this process among the replicas sharing an entitlement store (its holds carry it)
+REPLICA_ID = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
 class Gateway:
@@ -71,11 +76,20 @@ class Gateway:
         self.pipeline: Pipeline | None = None
         self.draining = False  # SIGTERM received: refuse new work (gateway/drain.py)
         self._api_keys = tuple(k.encode() for k in config.auth.api_keys)
+        # API keys → entitlements (HMACs); replaced by the tenancy's directory at start
+        self.keys = KeyDirectory.build(config.auth.key_secret, config.entitlement_keys())
+        self.tenancy: Tenancy | None = None
 
     def key_ok(self, key: str) -> bool:
         given = key.encode()
         # constant time per key, and every key compared (no early exit on a match)
-        return sum(hmac.compare_digest(given, k) for k in self._api_keys) > 0
+        if sum(hmac.compare_digest(given, k) for k in self._api_keys) > 0:
+            return True
+        return self.entitlement_of(key) is not None
+
+    def entitlement_of(self, key: str) -> str | None:
+        """The entitlement an API key names (auth.keys, the admin API's keys)."""
+        return self.keys.entitlement_of(key)
 
     def ready(self) -> bool:
         return (
@@ -159,6 +173,13 @@ class Gateway:
             self,
             self.compress_pool,
         )
+        # token pools: the store (Redis: attached, published, heartbeat, control loop)
+        self.tenancy = Tenancy.of(cfg, self.pipeline.core.admitter, REPLICA_ID)
+        self.keys = self.tenancy.keys
+        await self.tenancy.start()
+        if self.tenancy.active:
+            self.pipeline.tenancy = self.tenancy
+            self.metrics.tenancy.source = self.tenancy
         # The cyclic collector, tuned for a request server (measured with wrk at 64
         # connections: 8.9 % of the CPU in collections before, < 1 % after, +14 % req/s):
         # - everything built so far (FastAPI, pydantic, compressor tables) lives as long as
@@ -199,6 +220,8 @@ class Gateway:
         if self.pipeline is None:
             return
         self.pipeline = None
+        if self.tenancy is not None:
+            await self.tenancy.stop()
         if self.reloader is not None:
             await self.reloader.stop()
         self.fleet.listeners.clear()

@@ -84,8 +84,28 @@ class Expose(_Section):
 
 
 class Auth(_Section):
-    api_keys: list[str] = Field(default_factory=list)  # empty: no authentication
+    api_keys: list[str] = Field(default_factory=list)  # keys that name no entitlement
     admin_key: str | None = None
+    # API keys → entitlements (admission.policy: token_pools): entitlement name → its keys,
+    # each a key as given to the client or its keyed hash `hmac-sha256:<hex>` (fleetgate
+    # hash-key prints it); kept only as HMAC-SHA256 keyed by `key_secret`
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    # the server secret the keys are hashed with; the same on every replica (set it with
+    # FLEETGATE_AUTH__KEY_SECRET rather than in the file)
+    key_secret: str | None = Field(None, min_length=16)
+    # /admin/entitlements' own key (the other admin routes take admin_key); None: disabled
+    entitlements_admin_key: str | None = None
+
+    @model_validator(mode="after")
+    def _secret_for_keys(self) -> Auth:
+        if self.keys and not self.key_secret:
+            raise ValueError("key_secret: required with auth.keys (keys are kept as HMACs)")
+        return self
+
+    @property
+    def required(self) -> bool:
+        """Requests must carry a known key."""
+        return bool(self.api_keys or self.keys)
 
 
 class Worker(_Section):
@@ -146,9 +166,40 @@ class Placement(_Section):
     protect_last_user: bool = False
 
 
+ServiceClassName = Literal["dedicated", "guaranteed", "elastic", "spot", "preemptible"]
+
+
+class EntitlementStoreSettings(_Section):
+    """Where `token_pools` keeps its counters (admission.params beside the policy's own):
+    `memory` (one process, no Redis) or `redis` (shared by every replica)."""
+
+    store: Literal["memory", "redis"] = "memory"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    key_prefix: str = "fg"  # Redis keys: <prefix>:{<pool>}:…
+    timeout_s: float = Field(0.25, gt=0)  # every Redis call; never a hang
+    breaker_failures: int = Field(3, ge=1)  # consecutive errors that open the breaker
+    breaker_cooldown_s: float = Field(2.0, gt=0)  # open this long, then one probe
+    # Redis unreachable: a class that fails open is admitted against local limits / live
+    # replicas, one that fails closed gets 429 store_unavailable. Defaults: dedicated,
+    # guaranteed, elastic open; spot, preemptible closed
+    fail_open: dict[ServiceClassName, bool] = Field(default_factory=dict)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"must be a redis://, rediss:// or unix:// URL, got {v!r}")
+        return v
+
+
+STORE_KEYS = frozenset(EntitlementStoreSettings.model_fields)
+
+
 class Admission(_Section):
     """Step 5 (policies/admission.py): `always` admits everything; `concurrency` holds at
-    most `params.limit` requests of one entitlement in flight (429 + Retry-After beyond)."""
+    most `params.limit` requests of one entitlement in flight (429 + Retry-After beyond);
+    `token_pools` admits on token-pool entitlements (policies/tenancy/config.py's keys,
+    plus the store's: `EntitlementStoreSettings`; an entitlement may list its API `keys`)."""
 
     policy: str = "always"
     params: dict[str, Any] = Field(default_factory=dict)
@@ -157,10 +208,49 @@ class Admission(_Section):
     def _builds(self) -> Admission:
         from policies.admission import ADMITTERS
 
+        if self.policy == "token_pools":
+            try:
+                self.store_settings()
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                loc = ".".join(str(p) for p in first["loc"] if p != "[key]")
+                msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+                raise ValueError(f"params.{loc}: {msg.removeprefix('Value error, ')}") from None
         _check_builds(
-            ADMITTERS.names(), self.policy, lambda: ADMITTERS.make(self.policy, self.params)
+            ADMITTERS.names(),
+            self.policy,
+            lambda: ADMITTERS.make(self.policy, self.policy_params()),
         )
         return self
+
+    def policy_params(self) -> dict[str, Any]:
+        """`params` as the policy takes them (the store's settings and keys left out)."""
+        if self.policy != "token_pools":
+            return self.params
+        out = {k: v for k, v in self.params.items() if k not in STORE_KEYS}
+        ents = out.get("entitlements")
+        if isinstance(ents, Mapping):
+            out["entitlements"] = {
+                n: {k: v for k, v in e.items() if k != "keys"} if isinstance(e, Mapping) else e
+                for n, e in ents.items()
+            }
+        return out
+
+    def store_settings(self) -> EntitlementStoreSettings:
+        return EntitlementStoreSettings.model_validate(
+            {k: v for k, v in self.params.items() if k in STORE_KEYS}
+        )
+
+    def entitlement_keys(self) -> dict[str, list[str]]:
+        """`params.entitlements.<name>.keys` (token_pools): entitlement → its API keys."""
+        ents = self.params.get("entitlements") if self.policy == "token_pools" else None
+        if not isinstance(ents, Mapping):
+            return {}
+        return {
+            str(n): [str(k) for k in e.get("keys") or ()]
+            for n, e in ents.items()
+            if isinstance(e, Mapping) and e.get("keys")
+        }
 
 
 class Dispatch(_Section):
@@ -282,6 +372,7 @@ class GatewayConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:
+        self._keys_name_entitlements()
         ids: set[str] = set()
         for pname, pool in self.pools.items():
             if not header_safe(pname):
@@ -316,6 +407,35 @@ class GatewayConfig(_Section):
                 f" {pl.short_pool!r} (max_model_len {short.max_model_len})"
             )
         return self
+
+    def _keys_name_entitlements(self) -> None:
+        adm = self.admission
+        in_params = adm.entitlement_keys()
+        if in_params and not self.auth.key_secret:
+            raise ValueError("auth.key_secret: required with admission.params.entitlements.*.keys")
+        if adm.policy != "token_pools":
+            if self.auth.keys:
+                raise ValueError(
+                    "auth.keys: API keys name entitlements of admission.policy token_pools"
+                )
+            return
+        known = adm.params.get("entitlements") or {}
+        for name in self.auth.keys:
+            if name not in known:
+                raise ValueError(
+                    f"auth.keys.{name}: no such entitlement in admission.params.entitlements"
+                )
+
+    def entitlement_keys(self) -> dict[str, list[str]]:
+        """Every configured API key of an entitlement (auth.keys and the entitlements' own)."""
+        out = {n: list(keys) for n, keys in self.auth.keys.items()}
+        for n, keys in self.admission.entitlement_keys().items():
+            out.setdefault(n, []).extend(keys)
+        return out
+
+    @property
+    def auth_required(self) -> bool:
+        return self.auth.required or bool(self.admission.entitlement_keys())
 
     @property
     def b_short(self) -> int:

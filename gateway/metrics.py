@@ -10,8 +10,9 @@ counters' children, so a removed worker stops being exported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -20,12 +21,13 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from gateway.workers import Fleet, WorkerState
 from policies.budget import TokenBudget
+from policies.tenancy.control import PoolView
 
 # `_created` series double the exposition and no dashboard reads them (prometheus_client
 # leaves this function unannotated: typed here, so that strict mypy accepts the call)
@@ -161,6 +163,98 @@ class _FleetCollector(Collector):
             waiting.add_metric(lv, t.waiting)
             kv.add_metric(lv, t.kv_usage)
         yield from (in_flight, healthy, breaker, stale, age, running, waiting, kv)
+
+
+class TenancySource(Protocol):
+    """What the token-pool metrics read (gateway/tenancy.py's `Tenancy`)."""
+
+    def snapshot(self) -> list[PoolView]: ...
+
+    @property
+    def demands(self) -> Mapping[str, Any]: ...
+
+    @property
+    def store(self) -> Any: ...
+
+
+class _TenancyCollector(Collector):
+    """Per entitlement and class, from the store's view (with Redis: the same figures on
+    every replica — aggregate with max, not sum), and per pool the capacity demand the
+    autoscaler reads. Empty families without token pools."""
+
+    source: TenancySource | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        ent_labels = ["entitlement", "class", "pool"]
+
+        def ent_gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=ent_labels)
+
+        in_flight = ent_gauge(
+            "fleetgate_entitlement_in_flight", "Requests of the entitlement holding a slot."
+        )
+        kv = ent_gauge("fleetgate_entitlement_kv_bytes", "KV-cache bytes the entitlement holds.")
+        debt = ent_gauge("fleetgate_entitlement_debt", "Fairness debt d_e (Eq. 2).")
+        burst = ent_gauge("fleetgate_entitlement_burst", "Burst b_e above baseline (Eq. 3).")
+        prio = ent_gauge("fleetgate_entitlement_priority", "Admission priority w_e (Eq. 1).")
+        threshold = GaugeMetricFamily(
+            "fleetgate_pool_admission_threshold",
+            "The lowest priority among admitted requests (-1: none admitted).",
+            labels=["pool"],
+        )
+        res = ["pool", "resource"]
+        capacity = GaugeMetricFamily(
+            "fleetgate_pool_capacity",
+            "A token pool's capacity, by resource (tokens_per_s, kv_bytes, slots).",
+            labels=res,
+        )
+        promised = GaugeMetricFamily(
+            "fleetgate_pool_capacity_promised",
+            "Σ baselines of the pool's bound entitlements, by resource.",
+            labels=res,
+        )
+        demand = GaugeMetricFamily(
+            "fleetgate_pool_capacity_demand",
+            "Promised capacity plus the observed demand above baselines (bursts, refused "
+            "work), by resource: the autoscaler's target (KEDA/HPA).",
+            labels=res,
+        )
+        breaker = GaugeMetricFamily(
+            "fleetgate_entitlement_store_breaker_open",
+            "1 while the entitlement store's circuit breaker is open (Redis unreachable).",
+        )
+        transitions = CounterMetricFamily(
+            "fleetgate_entitlement_store_breaker_transitions",
+            "Times the entitlement store's breaker changed state (one log line each).",
+        )
+        src = self.source
+        if src is not None:
+            for view in src.snapshot():
+                threshold.add_metric(
+                    [view.pool], -1.0 if view.threshold is None else view.threshold
+                )
+                for u in view.entitlements:
+                    e = u.definition
+                    lv = [e.name, e.service_class.value, view.pool]
+                    in_flight.add_metric(lv, u.in_flight)
+                    kv.add_metric(lv, u.kv)
+                    debt.add_metric(lv, u.debt)
+                    burst.add_metric(lv, u.burst)
+                    prio.add_metric(lv, u.priority)
+            for pool, d in src.demands.items():
+                for name, fam in (
+                    ("capacity", capacity),
+                    ("promised", promised),
+                    ("demand", demand),
+                ):
+                    for resource, value in getattr(d, name).items():
+                        fam.add_metric([pool, resource], value)
+            store = src.store
+            if store is not None:
+                breaker.add_metric([], 1.0 if store.breaker.state == "open" else 0.0)
+                transitions.add_metric([], store.breaker.transitions)
+        yield from (in_flight, kv, debt, burst, prio, threshold, capacity, promised, demand)
+        yield from (breaker, transitions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +414,29 @@ class GatewayMetrics:
             ["result"],
             registry=r,
         )
+        ent = ["entitlement", "class", "pool"]
+        self.admitted = Counter(
+            "fleetgate_admission_admitted",
+            "Requests admitted on a token-pool entitlement.",
+            ent,
+            registry=r,
+        )
+        self.refused = Counter(
+            "fleetgate_admission_refused",
+            "Requests refused by admission, by the refusing check (concurrency, token_budget, "
+            "kv_bytes, pool_contention, entitlement_state, store_unavailable, ...).",
+            [*ent, "reason"],
+            registry=r,
+        )
+        self.entitlement_tokens = Counter(
+            "fleetgate_entitlement_tokens",
+            "Tokens (prompt + completion, the engines' counts) served on an entitlement.",
+            ent,
+            registry=r,
+        )
         r.register(_FleetCollector(fleet, now))
+        self.tenancy = _TenancyCollector()
+        r.register(self.tenancy)
         self._requests_children: dict[tuple[str, int], Counter] = {}
         self._pools: dict[str, PoolSeries] = {}
 

@@ -32,6 +32,7 @@ from gateway.errors import (
     AuthenticationFailed,
     BadGateway,
     GatewayError,
+    PermissionDenied,
     RateLimited,
     ServiceUnavailable,
     UpstreamTimeout,
@@ -43,12 +44,13 @@ from gateway.relay import StreamScanner, usage_of
 from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
 from gateway.shaping import Shaper, classify_prompt, compressed_header, rewritten_body
+from gateway.tenancy import Tenancy, charge_of, header_value
 from gateway.tokenize import EngineTokenizer
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
 from gateway.workers import Fleet, WorkerState
-from policies.admission import make_admitter
+from policies.admission import AdmissionRefused, make_admitter
 from policies.budget import BudgetConfig, TokenBudget
 from policies.core import Core, Ticket
 from policies.dispatch import make_dispatcher
@@ -66,6 +68,11 @@ _CONTEXT_ERROR = re.compile(
     rb"maximum context length|is too large|maximum model length|longer than the model's context length",
     re.IGNORECASE,
 )
+# refusals a retry cannot cure: the entitlement is not bound, or there is none → 403
+_INACTIVE = {
+    "entitlement_state": "entitlement_inactive",
+    "unknown_entitlement": "unknown_entitlement",
+}
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
 
@@ -104,8 +111,10 @@ class _Attempt:
     """What the settle step needs to know about the request, filled in along the way."""
 
     __slots__ = (
+        "admission",
         "completion_tokens",
         "context_retried",
+        "entitlement",
         "error",
         "extra_headers",
         "pool",
@@ -113,6 +122,7 @@ class _Attempt:
         "retries",
         "status",
         "stream",
+        "tenancy_headers",
         "ticket",
         "ttft",
         "worker",
@@ -131,10 +141,17 @@ class _Attempt:
         self.extra_headers: Headers = []
         self.stream: StreamScanner | None = None  # set once a stream is being relayed
         self.ticket: Ticket | None = None  # the core's, once the request is placed
+        self.entitlement: str | None = None  # the key's, when it names one
+        self.admission: str | None = None  # "admitted" or the refusing check
+        self.tenancy_headers: Headers = []  # x-fleetgate-entitlement, x-fleetgate-priority
 
 
 class KeyCheck(Protocol):
     def key_ok(self, key: str) -> bool: ...
+
+    def entitlement_of(self, key: str) -> str | None:
+        """The entitlement an API key names (gateway/apikeys.py); None: not one of those."""
+        ...
 
 
 class Pipeline:
@@ -177,7 +194,7 @@ class Pipeline:
         self.core = Core(
             Intake(placer, self.budget, classify_prompt),
             router_for,
-            make_admitter(admission.policy, admission.params),
+            make_admitter(admission.policy, admission.policy_params()),
             make_dispatcher(d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s}),
             on_released=self._released,
             on_woken=_wake,
@@ -193,7 +210,8 @@ class Pipeline:
         self.shaper = Shaper(
             self.core, metrics, traffic, compress_executor, served, compressor, engine
         )
-        self.auth_required = bool(config.auth.api_keys)
+        self.auth_required = config.auth_required
+        self.tenancy: Tenancy | None = None  # token pools: set by the Gateway at start
 
     @property
     def hooks(self) -> tuple[Hook, ...]:
@@ -221,19 +239,25 @@ class Pipeline:
         parsed: ParsedRequest | None = None
         ticket: Ticket | None = None
         try:
-            self._authenticate(authorization)
+            att.entitlement = self._authenticate(authorization)
             raw = await source.read()
             parsed = parse(raw, endpoint)
             ticket = self.shaper.shape(
                 parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
+            if att.entitlement is not None:
+                ticket.info.entitlement = att.entitlement
             await self.shaper.fit(parsed, ticket)
             core = self.core
             if core.admission_awaits:  # state shared through a store: one round trip
                 refused = await core.admit_async(ticket, self.loop.time())
             else:
                 refused = core.admit(ticket, self.loop.time())
+            if self.tenancy is not None:
+                self.tenancy_admission(ticket, refused, att)
             if refused is not None:
+                if refused.code in _INACTIVE:
+                    raise PermissionDenied(refused.reason, code=_INACTIVE[refused.code])
                 raise RateLimited(
                     refused.reason, code=refused.code, retry_after=refused.retry_after
                 )
@@ -246,6 +270,7 @@ class Pipeline:
                     (b"content-type", _JSON),
                     (b"x-request-id", rid.encode()),
                     *exc.headers(),
+                    *att.tenancy_headers,
                 ]
                 if exc.status in (408, 413, 415):
                     # the rest of the body was not read: do not keep reading it as a request
@@ -264,17 +289,43 @@ class Pipeline:
         finally:
             self._settle(att, parsed, ticket, t0, arrival, rid)
 
-    def _authenticate(self, authorization: bytes | None) -> None:
-        if not self.auth_required:
-            return
+    def _authenticate(self, authorization: bytes | None) -> str | None:
+        """Step 2: the entitlement the request's API key names (None: a key of
+        `auth.api_keys`, or no key). Without authentication configured a key is optional,
+        but one created through /admin/entitlements still names its entitlement."""
         auth = (authorization or b"").decode("latin-1")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-        if not key or not self.keys.key_ok(key):
+        if not self.auth_required:
+            return self.keys.entitlement_of(key) if key and self.tenancy is not None else None
+        entitlement = self.keys.entitlement_of(key) if key else None
+        if entitlement is None and (not key or not self.keys.key_ok(key)):
             raise AuthenticationFailed(
                 "missing API key: send 'Authorization: Bearer <key>'"
                 if not key
                 else "unknown API key"
             )
+        return entitlement
+
+    def tenancy_admission(
+        self, ticket: Ticket, refused: AdmissionRefused | None, att: _Attempt
+    ) -> None:
+        """Token pools: count the decision, and say it in the answer's headers and the log."""
+        assert self.tenancy is not None
+        info = ticket.info
+        labels = self.tenancy.labels(info.entitlement)
+        att.admission = "admitted" if refused is None else refused.code
+        name = header_value(info.entitlement)
+        headers: Headers = [] if name is None else [(b"x-fleetgate-entitlement", name)]
+        if labels is not None:
+            m = self.metrics
+            if refused is None:
+                m.admitted.labels(*labels).inc()
+            else:
+                m.refused.labels(*labels, refused.code).inc()
+        charge = charge_of(ticket.reservation)
+        if charge is not None:
+            headers.append((b"x-fleetgate-priority", b"%.6g" % charge.priority))
+        att.tenancy_headers = headers
 
     async def _serve(
         self,
@@ -290,7 +341,7 @@ class Pipeline:
         info = ticket.info
         att.ticket = ticket
         estimated = ticket.taken.estimated_prompt_tokens
-        extra = [(b"x-fleetgate-tokens-estimated", b"%d" % estimated)]
+        extra = [(b"x-fleetgate-tokens-estimated", b"%d" % estimated), *att.tenancy_headers]
         compressed = compressed_header(ticket)
         if compressed is not None:
             extra.append((b"x-fleetgate-compressed", compressed.encode()))
@@ -600,6 +651,11 @@ class Pipeline:
             )
             # settle: ĉ_k learns, the reservation is charged, every lease given back
             self.core.complete(ticket, outcome, self.loop.time())
+            used = att.prompt_tokens + att.completion_tokens
+            if used and self.tenancy is not None and att.admission == "admitted":
+                labels = self.tenancy.labels(info.entitlement)
+                if labels is not None:
+                    self.metrics.entitlement_tokens.labels(*labels).inc(used)
         m = self.metrics
         pool = att.pool
         if att.status != 499:
@@ -638,6 +694,8 @@ class Pipeline:
                     "retries": att.retries,
                     "retried": "context_length" if att.context_retried else None,
                     "error": att.error,
+                    "entitlement": info.entitlement if info else att.entitlement,
+                    "admission": att.admission,
                 }
             )
 

@@ -144,6 +144,10 @@ class RedisStore:
     capacities: dict[str, PoolCapacity] = field(default_factory=dict)
     definitions: dict[tuple[str, str], tuple[Entitlement, float]] = field(default_factory=dict)
     _scaled_for: int = 0
+    # called when Redis answers but has lost a pool or entitlement this replica published
+    # (restarted without persistence): the owner publishes the definitions again, and
+    # meanwhile such requests take the fallback (never a 403 for a known entitlement)
+    on_lost: Callable[[], object] | None = None
     _outbox: deque[tuple[float, str, str, int | None, float | None]] = field(default_factory=deque)
     _drainer: asyncio.Task[None] | None = None
     _beater: asyncio.Task[None] | None = None
@@ -259,6 +263,10 @@ class RedisStore:
         out = [_s(x) for x in raw]
         if out[0] == "ok":
             return Granted(out[1], float(out[2]), out[3] == "1", tuple(out[4:]))
+        if out[1] == Check.UNKNOWN.value and (claim.pool, claim.entitlement) in self.definitions:
+            if self.on_lost is not None:
+                self.on_lost()
+            return self._fallback(claim, "Redis has lost the pool's state (restarted?)")
         return Denied(Check(out[1]), float(out[2]), out[3])
 
     def _fallback(self, claim: Claim, why: str) -> Verdict:

@@ -29,7 +29,7 @@ from policies.admission import ADMITTERS, AdmissionRefused, Reservation
 from policies.registry import config_from
 from policies.tenancy.config import TokenPoolsConfig
 from policies.tenancy.control import priorities, step
-from policies.tenancy.entitlement import EntitlementState
+from policies.tenancy.entitlement import Entitlement, EntitlementState
 from policies.tenancy.ledger import Ledger
 from policies.tenancy.store import EntitlementStore
 from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
@@ -106,8 +106,12 @@ class TokenPoolsAdmitter:
     store: EntitlementStore | None = None  # attached by the gateway: admit_async uses it
     store_finisher: _StoreFinisher | None = None
     replica: str = ""
+    # the entitlements requests are claimed against: the configuration's, then changed at
+    # run time by `define` (the gateway's admin API)
+    definitions: dict[str, Entitlement] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.definitions = dict(self.config.definitions)
         self.ledger = Ledger(self.config.store_config())
         self.finisher = _LedgerFinisher(self.ledger)
         weights = priorities(self.config.definitions.values(), {}, self.config.priority_config())
@@ -119,9 +123,9 @@ class TokenPoolsAdmitter:
     # --- request → claim -------------------------------------------------------------
     def claim(self, request: RequestInfo) -> Claim | AdmissionRefused:
         name = request.entitlement
-        ent = self.config.definitions.get(name)
+        ent = self.definitions.get(name)
         if ent is None and self.config.default_entitlement is not None:
-            ent = self.config.definitions[self.config.default_entitlement]
+            ent = self.definitions[self.config.default_entitlement]
         if ent is None:
             return AdmissionRefused(
                 f"no token-pool entitlement {name!r} (admission.params.entitlements)",
@@ -143,6 +147,21 @@ class TokenPoolsAdmitter:
         if isinstance(claim, AdmissionRefused):
             return claim
         return self._answer(claim, self.ledger.reserve(claim, now), self.finisher)
+
+    def define(self, ent: Entitlement, now: float) -> float:
+        """Create or change an entitlement at run time (its pool must exist); returns its
+        Eq. 1 priority as of now (debt and burst carried over). With a store attached, the
+        caller writes it to the store too (`put_entitlement`) — this changes what requests
+        are claimed against, and the in-memory ledger."""
+        if ent.pool not in self.config.capacities:
+            raise ValueError(f"no pool {ent.pool!r} in admission.params.pools")
+        self.definitions[ent.name] = ent
+        pool = self.ledger.pools[ent.pool]
+        dynamics = {n: (led.debt, led.burst) for n, led in pool.entitlements.items()}
+        peers = [e for e in self.definitions.values() if e.pool == ent.pool]
+        weight = priorities(peers, dynamics, self.config.priority_config())[ent.name]
+        self.ledger.put_entitlement(ent, weight, now)
+        return weight
 
     def _step(self, now: float) -> None:
         if self.last_step is not None and now - self.last_step < self.config.control_interval_s:
@@ -192,14 +211,15 @@ class TokenPoolsAdmitter:
         self.store_finisher = _StoreFinisher(finisher)
 
     async def publish(self) -> None:
-        """Write the configured pools and entitlements (with their Eq. 1 priorities) into
-        the attached store: every replica does it at start; the definitions are the same."""
+        """Write the configured pools and the entitlements (`definitions`, with their Eq. 1
+        priorities) into the attached store: every replica does it at start; the
+        definitions are the same (the gateway merges run-time changes in first)."""
         if self.store is None:
             return
-        weights = priorities(self.config.definitions.values(), {}, self.config.priority_config())
+        weights = priorities(self.definitions.values(), {}, self.config.priority_config())
         for name, cap in self.config.capacities.items():
             await self.store.define_pool(name, cap)
-        for ent in self.config.definitions.values():
+        for ent in self.definitions.values():
             await self.store.put_entitlement(ent, weights[ent.name])
 
     async def control_step(self) -> int:

@@ -103,9 +103,35 @@ def in_process_exposition() -> str:
     )
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(TokenBudget())
+    metrics.tenancy.source = _TenancySample()
     for m in vars(metrics).values():
         if isinstance(m, MetricWrapperBase):
             names = m._labelnames  # prometheus_client keeps them private
             if names:
                 m.labels(*["x"] * len(names))
     return metrics.render().decode()
+
+
+class _TenancySample:
+    """One pool with one entitlement, its demand and a Redis-like breaker: every token-pool
+    family gets samples."""
+
+    def __init__(self) -> None:
+        from gateway.store_redis import CircuitBreaker
+        from gateway.tenancy import Demand
+        from policies.tenancy.admitter import TokenPoolsAdmitter
+        from policies.tenancy.config import TokenPoolsConfig
+
+        self.admitter = TokenPoolsAdmitter(
+            TokenPoolsConfig(
+                pools={"p": {"slots": 4, "tokens_per_s": 100, "kv_bytes": 1 << 20,
+                             "bytes_per_token": 16}},
+                entitlements={"e": {"pool": "p", "class": "spot"}},
+            )
+        )  # fmt: skip
+        one = {"tokens_per_s": 1.0, "kv_bytes": 1.0, "slots": 1.0}
+        self.demands = {"p": Demand("p", one, one, one)}
+        self.store = type("Store", (), {"breaker": CircuitBreaker()})()
+
+    def snapshot(self) -> list[object]:
+        return [self.admitter.ledger.view("p", 0.0)]

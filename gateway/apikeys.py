@@ -1,0 +1,92 @@
+"""API keys → entitlements, kept only as keyed hashes.
+
+A key is never stored: the gateway keeps HMAC-SHA256(server secret, key) — `auth.key_secret`,
+the same on every replica — so a leaked configuration, Redis dump or admin listing does not
+leak usable keys, and without the secret a hash cannot even be tested offline. A request's
+key is hashed once and looked up; the match is confirmed with `hmac.compare_digest` (the
+lookup itself is on the digest of a secret-keyed MAC, which a client cannot steer, so its
+timing tells nothing about stored keys).
+
+Configuration accepts either form: the key itself, or its hash `hmac-sha256:<64 hex>`
+(`key_hash` prints it), so a file need not hold plain keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+HASH_PREFIX = "hmac-sha256:"
+
+
+def key_hash(secret: str, key: str) -> str:
+    """The stored form of `key`: `hmac-sha256:<hex>` keyed by the server secret."""
+    digest = hmac.new(secret.encode(), key.encode(), hashlib.sha256).hexdigest()
+    return HASH_PREFIX + digest
+
+
+def stored_form(secret: str, key_or_hash: str) -> str:
+    """A configured key in its stored form (a hash given as such is kept)."""
+    if key_or_hash.startswith(HASH_PREFIX):
+        hexpart = key_or_hash[len(HASH_PREFIX) :]
+        if len(hexpart) != 64 or any(c not in "0123456789abcdef" for c in hexpart):
+            raise ValueError(f"{HASH_PREFIX}… must be 64 lowercase hex digits")
+        return key_or_hash
+    return key_hash(secret, key_or_hash)
+
+
+_BUCKET = len(HASH_PREFIX) + 16  # the lookup is on a digest's first 64 bits
+
+
+@dataclass(slots=True)
+class KeyDirectory:
+    """Key hash → entitlement name, from the configuration and the admin API.
+
+    Looked up by the first 64 bits of the digest; the whole digest is then compared with
+    `hmac.compare_digest` against each stored hash in that bucket."""
+
+    secret: str
+    configured: dict[str, str] = field(default_factory=dict)  # hash → name, from the file
+    managed: dict[str, str] = field(default_factory=dict)  # hash → name, the admin API's
+    _buckets: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, secret: str | None, keys: Mapping[str, Iterable[str]]) -> KeyDirectory:
+        d = cls(secret or "")
+        for name, given in keys.items():
+            for k in given:
+                d.configured[stored_form(d.secret, k)] = name
+        d._index()
+        return d
+
+    def entitlement_of(self, key: str) -> str | None:
+        """The entitlement `key` belongs to; None for an unknown key."""
+        if not self.secret:
+            return None
+        digest = key_hash(self.secret, key)
+        found = None
+        for stored, name in self._buckets.get(digest[:_BUCKET], ()):
+            if hmac.compare_digest(stored, digest):
+                found = name
+        return found
+
+    def set_managed(self, name: str, hashes: Iterable[str]) -> None:
+        """The admin API's keys of entitlement `name` (replacing its previous ones)."""
+        for h in [h for h, n in self.managed.items() if n == name]:
+            del self.managed[h]
+        for h in hashes:
+            self.managed[h] = name
+        self._index()
+
+    def count(self, name: str) -> int:
+        return sum(n == name for n in self.configured.values()) + sum(
+            n == name for n in self.managed.values()
+        )
+
+    def _index(self) -> None:
+        buckets: dict[str, list[tuple[str, str]]] = {}
+        for h, n in (self.configured | self.managed).items():
+            buckets.setdefault(h[:_BUCKET], []).append((h, n))
+        self._buckets = buckets

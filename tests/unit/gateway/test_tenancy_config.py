@@ -1,0 +1,70 @@
+"""token_pools in the gateway's configuration (key-path errors) and API keys as HMACs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import pytest
+
+from gateway.apikeys import KeyDirectory, key_hash
+from gateway.config import ConfigError, load_config
+
+POOLS = {"short": {"max_model_len": 8192, "models": ["m"], "workers": [{"url": "http://h:1"}]}}
+TP = {"pools": {"p": {"slots": 4, "tokens_per_s": 10, "kv_bytes": 100, "bytes_per_token": 1}},
+      "entitlements": {"a": {"pool": "p", "class": "spot"}}}  # fmt: skip
+SECRET = "s" * 16
+
+
+def cfg(admission_params: dict, **top):
+    data = {"pools": POOLS, "admission": {"policy": "token_pools", "params": admission_params}}
+    return load_config(data=data | top, environ={})
+
+
+def test_store_settings_split_from_the_policy_params():
+    c = cfg(
+        TP | {"store": "redis", "redis_url": "redis://127.0.0.1:1/0", "fail_open": {"spot": True}}
+    )
+    s = c.admission.store_settings()
+    assert s.store == "redis" and s.fail_open == {"spot": True}
+    assert "store" not in c.admission.policy_params()
+
+
+@pytest.mark.parametrize(
+    ("params", "top", "where"),
+    [
+        (TP | {"redis_url": "http://x"}, {}, "admission: params.redis_url: must be a redis://"),
+        (TP | {"store": "disk"}, {}, "admission: params.store:"),
+        (TP | {"fail_open": {"gold": True}}, {}, "admission: params.fail_open.gold:"),
+        (TP | {"nonsense": 1}, {}, "nonsense"),
+        (TP, {"auth": {"keys": {"zz": ["k" * 10]}, "key_secret": SECRET}}, "auth.keys.zz: no such entitlement"),
+        (TP, {"auth": {"keys": {"a": ["k" * 10]}}}, "key_secret: required"),
+    ],
+)  # fmt: skip
+def test_errors_name_the_key_path(params, top, where):
+    with pytest.raises(ConfigError) as err:
+        cfg(params, **top)
+    assert where in str(err.value)
+
+
+def test_keys_from_auth_and_from_entitlements():
+    ents = {"a": {"pool": "p", "class": "spot", "keys": ["sk-a-2"]}}
+    c = cfg(TP | {"entitlements": ents}, auth={"keys": {"a": ["sk-a-1"]}, "key_secret": SECRET})
+    assert c.entitlement_keys() == {"a": ["sk-a-1", "sk-a-2"]}
+    assert c.auth_required
+    assert "keys" not in c.admission.policy_params()["entitlements"]["a"]
+
+
+def test_keys_are_kept_as_hmacs_and_looked_up():
+    pre = key_hash(SECRET, "sk-b")
+    d = KeyDirectory.build(SECRET, {"a": ["sk-a"], "b": [pre]})
+    expected = hmac.new(SECRET.encode(), b"sk-a", hashlib.sha256).hexdigest()  # independent
+    assert "hmac-sha256:" + expected in d.configured
+    assert "sk-a" not in str(d.configured)
+    assert d.entitlement_of("sk-a") == "a" and d.entitlement_of("sk-b") == "b"
+    assert d.entitlement_of("sk-c") is None
+    d.set_managed("c", [key_hash(SECRET, "sk-c")])
+    assert d.entitlement_of("sk-c") == "c"
+    d.set_managed("c", [])
+    assert d.entitlement_of("sk-c") is None
+    assert KeyDirectory.build(SECRET + "x", {"a": ["sk-a"]}).configured != d.configured
