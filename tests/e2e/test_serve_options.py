@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import httpx
 import openai
@@ -108,6 +109,15 @@ def test_concurrency_limit_refuses_in_the_openai_shape(emu, fresh_procs):
     g = serve(fresh_procs, "limited", gateway_config([e.url], []), "--limit-concurrency", "2")
     from tests.e2e.rawhttp import Conn, request
 
+    # the readiness probe's connection may still be closing on a loaded machine: it counts
+    # toward the limit until it has, so wait until one connection alone is under it
+    deadline = time.monotonic() + 10
+    while True:
+        with Conn(g.port) as probe:
+            probe.send(request("GET", "/healthz"))
+            if probe.read().status == 200 or time.monotonic() > deadline:
+                break
+        time.sleep(0.05)
     with Conn(g.port) as a, Conn(g.port) as b:
         a.send(request("GET", "/healthz"))
         assert a.read().status == 200  # one connection: under the limit
