@@ -304,12 +304,14 @@ class Analyzer:
             self._memo.terms.clear()
         self.counter.trim_memo()
 
-    def _tokenise(self, texts: Sequence[str]) -> list[_Tokens]:
-        """Each text's `_Tokens`, from the cache or computed (all misses in one pass)."""
+    def _tokenise(self, texts: Sequence[str]) -> tuple[list[_Tokens], _Tokens | None]:
+        """Each text's `_Tokens`, from the cache or computed (all misses in one pass), and
+        when no text was cached, the whole pass (the texts' pieces one after the other)."""
         cache = self._texts
         epoch = self._epoch
         out: list[_Tokens | None] = [cache.get(t) for t in texts]
         missing = [k for k, hit in enumerate(out) if hit is None]
+        whole = None
         if missing:
             pieces: list[str] = []
             heads: list[int] = []
@@ -328,12 +330,14 @@ class Analyzer:
             for k, a, b, g1 in zip(missing, heads, ends, cut, strict=True):
                 out[k] = _Tokens(packed[a:b], counts[a:b], glued[g0:g1] - a)
                 g0 = g1
+            if len(missing) == len(texts):
+                whole = _Tokens(packed, counts, glued)
         done = [t for t in out if t is not None]
         with self._lock:
             if epoch == self._epoch:
                 for text, tokens in zip(texts, done, strict=True):
                     self._remember(text, tokens)
-        return done
+        return done, whole
 
     def _remember(self, text: str, tokens: _Tokens) -> None:
         """Cache `text` as most recently used, evicting the oldest beyond the bound (the
@@ -352,7 +356,8 @@ class Analyzer:
     def count_all(self, texts: Sequence[str]) -> int:
         """Σ exact tokens of `texts`, each encoded on its own (through the text cache)."""
         self._trim()
-        return sum(t.tokens for t in self._tokenise(texts))
+        parts, whole = self._tokenise(texts)
+        return whole.tokens if whole is not None else sum(t.tokens for t in parts)
 
     def analyse(
         self,
@@ -373,15 +378,16 @@ class Analyzer:
             for k, f in enumerate(frozen)
             if f and offsets[k] < offsets[k + 1]
         ]
-        parts = self._tokenise(texts)
+        parts, whole = self._tokenise(texts)
         sizes = [len(p.packed) for p in parts]
         heads = [0] * len(sizes)
         for k in range(1, len(sizes)):
             heads[k] = heads[k - 1] + sizes[k - 1]
         head_idx = np.asarray(heads, dtype=np.int64)
         n_pieces = sum(sizes)
-        if len(parts) == 1:
-            packed, counts, glued = parts[0].packed, parts[0].counts, parts[0].glued
+        if whole is not None or len(parts) == 1:
+            one = whole if whole is not None else parts[0]
+            packed, counts, glued = one.packed, one.counts, one.glued
         else:
             packed = np.concatenate([p.packed for p in parts] or [_EMPTY])
             counts = np.concatenate([p.counts for p in parts] or [_EMPTY])
