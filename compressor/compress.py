@@ -213,7 +213,7 @@ def _compress(
     if not texts:
         return _Outcome(texts, fixed, fixed, 0)
     if not any(editable):  # nothing to shorten: count, and skip the analysis
-        before = fixed + analyzer.counter.count_all(texts)
+        before = fixed + analyzer.count_all(texts)
         detail = "" if before <= target else "nothing to shorten"
         return _Outcome(texts, before, before, 0, detail=detail)
     doc = analyzer.analyse(texts, [not e for e in editable], config.max_unit_chars)

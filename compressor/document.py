@@ -20,12 +20,14 @@ vectorised numpy operations, never a per-word Python loop.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from compressor.arrays import unique_counts, unique_inverse
 from compressor.counting import (
     DEFAULT_MAX_ENTRIES,
     LEN_MASK,
@@ -197,6 +199,8 @@ STOP_WORDS = frozenset(
     ]
 )
 
+_EMPTY = np.zeros(0, dtype=np.int64)
+DEFAULT_CACHED_PIECES = 1 << 18  # ≈ 40 prompts of 10K tokens: ~6 MB of arrays
 _TERM_BITS = 18  # term id + 1 in the counter's free high bits, then the sentence flags
 _TERM_MASK = (1 << _TERM_BITS) - 1
 _FLAG_SHIFT = USER_SHIFT + _TERM_BITS
@@ -239,17 +243,121 @@ def _term_of(chunk: str) -> str | None:
     return word
 
 
-class Analyzer:
-    """Turns texts into `Document`s; holds the process-wide chunk memo (bounded)."""
+@dataclass(frozen=True, slots=True)
+class _Tokens:
+    """One text's pieces (`text.split(" ")`) as the analysis needs them: packed memo
+    values, exact tokens per piece and the pieces glued to their predecessor."""
 
-    __slots__ = ("_max_entries", "_memo", "counter")
+    packed: IntArray
+    counts: IntArray
+    glued: IntArray  # piece indices within the text
+
+    @property
+    def tokens(self) -> int:
+        return int(self.counts.sum())
+
+
+class Analyzer:
+    """Turns texts into `Document`s; holds the process-wide chunk memo (bounded) and the
+    tokenised form of the texts it saw last (bounded by `max_cached_pieces`).
+
+    Each text of a document is split and counted on its own (its pieces never glue to a
+    neighbour's), so its tokenisation does not depend on the texts around it and is kept
+    per text: a chat resends its history every turn, an agent loop its system prompt and
+    tool outputs, a client its retries, and those texts then cost one `dict` lookup
+    instead of a lookup per word. The cache changes no result (the values are those a
+    fresh pass computes); it is emptied with the chunk memo, whose term ids it holds."""
+
+    __slots__ = (
+        "_cached_pieces", "_epoch", "_lock", "_max_cached", "_max_entries", "_memo", "_texts",
+        "counter",
+    )  # fmt: skip
 
     def __init__(
-        self, counter: TokenCounter | None = None, max_entries: int = DEFAULT_MAX_ENTRIES
+        self,
+        counter: TokenCounter | None = None,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_cached_pieces: int = DEFAULT_CACHED_PIECES,
     ) -> None:
         self.counter = counter or default_counter()
         self._memo = _ChunkMemo(self.counter)
         self._max_entries = max_entries
+        self._texts: dict[str, _Tokens] = {}
+        self._cached_pieces = 0
+        self._max_cached = max_cached_pieces
+        self._epoch = 0  # counts memo clears: a text tokenised before one is not cached after
+        self._lock = threading.Lock()  # the gateway compresses on a thread pool
+
+    def forget_texts(self) -> None:
+        """Empty the per-text cache (the vocabulary memo stays)."""
+        with self._lock:
+            self._texts.clear()
+            self._cached_pieces = 0
+
+    def _trim(self) -> None:
+        if len(self._memo) > self._max_entries:
+            with self._lock:
+                self._epoch += 1
+                self._texts.clear()
+                self._cached_pieces = 0
+            self._memo.clear()  # between documents only: term ids stay consistent within one
+            self._memo.terms.clear()
+        self.counter.trim_memo()
+
+    def _tokenise(self, texts: Sequence[str]) -> tuple[list[_Tokens], _Tokens | None]:
+        """Each text's `_Tokens`, from the cache or computed (all misses in one pass), and
+        when no text was cached, the whole pass (the texts' pieces one after the other)."""
+        cache = self._texts
+        epoch = self._epoch
+        out: list[_Tokens | None] = [cache.get(t) for t in texts]
+        missing = [k for k, hit in enumerate(out) if hit is None]
+        whole = None
+        if missing:
+            pieces: list[str] = []
+            heads: list[int] = []
+            for k in missing:  # each text is encoded on its own: split it on its own
+                heads.append(len(pieces))
+                pieces.extend(texts[k].split(" "))
+            packed = self.counter.packed(pieces, self._memo)
+            counts, glued = self.counter.piece_counts(
+                pieces, packed, np.asarray(heads, dtype=np.int64)
+            )
+            ends = [*heads[1:], len(pieces)]
+            cut = np.searchsorted(glued, ends, side="left").tolist()
+            g0 = 0
+            for arr in (packed, counts, glued):
+                arr.setflags(write=False)  # shared by every document holding the text
+            for k, a, b, g1 in zip(missing, heads, ends, cut, strict=True):
+                out[k] = _Tokens(packed[a:b], counts[a:b], glued[g0:g1] - a)
+                g0 = g1
+            if len(missing) == len(texts):
+                whole = _Tokens(packed, counts, glued)
+        done = [t for t in out if t is not None]
+        with self._lock:
+            if epoch == self._epoch:
+                for text, tokens in zip(texts, done, strict=True):
+                    self._remember(text, tokens)
+        return done, whole
+
+    def _remember(self, text: str, tokens: _Tokens) -> None:
+        """Cache `text` as most recently used, evicting the oldest beyond the bound (the
+        caller holds the lock)."""
+        cache = self._texts
+        size = len(tokens.packed)
+        if cache.pop(text, None) is None:
+            if size > self._max_cached:
+                return
+            self._cached_pieces += size
+        cache[text] = tokens
+        while self._cached_pieces > self._max_cached:
+            old = next(iter(cache))
+            self._cached_pieces -= len(cache.pop(old).packed)
+
+    def count_all(self, texts: Sequence[str]) -> int:
+        """Σ exact tokens of `texts`, each encoded on its own (through the text cache)."""
+        self._trim()
+        parts, whole = self._tokenise(texts)
+        return whole.tokens if whole is not None else sum(t.tokens for t in parts)
 
     def analyse(
         self,
@@ -260,9 +368,7 @@ class Analyzer:
         """Analyse consecutive texts as one document whose units never cross a seam
         between texts (shared IDF, TextRank graph and novelty; per-text position). A
         `frozen` text is one unit (a chat template's markers, a protected message)."""
-        if len(self._memo) > self._max_entries:
-            self._memo.clear()  # between documents only: term ids stay consistent within one
-            self._memo.terms.clear()
+        self._trim()
         offsets = [0]
         for t in texts:
             offsets.append(offsets[-1] + len(t))
@@ -272,15 +378,22 @@ class Analyzer:
             for k, f in enumerate(frozen)
             if f and offsets[k] < offsets[k + 1]
         ]
-        self.counter.trim_memo()
-        pieces: list[str] = []
-        heads: list[int] = []
-        for t in texts:  # each text is encoded on its own: split it on its own
-            heads.append(len(pieces))
-            pieces.extend(t.split(" "))
+        parts, whole = self._tokenise(texts)
+        sizes = [len(p.packed) for p in parts]
+        heads = [0] * len(sizes)
+        for k in range(1, len(sizes)):
+            heads[k] = heads[k - 1] + sizes[k - 1]
         head_idx = np.asarray(heads, dtype=np.int64)
-        packed = self.counter.packed(pieces, self._memo)
-        counts, glued = self.counter.piece_counts(pieces, packed, head_idx)
+        n_pieces = sum(sizes)
+        if whole is not None or len(parts) == 1:
+            one = whole if whole is not None else parts[0]
+            packed, counts, glued = one.packed, one.counts, one.glued
+        else:
+            packed = np.concatenate([p.packed for p in parts] or [_EMPTY])
+            counts = np.concatenate([p.counts for p in parts] or [_EMPTY])
+            glued = np.concatenate(
+                [p.glued + h for p, h in zip(parts, heads, strict=True)] or [_EMPTY]
+            )
         lengths = (packed >> LEN_SHIFT) & LEN_MASK
         terms = ((packed >> USER_SHIFT) & _TERM_MASK) - 1
         flags = (packed >> _FLAG_SHIFT) | np.where(lengths > 0, NONEMPTY_FLAG, 0)
@@ -290,7 +403,7 @@ class Analyzer:
         unit_of = np.searchsorted(starts, pos, side="right") - 1
         n = len(units)
         if len(glued):
-            chunk = np.ones(len(pieces), dtype=np.bool_)
+            chunk = np.ones(n_pieces, dtype=np.bool_)
             chunk[glued] = False
             chunk_pos, chunk_tokens = pos[chunk], counts[chunk]
         else:
@@ -326,9 +439,9 @@ def _sparse(units: IntArray, terms: IntArray, n: int) -> tuple[IntArray, IntArra
     if len(terms) == 0:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty, empty, 0
-    uniq, local = np.unique(terms, return_inverse=True)
+    uniq, local = unique_inverse(terms)
     v = len(uniq)
-    keys, tf = np.unique(units * v + local, return_counts=True)
+    keys, tf = unique_counts(units * v + local)
     return keys // v, keys % v, tf.astype(np.int64), v
 
 

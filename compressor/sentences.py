@@ -40,6 +40,7 @@ from itertools import pairwise
 import numpy as np
 import numpy.typing as npt
 
+from compressor.arrays import member, unique
 from compressor.fences import code_spans
 from compressor.linebreaks import line_breaks
 from compressor.linebreaks import sep_start as _sep_start
@@ -316,7 +317,7 @@ def split_units(
     whole = sorted([*fence_units, *frozen_list])
     edges = [x for ab in whole for x in ab]
     fixed_bounds = np.asarray([*seam_list, *edges, 0], dtype=np.int64)
-    arr = np.unique(np.concatenate([_outside(found, whole), fixed_bounds]))
+    arr = unique(np.concatenate([_outside(found, whole), fixed_bounds]))
     arr = arr[arr < max(len(text), 1)]
     seam_set = set(seam_list)
     while len(arr) > 1 and int(arr[-1]) not in seam_set and text[int(arr[-1]) :].isspace():
@@ -327,12 +328,12 @@ def split_units(
         sizes = np.diff(np.append(arr, len(text)))
         long = np.flatnonzero(sizes > max_unit_chars)
         if len(long):
-            ok = ~np.isin(arr[long], code_arr) & ~np.isin(arr[long], frozen_starts)
+            ok = ~member(arr[long], code_arr) & ~member(arr[long], np.sort(frozen_starts))
             extra: list[int] = []
             for i in long[ok].tolist():
                 _cut_long(text, int(arr[i]), int(arr[i] + sizes[i]), max_unit_chars, extra)
             if extra:
-                arr = np.unique(np.append(arr, np.asarray(extra, dtype=np.int64)))
+                arr = unique(np.append(arr, np.asarray(extra, dtype=np.int64)))
     other_leads = [0, *seam_list, *code_starts, *(b for _, b in fence_units)]
     leads = np.concatenate([np.asarray(other_leads, dtype=np.int64), lead_breaks])
     starts = arr.tolist()
