@@ -20,6 +20,11 @@ user message (or of the completion prompt) that a compressor must keep verbatim.
 Documents are licences, man pages, package READMEs and the Python/NumPy reference
 (bench/realtext.py); questions are written for the shape, sometimes several sentences,
 sometimes followed by 2–3 polite sentences (in the same paragraph or the next).
+
+Lengths (`shape_set(lengths=...)`, bench/band_lengths.py): by default each request's L_total
+is drawn from the LMSYS-Chat-1M CDF restricted to the band (FleetOpt Table 7's source) and
+its max_tokens from the Azure 2023 trace's measured output lengths; `uniform` is the corpus
+before (L_total uniform in the band, max_tokens 256/512/512/1024), `azure` the Azure trace.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench import realtext
+from bench.band_lengths import BandLengths, band_lengths
 from bench.corpus import Sample, Source, code_sources, count, paragraphs
 from policies.types import Category
 
@@ -383,22 +389,68 @@ def shape_set(
     b_short: int = 8192,
     gamma: float = 1.5,
     shapes: Sequence[str] = SHAPES,
+    lengths: str = "lmsys",
+    max_tokens: str | None = None,
 ) -> list[Sample]:
     """`per_shape` borderline requests of each shape (B_short < L_total ≤ γ·B_short),
-    interleaved; a build that lands outside the band is redrawn."""
+    interleaved. `lengths` (bench/band_lengths.py): `uniform` draws L_total uniformly and
+    redraws a build that lands outside the band (the corpus before); `lmsys` / `azure` draw
+    L_total and max_tokens from that workload's CDF restricted to the band, then rebuild
+    until the request's real L_total is within `_TOLERANCE` tokens of the drawn one (the
+    builders undershoot by 100–1,000 tokens), so the corpus follows the CDF. `max_tokens`
+    overrides the mode's max_tokens source (`mix`, `azure-output`, `split`)."""
     rng = random.Random(seed)
     lo, hi = b_short + 1, int(gamma * b_short)
+    model = band_lengths(lengths, b_short, gamma, max_tokens)
     out: list[Sample] = []
     for _ in range(per_shape):
         for shape in shapes:
-            for _attempt in range(20):
-                max_tokens = _max_tokens(rng)
-                total = rng.randint(lo + 150, hi - 150)
-                s = BUILDERS[shape](rng, total - max_tokens)
-                s.max_tokens = max_tokens
-                l_total = s.tokens() + max_tokens
-                if lo <= l_total <= hi:
-                    s.meta.update(shape=shape, l_total=l_total)
-                    out.append(s)
-                    break
+            if model.band is None and model.max_tokens_source == "mix":
+                s = _uniform_build(rng, shape, lo, hi)
+            else:
+                s = _cdf_build(rng, shape, model)
+            if s is not None:
+                out.append(s)
     return out
+
+
+def _uniform_build(rng: random.Random, shape: str, lo: int, hi: int) -> Sample | None:
+    """The corpus before --lengths: target uniform in [lo+150, hi−150], redraw if outside."""
+    for _attempt in range(20):
+        max_tokens = _max_tokens(rng)
+        total = rng.randint(lo + 150, hi - 150)
+        s = BUILDERS[shape](rng, total - max_tokens)
+        s.max_tokens = max_tokens
+        l_total = s.tokens() + max_tokens
+        if lo <= l_total <= hi:
+            s.meta.update(shape=shape, l_total=l_total, l_target=total)
+            return s
+    return None
+
+
+_TOLERANCE = 64  # tokens between the drawn L_total and the built request's
+
+
+def _cdf_build(rng: random.Random, shape: str, model: BandLengths) -> Sample | None:
+    """One request whose L_total is the drawn one within `_TOLERANCE` (else the closest
+    in-band build after 8 corrections; a new draw if none was in the band)."""
+    for _draw in range(5):
+        total = model.draw_total(rng)
+        max_tokens = model.draw_max_tokens(rng, total)
+        best: Sample | None = None
+        aim = total - max_tokens
+        for _attempt in range(8):
+            s = BUILDERS[shape](rng, aim)
+            s.max_tokens = max_tokens
+            l_total = s.tokens() + max_tokens
+            if model.lo < l_total <= model.hi and (
+                best is None or abs(l_total - total) < abs(best.meta["l_total"] - total)
+            ):
+                s.meta.update(shape=shape, l_total=l_total, l_target=total)
+                best = s
+            if best is not None and abs(best.meta["l_total"] - total) <= _TOLERANCE:
+                break
+            aim += (total - l_total) if l_total > total else (total - l_total) + _TOLERANCE // 2
+        if best is not None:
+            return best
+    return None

@@ -41,6 +41,13 @@ def test_the_set_has_every_shape_in_the_borderline_band(samples: list[Sample]) -
         assert final_text(Compression(0, 0, 0, s.prompt, s.messages)).endswith(s.meta["question"])
 
 
+def test_built_lengths_follow_the_drawn_ones(samples: list[Sample]) -> None:
+    """The default corpus draws L_total from the LMSYS CDF in the band
+    (tests/unit/compressor/test_band_lengths.py); builds land near the draw."""
+    gaps = sorted(abs(s.meta["l_total"] - s.meta["l_target"]) for s in samples)
+    assert gaps[len(gaps) // 2] <= 64 and gaps[-1] <= 1024
+
+
 def test_compressed_requests_keep_the_question_and_fit_the_target(samples: list[Sample]) -> None:
     compressed = 0
     for s in samples:
