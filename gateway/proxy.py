@@ -293,6 +293,8 @@ class Pipeline:
         """Step 2: the entitlement the request's API key names (None: a key of
         `auth.api_keys`, or no key). Without authentication configured a key is optional,
         but one created through /admin/entitlements still names its entitlement."""
+        if not self.auth_required and self.tenancy is None:
+            return None  # the common open gateway: nothing to read
         auth = (authorization or b"").decode("latin-1")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
         if not self.auth_required:
@@ -634,23 +636,26 @@ class Pipeline:
         arrival: float,
         rid: str,
     ) -> None:
-        latency = self.loop.time() - t0
+        now = self.loop.time()
+        latency = now - t0
         shaped = info = None
         if ticket is not None:
             shaped, info = ticket.taken, ticket.info
+            status = att.status
             outcome = Outcome(
                 Status.OK
-                if att.status == 200
+                if status == 200
                 else Status.DISCONNECT
-                if att.status == 499
+                if status == 499
                 else Status.ERROR,
-                prompt_tokens=att.prompt_tokens,
-                completion_tokens=att.completion_tokens,
-                ttft=att.ttft,
-                latency=latency,
+                att.prompt_tokens,
+                att.completion_tokens,
+                att.ttft,
+                None,
+                latency,
             )
             # settle: ĉ_k learns, the reservation is charged, every lease given back
-            self.core.complete(ticket, outcome, self.loop.time())
+            self.core.complete(ticket, outcome, now)
             used = att.prompt_tokens + att.completion_tokens
             if used and self.tenancy is not None and att.admission == "admitted":
                 labels = self.tenancy.labels(info.entitlement)

@@ -65,6 +65,7 @@ ADMITTERS: Registry[Admitter] = Registry("admission policy", _load_builtins)
 @dataclass(slots=True)
 class AdmitAll:
     name: str = "always"
+    store: None = None  # no shared state (a present attribute keeps the core's check cheap)
 
     def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
         return None
@@ -118,6 +119,7 @@ class _Seat:
 class ConcurrencyAdmitter:
     config: ConcurrencyConfig = field(default_factory=ConcurrencyConfig)
     name: str = "concurrency"
+    store: None = None  # seats are this process's own
     in_flight: dict[str, int] = field(default_factory=dict)  # per entitlement
 
     def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:

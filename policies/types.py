@@ -98,9 +98,10 @@ class Status(StrEnum):
     DISCONNECT = "disconnect"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
-    """What happened to a dispatched request, reported on every exit path."""
+    """What happened to a dispatched request, reported on every exit path (a value: not
+    frozen only because a frozen dataclass costs a setattr call per field to build)."""
 
     status: Status
     prompt_tokens: int = 0
