@@ -390,15 +390,15 @@ class Pipeline:
                         )
                         return
                     answer = await self._read_whole(up, att, worker)
+                    retry = up.status == 400 and self._context_retry(ticket, worker, answer, att)
+                    if not retry:
+                        await self._send_whole(up, answer, responder, att, worker, rid)
+                        return
                 finally:
                     up.release()
-                if up.status == 400 and self._context_retry(ticket, worker, answer, att):
-                    # the safety net: sent again, uncompressed, to a pool with a longer
-                    # context (this attempt's slot is given back as the block ends)
-                    body, strip_usage = self._upstream_body(parsed, raw, None)
-                    continue
-                await self._send_whole(up, answer, responder, att, worker, rid)
-                return
+                # the safety net: sent again, uncompressed, to a pool with a longer context
+                # (this attempt's slot is given back as the block ends)
+                body, strip_usage = self._upstream_body(parsed, raw, None)
 
     def _upstream_body(
         self, parsed: ParsedRequest, raw: bytes, rewritten: dict[str, Any] | None
