@@ -50,6 +50,11 @@ class AdmissionRefused:
 class Admitter(Protocol):
     name: str
 
+    # where its state is shared across replicas (the token-pool ledger in Redis), once
+    # attached; None: this process's own, and `admit` answers synchronously
+    @property
+    def store(self) -> object | None: ...
+
     def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
         """A reservation to hold, None (admitted, nothing held), or a refusal."""
         ...
@@ -65,7 +70,7 @@ ADMITTERS: Registry[Admitter] = Registry("admission policy", _load_builtins)
 @dataclass(slots=True)
 class AdmitAll:
     name: str = "always"
-    store: None = None  # no shared state (a present attribute keeps the core's check cheap)
+    store: None = None  # no shared state
 
     def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
         return None

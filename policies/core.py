@@ -136,7 +136,7 @@ class Core:
     def admission_awaits(self) -> bool:
         """The admitter keeps its state in a shared store (Redis, across replicas): the
         gateway awaits `admit_async` (one round trip) instead of calling `admit`."""
-        return getattr(self.admitter, "store", None) is not None
+        return self.admitter.store is not None
 
     async def admit_async(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
         """Step 5 against a shared store; an admitter without `admit_async` answers

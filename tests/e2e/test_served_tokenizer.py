@@ -18,18 +18,27 @@ pytestmark = pytest.mark.e2e
 B_SHORT = 8192
 
 
-def test_borderline_chats_fit_the_qwen_engine(fresh_procs):
+def _qwen_fleet(fresh_procs, short_tokenizer: str, long_tokenizer: str | None) -> str:
+    """Qwen3-counting emulators (short and long) behind a gateway; its URL."""
     spec = f"hf:{qwen3_dir()}"
     short = emulator(fresh_procs, "short0", B_SHORT, "--tokenizer", spec)
     long = emulator(fresh_procs, "long0", 65536, "--tokenizer", spec)
     for p in (short, long):
         p.wait_ready("/health")
     cfg = gateway_config([short.url], [long.url])
-    for pool in cfg["pools"].values():  # type: ignore[union-attr]
-        pool["tokenizer"] = spec
-    gateway = start_gateway(fresh_procs, cfg)
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0, timeout=60)
-    chats = [s for s in borderline_set(n=24, seed=7) if s.messages is not None][:12]
+    pools = cfg["pools"]
+    pools["short"]["tokenizer"] = short_tokenizer  # type: ignore[index]
+    if long_tokenizer is not None:
+        pools["long"]["tokenizer"] = long_tokenizer  # type: ignore[index]
+    return start_gateway(fresh_procs, cfg).url
+
+
+def _send_borderline_chats(url: str, n: int) -> int:
+    """Send `n` borderline chats; each that lands on the short pool fits it in the
+    engine's own tokens, and a compressed one's engine count is the gateway's. Returns
+    how many were compressed."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=60)
+    chats = [s for s in borderline_set(n=24, seed=7) if s.messages is not None][:n]
     compressed = 0
     for s in chats:
         raw = client.chat.completions.with_raw_response.create(
@@ -43,37 +52,22 @@ def test_borderline_chats_fit_the_qwen_engine(fresh_procs):
             _, after = map(int, raw.headers["x-fleetgate-compressed"].split("->"))
             assert raw.headers["x-fleetgate-pool"] == "short"
             assert usage.prompt_tokens == after  # the gateway counted as the engine does
-    assert compressed >= len(chats) // 2
+    return compressed
+
+
+def test_borderline_chats_fit_the_qwen_engine(fresh_procs):
+    spec = f"hf:{qwen3_dir()}"
+    url = _qwen_fleet(fresh_procs, spec, spec)
+    assert _send_borderline_chats(url, 12) >= 12 // 2
 
 
 def test_tokenizer_engine_counts_with_the_workers_tokenize(fresh_procs):
     """`tokenizer: engine`: the gateway has no tokenizer files; the short pool's workers
     (Qwen3 emulators) count borderline chats through /tokenize, and every compressed chat
     fits in the engine's own tokens."""
-    spec = f"hf:{qwen3_dir()}"
-    short = emulator(fresh_procs, "short0", B_SHORT, "--tokenizer", spec)
-    long = emulator(fresh_procs, "long0", 65536, "--tokenizer", spec)
-    for p in (short, long):
-        p.wait_ready("/health")
-    cfg = gateway_config([short.url], [long.url])
-    cfg["pools"]["short"]["tokenizer"] = "engine"  # type: ignore[index]
-    gateway = start_gateway(fresh_procs, cfg)
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0, timeout=60)
-    chats = [s for s in borderline_set(n=24, seed=7) if s.messages is not None][:8]
-    compressed = 0
-    for s in chats:
-        raw = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=s.messages, max_tokens=s.max_tokens
-        )
-        usage = raw.parse().usage
-        if raw.headers["x-fleetgate-pool"] == "short":
-            assert usage.prompt_tokens + s.max_tokens <= B_SHORT
-        if "x-fleetgate-compressed" in raw.headers:
-            compressed += 1
-            _, after = map(int, raw.headers["x-fleetgate-compressed"].split("->"))
-            assert usage.prompt_tokens == after  # the engine's own count of what was sent
-    assert compressed >= len(chats) // 2
-    metrics = httpx.get(gateway.url + "/metrics").text
+    url = _qwen_fleet(fresh_procs, "engine", None)
+    assert _send_borderline_chats(url, 8) >= 8 // 2
+    metrics = httpx.get(url + "/metrics").text
     ok = [
         line
         for line in metrics.splitlines()
