@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +122,10 @@ class Tenancy:
     demands: dict[str, Demand] = field(default_factory=dict)
     _rates: dict[str, _Rate] = field(default_factory=dict)
     _version: int = -1  # the registry's version last read
+    # the fleet's workers in service per pool (gateway/workers.py `Fleet.active_counts`),
+    # for token pools whose capacity follows them (`follow_workers`)
+    fleet_counts: Callable[[], Mapping[str, int]] | None = None
+    _followed: dict[str, float] = field(default_factory=dict)  # token pool → fraction applied
     _task: asyncio.Task[None] | None = None
     _republishing: asyncio.Task[None] | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -224,6 +228,7 @@ class Tenancy:
         store = self.store
         if store is None:
             now = asyncio.get_running_loop().time()
+            self.follow_fleet(now)
             for pool in adm.config.capacities:
                 self._observe(adm.ledger.view(pool, now))
             return
@@ -238,6 +243,25 @@ class Tenancy:
             view = await store.view(pool)
             await store.apply_step(view, step(view, config))
             self._observe(view)
+
+    def follow_fleet(self, now: float) -> None:
+        """Token pools that follow a fleet pool (`follow_workers`) take the configured
+        capacity × its workers in service / its configured workers (§3.1: Λ_p, χ_p and r_p
+        are replica count × one replica's). Holds are kept (`scale_pool`)."""
+        adm, counts = self.admitter, self.fleet_counts
+        follow = self.config.admission.store_settings().follow_workers
+        if adm is None or counts is None or not follow:
+            return
+        active = counts()
+        for token_pool, fleet_pool in follow.items():
+            configured = len(self.config.pools[fleet_pool].workers)
+            fraction = active.get(fleet_pool, 0) / configured if configured else 1.0
+            if self._followed.get(token_pool, 1.0) != fraction:
+                adm.scale_pool(token_pool, fraction, now)
+                self._followed[token_pool] = fraction
+                log.info("token pool %s: capacity × %.3g (%d of %d workers of pool %s)",
+                         token_pool, fraction, active.get(fleet_pool, 0), configured,
+                         fleet_pool)  # fmt: skip
 
     async def _call(self, awaitable: Any) -> Any:
         """A plain Redis call (registry, existence checks) with the store's timeout."""
@@ -299,7 +323,8 @@ class Tenancy:
             return  # too close to the last one to measure a rate (a scrape right after)
         self._rates[view.pool] = rate
         dt = (view.now_us - last.now_us) / MICRO if last is not None else 0.0
-        cap = self.admitter.config.capacities[view.pool]
+        led = self.admitter.ledger.pools.get(view.pool) if self.store is None else None
+        cap = led.capacity if led is not None else self.admitter.config.capacities[view.pool]
         promised = {"tokens_per_s": 0.0, "kv_bytes": 0.0, "slots": 0.0}
         extra = dict.fromkeys(promised, 0.0)
         for u in view.entitlements:
