@@ -177,7 +177,7 @@ def exp2_figures(
             (
                 float(t[i] - 120.0)
                 for i in range(peak_after, len(debt))
-                if t[i] >= 120.0 and abs(debt[i]) < 0.05
+                if t[i] >= 120.0 and debt[i] < 0.05
             ),
             None,
         )
