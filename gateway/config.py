@@ -184,7 +184,7 @@ class EntitlementStoreSettings(_Section):
     # guaranteed, elastic open; spot, preemptible closed
     fail_open: dict[ServiceClassName, bool] = Field(default_factory=dict)
     # token pool → fleet pool: the token pool's capacity follows that pool's workers in
-    # service (configured × active / configured workers, at each control step), so a
+    # service (configured × active / configured workers, within 0.1 s), so a
     # worker drained or added through /admin/workers or a reload resizes it (§3.1).
     # In-memory store only (with Redis every replica would write the capacity)
     follow_workers: dict[str, str] = Field(default_factory=dict)

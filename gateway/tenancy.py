@@ -9,7 +9,9 @@ changes, and what the metrics read (the policy itself is policies/tenancy/).
             started, and a background task every `control_interval_s`: read changes made on
             other replicas, reap expired holds, view each pool, apply one control step
             (Eq. 1–3; with N replicas the store keeps one step per interval).
-    stop    the loop cancelled, queued completions flushed (bounded), the store closed.
+            With `follow_workers` (memory only): a task every 0.1 s resizing each such
+            token pool to its fleet pool's workers in service (`follow_fleet`).
+    stop    the loops cancelled, queued completions flushed (bounded), the store closed.
 
 Run-time changes (`/admin/entitlements`) go to the admitter's definitions and ledger, and
 with Redis to the pool's state (atomic, so every replica admits on it at once) and to a
@@ -47,6 +49,9 @@ from policies.tenancy.entitlement import Entitlement, EntitlementState
 
 log = logging.getLogger("fleetgate.tenancy")
 
+# a token pool following a fleet pool (`follow_workers`) sees a worker drained or added
+# this soon (reading the fleet's counts costs next to nothing)
+FOLLOW_PERIOD_S = 0.1
 DRAIN_ON_STOP_S = 2.0  # completions still queued for Redis at shutdown: this long at most
 
 
@@ -126,6 +131,7 @@ class Tenancy:
     # for token pools whose capacity follows them (`follow_workers`)
     fleet_counts: Callable[[], Mapping[str, int]] | None = None
     _followed: dict[str, float] = field(default_factory=dict)  # token pool → fraction applied
+    _follower: asyncio.Task[None] | None = None
     _task: asyncio.Task[None] | None = None
     _republishing: asyncio.Task[None] | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -178,6 +184,8 @@ class Tenancy:
             store.start(self.replica)
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._control_loop())
+        if s.follow_workers:
+            self._follower = loop.create_task(self._follow_loop())
         log.info(
             "token pools: %d pools, %d entitlements, store %s (replica %s)",
             len(adm.config.capacities),
@@ -197,6 +205,8 @@ class Tenancy:
     async def stop(self) -> None:
         if self._republishing is not None:
             self._republishing.cancel()
+        if self._follower is not None:
+            self._follower.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -228,7 +238,6 @@ class Tenancy:
         store = self.store
         if store is None:
             now = asyncio.get_running_loop().time()
-            self.follow_fleet(now)
             for pool in adm.config.capacities:
                 self._observe(adm.ledger.view(pool, now))
             return
@@ -243,6 +252,11 @@ class Tenancy:
             view = await store.view(pool)
             await store.apply_step(view, step(view, config))
             self._observe(view)
+
+    async def _follow_loop(self) -> None:
+        while True:
+            self.follow_fleet(asyncio.get_running_loop().time())
+            await asyncio.sleep(FOLLOW_PERIOD_S)
 
     def follow_fleet(self, now: float) -> None:
         """Token pools that follow a fleet pool (`follow_workers`) take the configured

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+import httpx
 import pytest
 
-from bench.token_pools_live import LiveRun, run_live
+from bench.token_pools_live import ADMIN, LiveRun, emulator_args, gateway_config, run_live
 from simulator.scenario import load
+from tests.e2e.fleet import metric, start_gateway, wait_until
+from tests.procs import Procs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -82,3 +85,29 @@ def test_with_admission_off_the_queue_grows_and_with_it_stays_short(runs):
         if r.client.startswith("guaranteed") and r.first_token is not None
     )
     assert ttft_off[int(0.99 * (len(ttft_off) - 1))] > 3.0
+
+
+def test_the_token_pool_follows_the_workers_drained_and_added_back(fresh_procs: Procs):
+    """Experiment 2's outage, live: a worker drained through the admin API halves the
+    token pool's capacity (`follow_workers`), and added back restores it."""
+    scenario = load("token-pools-exp2")
+    engines = [fresh_procs.emulator(f"w{i}", *emulator_args(scenario, 1.0)) for i in range(2)]
+    for e in engines:
+        e.wait_ready("/health")
+    cfg = gateway_config(scenario, 1.0, engines)
+    assert cfg["admission"]["params"]["follow_workers"] == {"qwen3-8b": "main"}
+    gw = start_gateway(fresh_procs, cfg)
+    admin = {"authorization": f"Bearer {ADMIN}"}
+
+    def slots() -> float:
+        text = httpx.get(gw.url + "/metrics", timeout=5).text
+        return metric(text, "fleetgate_pool_capacity", pool="qwen3-8b", resource="slots")
+
+    assert wait_until(lambda: slots() == 16)
+    r = httpx.post(gw.url + "/admin/workers/w1/drain", headers=admin, timeout=5)
+    assert r.status_code == 202, r.text
+    assert wait_until(lambda: slots() == 8, timeout=5)
+    body = {"pool": "main", "url": engines[1].url, "name": "w1"}
+    r = httpx.post(gw.url + "/admin/workers", json=body, headers=admin, timeout=5)
+    assert r.status_code == 201, r.text
+    assert wait_until(lambda: slots() == 16, timeout=5)
