@@ -437,6 +437,15 @@ def run_live(scenario: Scenario, scale: float, requests: int | None = None) -> L
     return run
 
 
+def write_records(run: LiveRun, path: Path) -> None:
+    """One JSON line per attempt (experiment seconds), for a look beyond the figures."""
+    keys = ("client", "attempt", "arrival", "first_arrival", "first_token", "finish", "status",
+            "refusal", "refusal_reason", "completion_tokens")  # fmt: skip
+    with path.open("w") as f:
+        for r in run.records:
+            f.write(json.dumps({k: getattr(r, k) for k in keys}) + "\n")
+
+
 # --- the printout ----------------------------------------------------------------------------
 def print_rows(live: list[tuple[str, Any, Any]], sim: list[tuple[str, Any, Any]]) -> None:
     simulated = {name: value for name, value, _ in sim}
@@ -480,6 +489,8 @@ def main() -> None:
         f_on = exp1_figures(on.records, on.series.pools["main"].waiting)
         f_off = exp1_figures(off.records, off.series.pools["main"].waiting)
         plot_exp1(on, off, out / "exp1-live.png", label=f"live, time scale {args.scale}")
+        write_records(on, out / "exp1-on-records.jsonl")
+        write_records(off, out / "exp1-off-records.jsonl")
         for tag, r in (("exp1_on", on), ("exp1_off", off)):
             print(f"{tag}: {len(r.records)} attempts in {r.wall_s:.1f} s wall; CPU s {r.cpu_s}")
             result[tag] = {"figures": f_on if tag == "exp1_on" else f_off,
@@ -491,6 +502,7 @@ def main() -> None:
         live2 = run_live(scenario, args.scale)
         f2 = exp2_figures(live2.records, live2.trace, scenario)
         plot_exp2(live2, live2.trace, out / "exp2-live.png", label=f"live, time scale {args.scale}")
+        write_records(live2, out / "exp2-records.jsonl")
         print(f"exp2: {len(live2.records)} attempts in {live2.wall_s:.1f} s wall; "
               f"CPU s {live2.cpu_s}")  # fmt: skip
         for t, what in live2.events:
@@ -506,7 +518,7 @@ def main() -> None:
         live_rows = [r for r in live_rows if r[0].startswith("Exp 2")]
     print_rows(live_rows, sim_rows)
     (out / "figures.json").write_text(json.dumps(result, indent=2, default=str))
-    print(f"wrote {out}/exp1-live.png, exp2-live.png (as run), figures.json")
+    print(f"wrote {out}: exp1-live.png, exp2-live.png (as run), figures.json, *-records.jsonl")
 
 
 if __name__ == "__main__":
