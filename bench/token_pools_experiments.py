@@ -29,17 +29,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from policies.core import Core
-from simulator.records import RequestRecord
+from simulator.records import RequestRecord, Series
 from simulator.run import RunResult, run
 from simulator.scenario import Scenario, load
 
@@ -108,16 +109,21 @@ def _running_by_client(records: list[RequestRecord], ts: np.ndarray) -> dict[str
 
 def run_exp1(scenario: Scenario, requests: int | None = None) -> tuple[RunResult, dict[str, Any]]:
     result = run(scenario, requests=requests)
-    recs = result.records
+    return result, exp1_figures(result.records, result.series.pools["main"].waiting)
+
+
+def exp1_figures(records: Sequence[RequestRecord], waiting: Sequence[int]) -> dict[str, Any]:
+    """Experiment 1's figures from the requests' records and the sampled engine queue
+    (the simulator's or the live run's: bench/token_pools_live.py)."""
+    recs = records
     ok = [r for r in recs if r.status == "ok" and r.first_token is not None]
     guaranteed = [r for r in ok if r.client.startswith("guaranteed")]
     refused: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in recs:
         if r.status == "rejected_429":
             refused[r.client][r.refusal or "?"] += 1
-    waiting = result.series.pools["main"].waiting
     late = [r for r in ok if r.finish is not None and 55.0 <= r.arrival < 60.0]
-    figures = {
+    return {
         "requests": len(recs),
         "guaranteed_p99_ttft_s": round(_p99([r.first_token - r.arrival for r in guaranteed]), 3),  # type: ignore[operator]
         "guaranteed_p99_latency_s": round(
@@ -129,8 +135,10 @@ def run_exp1(scenario: Scenario, requests: int | None = None) -> tuple[RunResult
         "admitted": {
             c: sum(1 for r in ok if r.client == c) for c in sorted({r.client for r in recs})
         },
+        "other_statuses": dict(
+            Counter(r.status for r in recs if r.status not in ("ok", "rejected_429"))
+        ),
     }
-    return result, figures
 
 
 def run_exp2(
@@ -138,7 +146,15 @@ def run_exp2(
 ) -> tuple[RunResult, LedgerTrace, dict[str, Any]]:
     trace = LedgerTrace("qwen3-8b")
     result = run(scenario, requests=requests, probe=trace)
-    recs = result.records
+    return result, trace, exp2_figures(result.records, trace, scenario)
+
+
+def exp2_figures(
+    records: Sequence[RequestRecord], trace: LedgerTrace, scenario: Scenario
+) -> dict[str, Any]:
+    """Experiment 2's figures from the requests' records (one per attempt) and the sampled
+    ledger (the simulator's or the live run's)."""
+    recs = records
     clients = sorted({r.client for r in recs})
     t = np.asarray(trace.t)
     figures: dict[str, Any] = {"requests": len(recs), "attempts": len(recs)}
@@ -156,12 +172,12 @@ def run_exp2(
         ]
         debt = np.asarray(trace.debt[c])
         after = t >= 120.0
-        peak_after = int(np.argmax(debt * after)) if after.any() else 0
+        peak_after = int(np.argmax(debt * after)) if after.any() and len(debt) else 0
         recovered = next(
             (
                 float(t[i] - 120.0)
-                for i in range(peak_after, len(t))
-                if t[i] >= 120.0 and abs(debt[i]) < 0.05
+                for i in range(peak_after, len(debt))
+                if t[i] >= 120.0 and debt[i] < 0.05
             ),
             None,
         )
@@ -181,14 +197,17 @@ def run_exp2(
             ),
             "peak_debt": round(float(debt.max()), 3) if len(debt) else 0.0,
             "debt_below_0.05_after_recovery_s": recovered,
-            "priority_at_start": round(trace.priority[c][1], 1) if len(t) > 1 else None,
-            "peak_priority": round(max(trace.priority[c]), 1),
+            "priority_at_start": round(trace.priority[c][1], 1)
+            if len(trace.priority[c]) > 1
+            else None,
+            "peak_priority": round(max(trace.priority[c]), 1) if trace.priority[c] else None,
             "p99_ttft_s": round(
                 _p99([r.first_token - r.arrival for r in ok if r.first_token is not None]), 3
             ),
             "p99_admission_delay_s": round(_p99(delay), 3),
+            "errors": sum(1 for r in mine if r.status not in ("ok", "rejected_429")),
         }
-    return result, trace, figures
+    return figures
 
 
 def _max_attempts(scenario: Scenario, client: str) -> int | None:
@@ -199,7 +218,17 @@ def _max_attempts(scenario: Scenario, client: str) -> int | None:
 
 
 # --- plots ----------------------------------------------------------------------------
-def plot_exp1(on: RunResult, off: RunResult, path: Path) -> None:
+class Run(Protocol):
+    """What the plots read of a run: the simulator's `RunResult`, or a live run's."""
+
+    @property
+    def series(self) -> Series: ...
+
+    @property
+    def records(self) -> list[RequestRecord]: ...
+
+
+def plot_exp1(on: Run, off: Run, path: Path, label: str = "simulated") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -215,7 +244,7 @@ def plot_exp1(on: RunResult, off: RunResult, path: Path) -> None:
         refused = sorted(r.arrival for r in result.records if r.status == "rejected_429")
         if refused:
             ax.plot(refused, np.arange(1, len(refused) + 1), ":", label="429s (cumulative)")
-        ax.set_title(f"Fig. 2 — queue depth, {title}")
+        ax.set_title(f"Fig. 2 — queue depth, {title} ({label})")
         ax.set_ylabel("requests")
         ax.legend(loc="upper left", fontsize=8)
         ts = np.asarray(s.t)
@@ -245,7 +274,7 @@ def plot_exp1(on: RunResult, off: RunResult, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_exp2(result: RunResult, trace: LedgerTrace, path: Path) -> None:
+def plot_exp2(result: Run, trace: LedgerTrace, path: Path, label: str = "simulated") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -260,7 +289,7 @@ def plot_exp2(result: RunResult, trace: LedgerTrace, path: Path) -> None:
     ax.plot(t, [sum(x) for x in zip(*trace.in_flight.values(), strict=True)], "k", label="total")
     ax.plot(t, trace.slots, "k--", label="pool capacity (slots)")
     ax.set_ylabel("in flight")
-    ax.set_title("(1) in-flight requests and pool capacity")
+    ax.set_title(f"(1) in-flight requests and pool capacity ({label})")
     ax.legend(loc="upper right", fontsize=8)
     ax = axes[1]
     twin = ax.twinx()
@@ -305,20 +334,11 @@ def plot_exp2(result: RunResult, trace: LedgerTrace, path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="out/token-pools", help="directory for PNGs and JSON")
-    args = ap.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-
-    on, f_on = run_exp1(load("token-pools-exp1"))
-    off, f_off = run_exp1(load("token-pools-exp1-off"))
-    plot_exp1(on, off, out / "exp1.png")
-    res2, trace, f2 = run_exp2(load("token-pools-exp2"))
-    plot_exp2(res2, trace, out / "exp2.png")
-
-    rows = [
+def figure_rows(
+    f_on: dict[str, Any], f_off: dict[str, Any], f2: dict[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """(figure, ours, paper) for the printed table."""
+    rows: list[tuple[str, Any, Any]] = [
         (
             "Exp 1: guaranteed P99 TTFT, admission on (s)",
             f_on["guaranteed_p99_ttft_s"],
@@ -365,6 +385,23 @@ def main() -> None:
             PAPER["exp2_debt_recovery_s"],
         ),
     ]
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="out/token-pools", help="directory for PNGs and JSON")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    on, f_on = run_exp1(load("token-pools-exp1"))
+    off, f_off = run_exp1(load("token-pools-exp1-off"))
+    plot_exp1(on, off, out / "exp1.png")
+    res2, trace, f2 = run_exp2(load("token-pools-exp2"))
+    plot_exp2(res2, trace, out / "exp2.png")
+
+    rows = figure_rows(f_on, f_off, f2)
     width = max(len(r[0]) for r in rows)
     print(f"{'figure':<{width}}  {'simulated':<28}  paper")
     for name, ours, paper in rows:

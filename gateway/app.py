@@ -176,6 +176,7 @@ class Gateway:
         # token pools: the store (Redis: attached, published, heartbeat, control loop)
         self.tenancy = Tenancy.of(cfg, self.pipeline.core.admitter, REPLICA_ID)
         self.keys = self.tenancy.keys
+        self.tenancy.fleet_counts = self.fleet.active_counts
         await self.tenancy.start()
         if self.tenancy.active:
             self.pipeline.tenancy = self.tenancy

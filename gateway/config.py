@@ -183,6 +183,11 @@ class EntitlementStoreSettings(_Section):
     # replicas, one that fails closed gets 429 store_unavailable. Defaults: dedicated,
     # guaranteed, elastic open; spot, preemptible closed
     fail_open: dict[ServiceClassName, bool] = Field(default_factory=dict)
+    # token pool → fleet pool: the token pool's capacity follows that pool's workers in
+    # service (configured × active / configured workers, within 0.1 s), so a
+    # worker drained or added through /admin/workers or a reload resizes it (§3.1).
+    # In-memory store only (with Redis every replica would write the capacity)
+    follow_workers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("redis_url")
     @classmethod
@@ -419,6 +424,15 @@ class GatewayConfig(_Section):
                     "auth.keys: API keys name entitlements of admission.policy token_pools"
                 )
             return
+        store = adm.store_settings()
+        for token_pool, fleet_pool in store.follow_workers.items():
+            where = f"admission.params.follow_workers.{token_pool}"
+            if token_pool not in (adm.params.get("pools") or {}):
+                raise ValueError(f"{where}: no such pool in admission.params.pools")
+            if fleet_pool not in self.pools:
+                raise ValueError(f"{where}: no fleet pool {fleet_pool!r} in pools")
+            if store.store != "memory":
+                raise ValueError(f"{where}: needs the in-memory store (store: memory)")
         known = adm.params.get("entitlements") or {}
         for name in self.auth.keys:
             if name not in known:

@@ -9,7 +9,9 @@ changes, and what the metrics read (the policy itself is policies/tenancy/).
             started, and a background task every `control_interval_s`: read changes made on
             other replicas, reap expired holds, view each pool, apply one control step
             (Eq. 1–3; with N replicas the store keeps one step per interval).
-    stop    the loop cancelled, queued completions flushed (bounded), the store closed.
+            With `follow_workers` (memory only): a task every 0.1 s resizing each such
+            token pool to its fleet pool's workers in service (`follow_fleet`).
+    stop    the loops cancelled, queued completions flushed (bounded), the store closed.
 
 Run-time changes (`/admin/entitlements`) go to the admitter's definitions and ledger, and
 with Redis to the pool's state (atomic, so every replica admits on it at once) and to a
@@ -29,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +49,9 @@ from policies.tenancy.entitlement import Entitlement, EntitlementState
 
 log = logging.getLogger("fleetgate.tenancy")
 
+# a token pool following a fleet pool (`follow_workers`) sees a worker drained or added
+# this soon (reading the fleet's counts costs next to nothing)
+FOLLOW_PERIOD_S = 0.1
 DRAIN_ON_STOP_S = 2.0  # completions still queued for Redis at shutdown: this long at most
 
 
@@ -122,6 +127,11 @@ class Tenancy:
     demands: dict[str, Demand] = field(default_factory=dict)
     _rates: dict[str, _Rate] = field(default_factory=dict)
     _version: int = -1  # the registry's version last read
+    # the fleet's workers in service per pool (gateway/workers.py `Fleet.active_counts`),
+    # for token pools whose capacity follows them (`follow_workers`)
+    fleet_counts: Callable[[], Mapping[str, int]] | None = None
+    _followed: dict[str, float] = field(default_factory=dict)  # token pool → fraction applied
+    _follower: asyncio.Task[None] | None = None
     _task: asyncio.Task[None] | None = None
     _republishing: asyncio.Task[None] | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -174,6 +184,8 @@ class Tenancy:
             store.start(self.replica)
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._control_loop())
+        if s.follow_workers:
+            self._follower = loop.create_task(self._follow_loop())
         log.info(
             "token pools: %d pools, %d entitlements, store %s (replica %s)",
             len(adm.config.capacities),
@@ -193,6 +205,8 @@ class Tenancy:
     async def stop(self) -> None:
         if self._republishing is not None:
             self._republishing.cancel()
+        if self._follower is not None:
+            self._follower.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -238,6 +252,30 @@ class Tenancy:
             view = await store.view(pool)
             await store.apply_step(view, step(view, config))
             self._observe(view)
+
+    async def _follow_loop(self) -> None:
+        while True:
+            self.follow_fleet(asyncio.get_running_loop().time())
+            await asyncio.sleep(FOLLOW_PERIOD_S)
+
+    def follow_fleet(self, now: float) -> None:
+        """Token pools that follow a fleet pool (`follow_workers`) take the configured
+        capacity × its workers in service / its configured workers (§3.1: Λ_p, χ_p and r_p
+        are replica count × one replica's). Holds are kept (`scale_pool`)."""
+        adm, counts = self.admitter, self.fleet_counts
+        follow = self.config.admission.store_settings().follow_workers
+        if adm is None or counts is None or not follow:
+            return
+        active = counts()
+        for token_pool, fleet_pool in follow.items():
+            configured = len(self.config.pools[fleet_pool].workers)
+            fraction = active.get(fleet_pool, 0) / configured if configured else 1.0
+            if self._followed.get(token_pool, 1.0) != fraction:
+                adm.scale_pool(token_pool, fraction, now)
+                self._followed[token_pool] = fraction
+                log.info("token pool %s: capacity × %.3g (%d of %d workers of pool %s)",
+                         token_pool, fraction, active.get(fleet_pool, 0), configured,
+                         fleet_pool)  # fmt: skip
 
     async def _call(self, awaitable: Any) -> Any:
         """A plain Redis call (registry, existence checks) with the store's timeout."""
@@ -299,7 +337,8 @@ class Tenancy:
             return  # too close to the last one to measure a rate (a scrape right after)
         self._rates[view.pool] = rate
         dt = (view.now_us - last.now_us) / MICRO if last is not None else 0.0
-        cap = self.admitter.config.capacities[view.pool]
+        led = self.admitter.ledger.pools.get(view.pool) if self.store is None else None
+        cap = led.capacity if led is not None else self.admitter.config.capacities[view.pool]
         promised = {"tokens_per_s": 0.0, "kv_bytes": 0.0, "slots": 0.0}
         extra = dict.fromkeys(promised, 0.0)
         for u in view.entitlements:

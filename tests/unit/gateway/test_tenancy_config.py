@@ -9,6 +9,8 @@ import pytest
 
 from gateway.apikeys import KeyDirectory, key_hash
 from gateway.config import ConfigError, load_config
+from gateway.tenancy import Tenancy
+from policies.admission import ADMITTERS
 
 POOLS = {"short": {"max_model_len": 8192, "models": ["m"], "workers": [{"url": "http://h:1"}]}}
 TP = {"pools": {"p": {"slots": 4, "tokens_per_s": 10, "kv_bytes": 100, "bytes_per_token": 1}},
@@ -39,6 +41,9 @@ def test_store_settings_split_from_the_policy_params():
         (TP | {"nonsense": 1}, {}, "nonsense"),
         (TP, {"auth": {"keys": {"zz": ["k" * 10]}, "key_secret": SECRET}}, "auth.keys.zz: no such entitlement"),
         (TP, {"auth": {"keys": {"a": ["k" * 10]}}}, "key_secret: required"),
+        (TP | {"follow_workers": {"q": "short"}}, {}, "params.follow_workers.q: no such pool"),
+        (TP | {"follow_workers": {"p": "long"}}, {}, "params.follow_workers.p: no fleet pool"),
+        (TP | {"follow_workers": {"p": "short"}, "store": "redis"}, {}, "needs the in-memory"),
     ],
 )  # fmt: skip
 def test_errors_name_the_key_path(params, top, where):
@@ -68,3 +73,23 @@ def test_keys_are_kept_as_hmacs_and_looked_up():
     d.set_managed("c", [])
     assert d.entitlement_of("sk-c") is None
     assert KeyDirectory.build(SECRET + "x", {"a": ["sk-a"]}).configured != d.configured
+
+
+def test_a_token_pool_follows_the_workers_in_service_of_its_fleet_pool():
+    two = {"short": POOLS["short"] | {"workers": [{"url": "http://h:1"}, {"url": "http://h:2"}]}}
+    params = TP | {"follow_workers": {"p": "short"}}
+    c = load_config(data={"pools": two, "admission": {"policy": "token_pools", "params": params}},
+                    environ={})  # fmt: skip
+    admitter = ADMITTERS.make("token_pools", c.admission.policy_params())
+    tenancy = Tenancy.of(c, admitter, "r1")
+    active = {"short": 2}
+    tenancy.fleet_counts = lambda: active
+    slots = lambda: admitter.ledger.pools["p"].capacity.slots  # noqa: E731
+    tenancy.follow_fleet(1.0)
+    assert slots() == 4
+    active["short"] = 1  # one worker drained
+    tenancy.follow_fleet(2.0)
+    assert slots() == 2 and admitter.ledger.pools["p"].capacity.tokens_per_s == 5
+    active["short"] = 2  # back in service
+    tenancy.follow_fleet(3.0)
+    assert slots() == 4
