@@ -148,6 +148,9 @@ class RedisStore:
     # (restarted without persistence): the owner publishes the definitions again, and
     # meanwhile such requests take the fallback (never a 403 for a known entitlement)
     on_lost: Callable[[], object] | None = None
+    # called with this replica's hold ids that another replica's grant named for eviction
+    # (notices ride on this replica's reserve, finish and heartbeat replies)
+    on_evict: Callable[[tuple[str, ...]], object] | None = None
     _outbox: deque[tuple[float, str, str, int | None, float | None]] = field(default_factory=deque)
     _drainer: asyncio.Task[None] | None = None
     _beater: asyncio.Task[None] | None = None
@@ -176,7 +179,9 @@ class RedisStore:
         base = f"{self.prefix}:{{{pool}}}:"
         return [
             base + k
-            for k in ("state", "holds", "admitted", "evictable", "expiry", "owners", "replicas")
+            for k in (
+                "state", "holds", "admitted", "evictable", "expiry", "owners", "replicas", "notices"
+            )
         ]
 
     def _now_arg(self) -> str:
@@ -262,12 +267,19 @@ class RedisStore:
             return self._fallback(claim, str(exc))
         out = [_s(x) for x in raw]
         if out[0] == "ok":
-            return Granted(out[1], float(out[2]), out[3] == "1", tuple(out[4:]))
+            n = int(out[4])
+            self._noticed(out[5 + n :])
+            return Granted(out[1], float(out[2]), out[3] == "1", tuple(out[5 : 5 + n]))
+        self._noticed(out[4:])
         if out[1] == Check.UNKNOWN.value and (claim.pool, claim.entitlement) in self.definitions:
             if self.on_lost is not None:
                 self.on_lost()
             return self._fallback(claim, "Redis has lost the pool's state (restarted?)")
         return Denied(Check(out[1]), float(out[2]), out[3])
+
+    def _noticed(self, holds: list[str]) -> None:
+        if holds and self.on_evict is not None:
+            self.on_evict(tuple(holds))
 
     def _fallback(self, claim: Claim, why: str) -> Verdict:
         """Redis is away: fail open against local limits / n replicas, or fail closed."""
@@ -290,7 +302,11 @@ class RedisStore:
                     self.local.put_entitlement(_scaled_entitlement(ent, n), prio, now)
         verdict = self.local.reserve(replace(claim, replica=""), now)
         if isinstance(verdict, Granted):
-            return replace(verdict, reservation=LOCAL + verdict.reservation)
+            return replace(
+                verdict,
+                reservation=LOCAL + verdict.reservation,
+                evict=tuple(LOCAL + h for h in verdict.evict),
+            )
         return verdict
 
     async def settle(
@@ -321,6 +337,7 @@ class RedisStore:
             "" if latency is None else repr(float(latency)),
             "1" if release else "0",
         )
+        self._noticed([_s(x) for x in out[2:]])
         return bool(int(out[0])), bool(int(out[1]))
 
     def finish_soon(
@@ -357,14 +374,16 @@ class RedisStore:
             await asyncio.shield(self._drainer)
 
     # --- expiry ----------------------------------------------------------------------
-    async def heartbeat(self, replica: str) -> None:
-        alive = 1
+    async def heartbeat(self, replica: str) -> tuple[str, ...]:
+        alive, named = 1, []
         for pool in self.capacities:
-            count = await self._call(
+            out = await self._call(
                 self._heartbeat, pool, replica, to_us(self.config.heartbeat_ttl_s)
             )
-            alive = max(alive, int(count))
+            alive = max(alive, int(out[0]))
+            named += [_s(x) for x in out[1:]]
         self.live_replicas = alive
+        return tuple(named)
 
     def start(self, replica: str) -> None:
         """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`."""
@@ -372,7 +391,7 @@ class RedisStore:
         async def beat() -> None:
             while True:
                 with contextlib.suppress(StoreUnavailable):
-                    await self.heartbeat(replica)
+                    self._noticed(list(await self.heartbeat(replica)))
                 await asyncio.sleep(self.config.heartbeat_ttl_s / 3)
 
         self._beater = asyncio.get_running_loop().create_task(beat())
