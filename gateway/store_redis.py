@@ -180,7 +180,14 @@ class RedisStore:
         return [
             base + k
             for k in (
-                "state", "holds", "admitted", "evictable", "expiry", "owners", "replicas", "notices"
+                "state",
+                "holds",
+                "admitted",
+                "evictable",
+                "expiry",
+                "owners",
+                "replicas",
+                "notices",
             )
         ]
 

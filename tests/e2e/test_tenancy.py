@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from orjson import loads as orjson_loads
 
 from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway, wait_until
 from tests.procs import Proc, Procs
@@ -332,3 +333,137 @@ def test_chaos_redis_restart_and_a_replica_killed(fresh_procs: Procs):
     assert metric(text, "fleetgate_entitlement_in_flight", entitlement="team") == 0 or wait_until(
         lambda: metric(httpx.get(gw_a.url + "/metrics").text, "fleetgate_entitlement_in_flight",
                        entitlement="team") == 0, 3)  # fmt: skip
+
+
+# --- eviction of preemptible requests ------------------------------------------------------
+def evicting_pools(slots: int, **store: Any) -> dict[str, Any]:
+    params = token_pools(
+        {
+            "gold": guaranteed(2),
+            "batch": {"pool": "p", "class": "preemptible", "concurrency": 4},
+        },
+        **store,
+    )
+    params["params"]["pools"]["p"]["slots"] = slots
+    return params
+
+
+def long_chat(**extra: Any) -> dict[str, Any]:
+    """An answer that takes seconds on a real-time emulator: still running when evicted."""
+    return chat(max_tokens=2000, ignore_eos=True, **extra)
+
+
+def eviction_keys() -> dict[str, Any]:
+    return {
+        "keys": {"gold": ["sk-gold"], "batch": ["sk-batch"]},
+        "key_secret": SECRET,
+        "entitlements_admin_key": ADMIN,
+    }
+
+
+async def first_frame(lines: Any) -> str:
+    async for line in lines:
+        if line.startswith("data: "):
+            return line
+    raise AssertionError("the stream ended before its first frame")
+
+
+async def rest_of(lines: Any) -> list[str]:
+    return [line async for line in lines if line.startswith("data: ")]
+
+
+def in_flight(c: httpx.Client, name: str) -> int:
+    return c.get(f"/admin/entitlements/{name}", headers=bearer(ADMIN)).json()["usage"]["in_flight"]
+
+
+def test_a_guaranteed_arrival_evicts_preemptible_requests(fresh_procs: Procs):
+    """Pool of 2 slots full of preemptible `batch` (one stream, one whole answer): each
+    guaranteed arrival evicts one. The stream ends with an error frame `preempted` then
+    [DONE]; the unanswered request gets 429 `preempted` with Retry-After; the engine's
+    requests are aborted and nothing stays held."""
+    emu = fresh_procs.emulator(
+        "evict-emu", "--model", MODEL, "--max-model-len", "8192", "--time-scale", "1"
+    ).wait_ready()
+    cfg = gateway_config([emu.url], [], auth=eviction_keys(), admission=evicting_pools(2))
+    gw = start_gateway(fresh_procs, cfg)
+    url = gw.url + "/v1/chat/completions"
+
+    async def run() -> None:
+        async with httpx.AsyncClient(timeout=30) as c:
+            batch, gold = bearer("sk-batch"), bearer("sk-gold")
+            async with c.stream("POST", url, json=long_chat(stream=True), headers=batch) as a:
+                assert a.status_code == 200
+                a_lines = a.aiter_lines()
+                await first_frame(a_lines)  # the stream is running
+                b = asyncio.create_task(c.post(url, json=long_chat(), headers=batch))
+                with httpx.Client(base_url=gw.url, timeout=5) as sync:
+                    assert await asyncio.to_thread(
+                        wait_until, lambda: in_flight(sync, "batch") == 2, 10
+                    )
+                # gold's first request (a long stream) takes a's slot
+                async with c.stream("POST", url, json=long_chat(stream=True), headers=gold) as g1:
+                    assert g1.status_code == 200
+                    frames = await asyncio.wait_for(rest_of(a_lines), 10)
+                    assert frames[-1] == "data: [DONE]"
+                    err = orjson_loads(frames[-2][6:])["error"]
+                    assert err["code"] == "preempted" and err["type"] == "rate_limit_error"
+                    assert "preemptible" in err["message"]
+                    # gold's second takes b's: b, not yet answered, gets a 429
+                    g2 = await c.post(url, json=chat(), headers=gold)
+                    assert g2.status_code == 200, g2.text
+                    rb = await asyncio.wait_for(b, 10)
+                    assert rb.status_code == 429, rb.text
+                    assert rb.json()["error"]["code"] == "preempted"
+                    assert float(rb.headers["retry-after"]) > 0
+                    assert rb.headers["x-fleetgate-entitlement"] == "batch"
+                    await first_frame(g1.aiter_lines())  # gold itself is untouched
+
+    asyncio.run(run())
+    with httpx.Client(base_url=gw.url, timeout=5) as c:
+        assert wait_until(lambda: in_flight(c, "batch") + in_flight(c, "gold") == 0, 10)
+        text = c.get("/metrics").text
+        assert metric(text, "fleetgate_evictions_total", entitlement="batch",
+                      **{"class": "preemptible"}) == 2  # fmt: skip
+        assert metric(text, "fleetgate_evictions_total", entitlement="gold") == 0
+    assert wait_until(
+        lambda: metric(httpx.get(emu.url + "/metrics").text, "vllm:num_requests_running") == 0, 10
+    )
+
+
+def test_an_eviction_named_on_one_replica_reaches_the_other(fresh_procs: Procs):
+    """Two replicas on one Redis, a pool of 1 slot: a preemptible stream on replica 0 is
+    named by a guaranteed grant on replica 1; replica 0 hears of it (a notice on its next
+    heartbeat) and ends the stream with the `preempted` frame; nothing stays held."""
+    rs = fresh_procs.redis()
+    url = f"redis://127.0.0.1:{rs.port}/0"
+    emu = fresh_procs.emulator(
+        "evict-emu", "--model", MODEL, "--max-model-len", "8192", "--time-scale", "1"
+    ).wait_ready()
+    store = {"store": "redis", "redis_url": url, "hold_ttl_s": 30.0, "heartbeat_ttl_s": 1.5}
+    cfg = gateway_config([emu.url], [], auth=eviction_keys(), admission=evicting_pools(1, **store))
+    gws = [start_gateway(fresh_procs, cfg, name=f"gw{i}") for i in range(2)]
+
+    async def run() -> float:
+        async with httpx.AsyncClient(timeout=30) as c:
+            on_0 = gws[0].url + "/v1/chat/completions"
+            on_1 = gws[1].url + "/v1/chat/completions"
+            async with c.stream(
+                "POST", on_0, json=long_chat(stream=True), headers=bearer("sk-batch")
+            ) as a:
+                assert a.status_code == 200
+                lines = a.aiter_lines()
+                await first_frame(lines)
+                g = await c.post(on_1, json=chat(), headers=bearer("sk-gold"))
+                assert g.status_code == 200, g.text
+                t0 = time.monotonic()
+                frames = await asyncio.wait_for(rest_of(lines), 10)
+                waited = time.monotonic() - t0
+                assert frames[-1] == "data: [DONE]"
+                assert orjson_loads(frames[-2][6:])["error"]["code"] == "preempted"
+                return waited
+
+    waited = asyncio.run(run())
+    print(f"\nthe other replica ended the evicted stream {waited * 1000:.0f} ms after the grant")
+    assert wait_until(lambda: held(url) == 0, 10), held(url)
+    text = httpx.get(gws[0].url + "/metrics").text
+    assert metric(text, "fleetgate_evictions_total", entitlement="batch") == 1
