@@ -17,7 +17,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from fastapi import Depends, FastAPI, Query, Request
@@ -281,11 +281,33 @@ def build_api(gateway: Gateway) -> FastAPI:
         ] = 500.0,
         pc: Annotated[float, Query(ge=0, le=1, description="compressible fraction")] = 1.0,
         explain: Annotated[bool, Query(description="include the candidate grid")] = False,
+        source: Annotated[
+            Literal["observed", "promised", "demand"],
+            Query(
+                description="the arrival rate: observed traffic, or the token-pool "
+                "entitlements' tokens/s (promised baselines, or those plus the observed "
+                "demand above them) over the observed mean tokens per request"
+            ),
+        ] = "observed",
     ) -> Any:
         doc = gateway.traffic.document(_current())
         if doc["requests"] == 0:
             raise InvalidRequest("no traffic observed yet: nothing to plan on", code="no_traffic")
+        basis = None
+        if source != "observed":
+            tenancy = gateway.tenancy
+            if tenancy is None or not tenancy.active:
+                raise InvalidRequest(
+                    "planning from entitlements needs admission.policy: token_pools",
+                    param="source",
+                )
+            tenancy.snapshot()  # the in-memory ledger's demand as of now
+            rate = sum(d.promised["tokens_per_s"] if source == "promised"
+                       else d.demand["tokens_per_s"] for d in tenancy.demands.values())  # fmt: skip
+            doc, basis = admin.entitled(doc, rate, source)
         result = await asyncio.to_thread(admin.run_planner, doc, slo_ms / 1000.0, pc, explain)
+        if basis is not None:
+            result["entitlements"] = basis
         return JSONResponse(result)
 
     # --- admin: the fleet, changed live (gateway/workers.py) --------------------------------

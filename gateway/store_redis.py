@@ -169,8 +169,10 @@ class RedisStore:
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float = 0.25, **kw: Any) -> RedisStore:
+        # no socket_timeout: every call is bounded by `timeout_s` around it (`_call`), and
+        # redis-py would spend a task per command on its own (asyncio.wait_for on each send)
         client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
+            url, socket_timeout=None, socket_connect_timeout=timeout_s, retry_on_timeout=False
         )
         return cls(client, timeout_s=timeout_s, **kw)
 
@@ -202,9 +204,9 @@ class RedisStore:
         if not self.breaker.allow(now):
             raise StoreUnavailable("the entitlement store's breaker is open")
         try:
-            result = await asyncio.wait_for(
-                script(keys=self.keys(pool), args=[self._now_arg(), *args]), self.timeout_s
-            )
+            # asyncio.timeout, not wait_for: no task per call on the hot path
+            async with asyncio.timeout(self.timeout_s):
+                result = await script(keys=self.keys(pool), args=[self._now_arg(), *args])
         except (RedisError, OSError, TimeoutError) as exc:
             self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
             raise StoreUnavailable(str(exc)) from exc
