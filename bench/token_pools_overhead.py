@@ -358,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
 
         go.measure = measured  # type: ignore[assignment]
         go.run(ga, runs)
+        for proc in [p for p in go._running if p is not redis_proc]:  # part 2's processes
+            go.stop(proc)
+            go._running.remove(proc)
+        time.sleep(1.0)  # a replica's holds from part 2 stay in Redis: expired later
         # part 3 needs the Redis-backed gateway again (part 2 stopped it): start it alone
         t = go.Target("pools-redis", f"http://127.0.0.1:{ports['pools-redis']}",
                       cmds["pools-redis"].replace("{port}", str(ports["pools-redis"])))  # fmt: skip

@@ -23,11 +23,12 @@ import orjson
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gateway import admin, api_entitlements
 from gateway.config import ConfigError, Worker
-from gateway.edge import PROXY_PATHS
 from gateway.errors import (
     AuthenticationFailed,
     Conflict,
@@ -135,6 +136,17 @@ def build_api(gateway: Gateway) -> FastAPI:
         response = _error_response(err)
         if exc.headers:
             response.headers.update(exc.headers)
+        if exc.status_code == 405:
+            # Starlette names the first route of the path only; several routes may share
+            # it (GET and POST /admin/entitlements): Allow lists every method they take
+            allowed = {
+                m
+                for route in request.app.router.routes
+                if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE
+                for m in route.methods or ()
+            }
+            if allowed:
+                response.headers["allow"] = ", ".join(sorted(allowed))
         return response
 
     @api.exception_handler(Exception)
@@ -449,9 +461,15 @@ def _document_models(api: FastAPI, models: list[str]) -> None:
             model["examples"] = models
             for example in schemas[name].get("examples", []):
                 example["model"] = models[0]
-        for path in PROXY_PATHS:
-            ok = doc["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]
-            ok["schema"].pop("type", None)  # FastAPI adds "string" beside the model's $ref
+        # FastAPI adds "type": "string" beside a response model's $ref (our JSONResponse
+        # is not its own): the body is the model, an object
+        for ops in doc["paths"].values():
+            for op in ops.values():
+                for answer in op.get("responses", {}).values():
+                    for media in answer.get("content", {}).values():
+                        schema = media.get("schema", {})
+                        if "$ref" in schema and schema.get("type") == "string":
+                            del schema["type"]
         api.openapi_schema = doc
         return doc
 
