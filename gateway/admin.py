@@ -3,6 +3,13 @@
 - GET /admin/plan/histogram — the observed L_total histogram (`fleetgate.plan_histogram/v1`)
 - GET /admin/plan[?slo_ms=500&pc=1.0&explain=1] — FleetOpt's planner run on it: the
   recommended fleet and (B_short, γ) next to the current configuration and its cost.
+- GET /admin/plan?source=promised|demand — the same planner sized from the token-pool
+  entitlements instead of the observed arrival rate (the token-pools paper's thesis: one
+  capacity model for admission and for scaling): the rate is the entitled tokens/s — Σ
+  baselines of bound entitlements (`promised`), or that plus the observed demand above
+  them (`demand`, what `fleetgate_pool_capacity_demand` exports), over every token pool —
+  divided by the observed mean tokens per request (L_total = prompt + max_tokens, what a
+  reservation holds); the request-length shape is still the observed histogram's.
 
 Posture: with no admin key configured every admin route answers 403 (closed by default);
 a wrong or missing key is 403 too. Planning runs in a worker thread: a sweep is
@@ -31,6 +38,49 @@ def current(cfg: GatewayConfig, counts: dict[str, int] | None = None) -> dict[st
         "n_short": n_short,
         "n_long": n_long,
     }
+
+
+SOURCES = ("observed", "promised", "demand")
+
+
+def entitled(
+    doc: dict[str, Any], tokens_per_s: float, source: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The histogram document with its arrival rate replaced by the entitled one, and how
+    that rate was found. The mean L_total of a bucket is its midpoint (the first bucket's
+    lower bound is 0); overflow requests count at the last bound."""
+    buckets = doc["buckets"]
+    total, weighted, low = 0, 0.0, 0
+    for le, count in buckets:
+        total += count
+        weighted += count * (low + le) / 2
+        low = le
+    overflow = int(doc.get("overflow") or 0)
+    if overflow and buckets:
+        total += overflow
+        weighted += overflow * buckets[-1][0]
+    if total == 0 or weighted <= 0:
+        raise InvalidRequest(
+            "no traffic observed yet: the entitlements give a token rate, the request-length "
+            "shape comes from observed traffic",
+            code="no_traffic",
+        )
+    mean = weighted / total
+    rate = tokens_per_s / mean
+    if rate <= 0:
+        raise InvalidRequest(
+            f"the entitlements promise no tokens/s ({source}): nothing to size a fleet for",
+            param="source",
+            code="unplannable",
+        )
+    basis = {
+        "source": source,
+        "tokens_per_s": tokens_per_s,
+        "mean_tokens_per_request": round(mean, 3),
+        "arrival_rate": rate,
+        "observed_arrival_rate": doc.get("arrival_rate", doc["requests"] / doc["window_s"]),
+    }
+    return doc | {"arrival_rate": rate}, basis
 
 
 def run_planner(doc: dict[str, Any], slo_s: float, pc: float, explain: bool) -> dict[str, Any]:

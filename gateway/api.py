@@ -17,17 +17,18 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import orjson
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gateway import admin, api_entitlements
 from gateway.config import ConfigError, Worker
-from gateway.edge import PROXY_PATHS
 from gateway.errors import (
     AuthenticationFailed,
     Conflict,
@@ -135,6 +136,17 @@ def build_api(gateway: Gateway) -> FastAPI:
         response = _error_response(err)
         if exc.headers:
             response.headers.update(exc.headers)
+        if exc.status_code == 405:
+            # Starlette names the first route of the path only; several routes may share
+            # it (GET and POST /admin/entitlements): Allow lists every method they take
+            allowed = {
+                m
+                for route in request.app.router.routes
+                if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE
+                for m in route.methods or ()
+            }
+            if allowed:
+                response.headers["allow"] = ", ".join(sorted(allowed))
         return response
 
     @api.exception_handler(Exception)
@@ -281,11 +293,33 @@ def build_api(gateway: Gateway) -> FastAPI:
         ] = 500.0,
         pc: Annotated[float, Query(ge=0, le=1, description="compressible fraction")] = 1.0,
         explain: Annotated[bool, Query(description="include the candidate grid")] = False,
+        source: Annotated[
+            Literal["observed", "promised", "demand"],
+            Query(
+                description="the arrival rate: observed traffic, or the token-pool "
+                "entitlements' tokens/s (promised baselines, or those plus the observed "
+                "demand above them) over the observed mean tokens per request"
+            ),
+        ] = "observed",
     ) -> Any:
         doc = gateway.traffic.document(_current())
         if doc["requests"] == 0:
             raise InvalidRequest("no traffic observed yet: nothing to plan on", code="no_traffic")
+        basis = None
+        if source != "observed":
+            tenancy = gateway.tenancy
+            if tenancy is None or not tenancy.active:
+                raise InvalidRequest(
+                    "planning from entitlements needs admission.policy: token_pools",
+                    param="source",
+                )
+            tenancy.snapshot()  # the in-memory ledger's demand as of now
+            rate = sum(d.promised["tokens_per_s"] if source == "promised"
+                       else d.demand["tokens_per_s"] for d in tenancy.demands.values())  # fmt: skip
+            doc, basis = admin.entitled(doc, rate, source)
         result = await asyncio.to_thread(admin.run_planner, doc, slo_ms / 1000.0, pc, explain)
+        if basis is not None:
+            result["entitlements"] = basis
         return JSONResponse(result)
 
     # --- admin: the fleet, changed live (gateway/workers.py) --------------------------------
@@ -427,9 +461,15 @@ def _document_models(api: FastAPI, models: list[str]) -> None:
             model["examples"] = models
             for example in schemas[name].get("examples", []):
                 example["model"] = models[0]
-        for path in PROXY_PATHS:
-            ok = doc["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]
-            ok["schema"].pop("type", None)  # FastAPI adds "string" beside the model's $ref
+        # FastAPI adds "type": "string" beside a response model's $ref (our JSONResponse
+        # is not its own): the body is the model, an object
+        for ops in doc["paths"].values():
+            for op in ops.values():
+                for answer in op.get("responses", {}).values():
+                    for media in answer.get("content", {}).values():
+                        schema = media.get("schema", {})
+                        if "$ref" in schema and schema.get("type") == "string":
+                            del schema["type"]
         api.openapi_schema = doc
         return doc
 

@@ -41,7 +41,8 @@ PathName = Annotated[str, Path(max_length=64)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # strict: JSON `true` is no number, "5" no integer (the schema says so)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 class EntitlementCreate(_Strict):
@@ -53,7 +54,7 @@ class EntitlementCreate(_Strict):
         "elastic", alias="class", description="who is protected under contention (Table 1)"
     )
     tokens_per_s: float = Field(0.0, ge=0, le=1e12, description="λ_e: baseline tokens/s")
-    kv_bytes: int = Field(0, ge=0, le=2**62, description="χ_e: baseline KV-cache bytes")
+    kv_bytes: int = Field(0, ge=0, le=2**52, description="χ_e: baseline KV-cache bytes")
     concurrency: int = Field(0, ge=0, le=2**31, description="r_e: baseline slots")
     slo_target_ms: float | None = Field(None, gt=0, le=1e9, description="ℓ*_e")
     tenant: str = Field("", max_length=256)
@@ -70,7 +71,7 @@ class EntitlementUpdate(_Strict):
 
     service_class: ClassName | None = Field(None, alias="class")
     tokens_per_s: float | None = Field(None, ge=0, le=1e12)
-    kv_bytes: int | None = Field(None, ge=0, le=2**62)
+    kv_bytes: int | None = Field(None, ge=0, le=2**52)
     concurrency: int | None = Field(None, ge=0, le=2**31)
     slo_target_ms: float | None = Field(None, gt=0, le=1e9)
     tenant: str | None = Field(None, max_length=256)
@@ -158,6 +159,9 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         403: {"description": "entitlement admin routes disabled, or a wrong key"},
     }
     not_found: dict[int | str, dict[str, Any]] = {404: {"description": "no such entitlement"}}
+    # the body's schema in /openapi.json (the gateway's own JSONResponse is not FastAPI's,
+    # which would document the answer as a string)
+    ok: dict[str, Any] = {"model": EntitlementInfo}
     unavailable: dict[int | str, dict[str, Any]] = {
         503: {"description": "the entitlement store (Redis) is unreachable; nothing changed"}
     }
@@ -172,7 +176,7 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         dependencies=deps,
         response_model=EntitlementList,
         response_model_by_alias=True,
-        responses=errors,
+        responses={200: {"model": EntitlementList}, **errors},
     )
     async def list_entitlements() -> Any:
         return {"object": "list", "data": [info(d) for d in tenancy().entitlements()]}
@@ -184,7 +188,7 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         dependencies=deps,
         response_model=EntitlementInfo,
         response_model_by_alias=True,
-        responses={**errors, **not_found},
+        responses={200: ok, **errors, **not_found},
     )
     async def get_entitlement(name: PathName) -> Any:
         try:
@@ -200,7 +204,7 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         status_code=201,
         response_model=EntitlementInfo,
         response_model_by_alias=True,
-        responses={**errors, 409: {"description": "it exists"}, **unavailable},
+        responses={201: ok, **errors, 409: {"description": "it exists"}, **unavailable},
     )
     async def create_entitlement(body: EntitlementCreate) -> Any:
         spec = body.model_dump(by_alias=True, exclude={"keys"})
@@ -216,7 +220,7 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         dependencies=deps,
         response_model=EntitlementInfo,
         response_model_by_alias=True,
-        responses={**errors, **not_found, **unavailable},
+        responses={200: ok, **errors, **not_found, **unavailable},
     )
     async def update_entitlement(name: PathName, body: EntitlementUpdate) -> Any:
         given = body.model_dump(by_alias=True, exclude_unset=True, exclude={"keys"})
@@ -235,7 +239,7 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         dependencies=deps,
         response_model=EntitlementInfo,
         response_model_by_alias=True,
-        responses={**errors, **not_found, **unavailable},
+        responses={200: ok, **errors, **not_found, **unavailable},
     )
     async def expire_entitlement(name: PathName) -> Any:
         try:

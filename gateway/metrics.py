@@ -428,6 +428,13 @@ class GatewayMetrics:
             [*ent, "reason"],
             registry=r,
         )
+        self.evictions = Counter(
+            "fleetgate_evictions",
+            "In-flight requests of a preemptible entitlement cancelled (error code "
+            "`preempted`) because a protected class was admitted in their place.",
+            ent,
+            registry=r,
+        )
         self.entitlement_tokens = Counter(
             "fleetgate_entitlement_tokens",
             "Tokens (prompt + completion, the engines' counts) served on an entitlement.",

@@ -10,6 +10,15 @@ simulator drives (simulator/driver.py); this module moves bytes and keeps time.
 What a request holds is a lease in its `Ticket`, released on every path: an answer, an
 error, a client that went away (the handler task is cancelled, the upstream connection is
 closed and the engine aborts the request).
+
+Eviction (token pools): an admitted request of a preemptible entitlement is indexed by its
+hold. When a grant — this replica's, or another's through the store's notices — names
+that hold, its handler task is cancelled like a departed client's (the upstream
+connection closes, the engine aborts, every lease is released once), but the client is
+told: a stream that has started ends with an error frame, code `preempted`, then
+`data: [DONE]`; a request not yet answered gets a 429 `preempted` with `Retry-After` (the
+pool's typical request length) — 429 as every token-pool decision is: the tenant's class
+yielded capacity to a protected one, and a retry after Retry-After is the cure.
 """
 
 from __future__ import annotations
@@ -116,6 +125,7 @@ class _Attempt:
         "context_retried",
         "entitlement",
         "error",
+        "evicted",
         "extra_headers",
         "pool",
         "prompt_tokens",
@@ -144,6 +154,7 @@ class _Attempt:
         self.entitlement: str | None = None  # the key's, when it names one
         self.admission: str | None = None  # "admitted" or the refusing check
         self.tenancy_headers: Headers = []  # x-fleetgate-entitlement, x-fleetgate-priority
+        self.evicted = False  # cancelled for a protected class (token pools)
 
 
 class KeyCheck(Protocol):
@@ -212,6 +223,8 @@ class Pipeline:
         )
         self.auth_required = config.auth_required
         self.tenancy: Tenancy | None = None  # token pools: set by the Gateway at start
+        # admitted preemptible requests, by hold id: their handler task, to cancel on eviction
+        self._evictable: dict[str, tuple[asyncio.Task[Any], _Attempt]] = {}
 
     @property
     def hooks(self) -> tuple[Hook, ...]:
@@ -261,8 +274,17 @@ class Pipeline:
                 raise RateLimited(
                     refused.reason, code=refused.code, retry_after=refused.retry_after
                 )
+            charge = charge_of(ticket.reservation)
+            if charge is not None:
+                if charge.evict:
+                    self.evict(charge.evict)
+                if charge.evictable:
+                    task = asyncio.current_task()
+                    if task is not None:
+                        self._evictable[charge.hold] = (task, att)
             await self._serve(parsed, raw, ticket, responder, att, rid, t0, source)
         except GatewayError as exc:
+            self._unwatch(ticket)
             att.status = exc.status
             att.error = att.error or exc.code
             if not responder.started:
@@ -276,18 +298,88 @@ class Pipeline:
                     # the rest of the body was not read: do not keep reading it as a request
                     headers.append((b"connection", b"close"))
                 await responder.send(exc.status, headers, exc.body())
-        except (asyncio.CancelledError, ClientGone):
-            if att.stream is not None and att.stream.done:
-                # the client had the whole answer ([DONE] included) and hung up before the
-                # engine's last empty chunk: a success, not a disconnect
-                self._count_usage(att.stream.usage, att)
-            else:
-                att.status = 499  # nginx's "client closed request": only logged and counted
-                att.error = "client_write_timeout" if source.slow else "client_disconnect"
-                self.metrics.disconnects.labels(att.pool).inc()
+        except asyncio.CancelledError:
+            if att.evicted and not source.slow:
+                await self._answer_evicted(ticket, att, responder, rid)
+                return
+            self._gone(att, source)
+            raise
+        except ClientGone:
+            self._gone(att, source)
             raise
         finally:
+            self._unwatch(ticket)
             self._settle(att, parsed, ticket, t0, arrival, rid)
+
+    def _gone(self, att: _Attempt, source: BodySource) -> None:
+        """The client left, or was cut for not reading."""
+        if att.stream is not None and att.stream.done:
+            # the client had the whole answer ([DONE] included) and hung up before the
+            # engine's last empty chunk: a success, not a disconnect
+            self._count_usage(att.stream.usage, att)
+        else:
+            att.status = 499  # nginx's "client closed request": only logged and counted
+            att.error = "client_write_timeout" if source.slow else "client_disconnect"
+            self.metrics.disconnects.labels(att.pool).inc()
+
+    # --- eviction (token pools) ---------------------------------------------------------
+    def evict(self, holds: tuple[str, ...]) -> None:
+        """Cancel this replica's requests holding `holds` (named for eviction by a grant
+        here or, through the store's notices, on another replica); a hold whose request
+        has ended is skipped."""
+        for hold in holds:
+            entry = self._evictable.pop(hold, None)
+            if entry is None:
+                continue
+            task, att = entry
+            att.evicted = True
+            task.cancel()
+
+    def _unwatch(self, ticket: Ticket | None) -> None:
+        charge = charge_of(ticket.reservation) if ticket is not None else None
+        if charge is not None and charge.evictable:
+            self._evictable.pop(charge.hold, None)
+
+    async def _answer_evicted(
+        self, ticket: Ticket | None, att: _Attempt, responder: Responder, rid: str
+    ) -> None:
+        """The request was cancelled for a protected class: tell the client so."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        if att.stream is not None:
+            self._count_usage(att.stream.usage, att)
+            if att.stream.done:  # it had its whole answer: a success after all
+                await responder.end_stream()
+                return
+        info = ticket.info if ticket is not None else None
+        if info is not None and self.tenancy is not None:
+            labels = self.tenancy.labels(info.entitlement)
+            if labels is not None:
+                self.metrics.evictions.labels(*labels).inc()
+        charge = charge_of(ticket.reservation) if ticket is not None else None
+        token_pool = charge.pool if charge is not None else ""
+        retry = self.tenancy.typical_s(token_pool) if self.tenancy is not None else 1.0
+        name = info.entitlement if info is not None else "?"
+        err = RateLimited(
+            f"preempted: entitlement {name!r} is preemptible and a protected service class "
+            "needed its capacity; retry after Retry-After",
+            code="preempted",
+            retry_after=retry,
+        )
+        att.status, att.error = err.status, "preempted"
+        if responder.started:  # a stream (a whole answer starts and finishes at once)
+            if not responder.finished:
+                await responder.write(sse_error_frame(err))
+                await responder.end_stream()
+            return
+        headers = [
+            (b"content-type", _JSON),
+            (b"x-request-id", rid.encode()),
+            *err.headers(),
+            *att.tenancy_headers,
+        ]
+        await responder.send(err.status, headers, err.body())
 
     def _authenticate(self, authorization: bytes | None) -> str | None:
         """Step 2: the entitlement the request's API key names (None: a key of

@@ -155,6 +155,8 @@ class LivePlan(_Open):
     recommended: dict[str, Any]
     current: dict[str, Any] | None = None
     histogram: dict[str, Any]
+    # with ?source=promised|demand: the entitled tokens/s and the arrival rate planned on
+    entitlements: dict[str, Any] | None = None
 
 
 def proxy_responses(stream_doc: str) -> dict[int | str, dict[str, Any]]:

@@ -24,14 +24,16 @@ Redis unreachable — a per-class posture, never a hang:
   Default: dedicated, guaranteed and elastic fail open (protected work keeps flowing),
   spot and preemptible fail closed (surplus is not handed out blind).
 - one log line per breaker transition; `transitions` and `state` for metrics;
-- completions (`finish_soon`) queue while Redis is away and are retried in order until
-  the hold would have expired anyway.
+- completions (`finish_soon`) queue, go to Redis in order up to `FINISH_BATCH` per round
+  trip (a pipeline: completions never outpace one round trip each), and while Redis is
+  away are retried in order until the hold would have expired anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway import store_redis_lua as lua
 from policies.tenancy.bucket import to_us
@@ -54,6 +56,7 @@ from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
 log = logging.getLogger("fleetgate.tenancy")
 
 LOCAL = "local:"  # the prefix of a hold granted by the local fallback ledger
+FINISH_BATCH = 64  # completions sent to Redis in one round trip (one pipeline), at most
 FAIL_OPEN_DEFAULT: Mapping[ServiceClass, bool] = {
     ServiceClass.DEDICATED: True,
     ServiceClass.GUARANTEED: True,
@@ -148,6 +151,9 @@ class RedisStore:
     # (restarted without persistence): the owner publishes the definitions again, and
     # meanwhile such requests take the fallback (never a 403 for a known entitlement)
     on_lost: Callable[[], object] | None = None
+    # called with this replica's hold ids that another replica's grant named for eviction
+    # (notices ride on this replica's reserve, finish and heartbeat replies)
+    on_evict: Callable[[tuple[str, ...]], object] | None = None
     _outbox: deque[tuple[float, str, str, int | None, float | None]] = field(default_factory=deque)
     _drainer: asyncio.Task[None] | None = None
     _beater: asyncio.Task[None] | None = None
@@ -166,8 +172,10 @@ class RedisStore:
 
     @classmethod
     def from_url(cls, url: str, timeout_s: float = 0.25, **kw: Any) -> RedisStore:
+        # no socket_timeout: every call is bounded by `timeout_s` around it (`_call`), and
+        # redis-py would spend a task per command on its own (asyncio.wait_for on each send)
         client = aioredis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
+            url, socket_timeout=None, socket_connect_timeout=timeout_s, retry_on_timeout=False
         )
         return cls(client, timeout_s=timeout_s, **kw)
 
@@ -176,7 +184,16 @@ class RedisStore:
         base = f"{self.prefix}:{{{pool}}}:"
         return [
             base + k
-            for k in ("state", "holds", "admitted", "evictable", "expiry", "owners", "replicas")
+            for k in (
+                "state",
+                "holds",
+                "admitted",
+                "evictable",
+                "expiry",
+                "owners",
+                "replicas",
+                "notices",
+            )
         ]
 
     def _now_arg(self) -> str:
@@ -190,9 +207,9 @@ class RedisStore:
         if not self.breaker.allow(now):
             raise StoreUnavailable("the entitlement store's breaker is open")
         try:
-            result = await asyncio.wait_for(
-                script(keys=self.keys(pool), args=[self._now_arg(), *args]), self.timeout_s
-            )
+            # asyncio.timeout, not wait_for: no task per call on the hot path
+            async with asyncio.timeout(self.timeout_s):
+                result = await script(keys=self.keys(pool), args=[self._now_arg(), *args])
         except (RedisError, OSError, TimeoutError) as exc:
             self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
             raise StoreUnavailable(str(exc)) from exc
@@ -262,12 +279,19 @@ class RedisStore:
             return self._fallback(claim, str(exc))
         out = [_s(x) for x in raw]
         if out[0] == "ok":
-            return Granted(out[1], float(out[2]), out[3] == "1", tuple(out[4:]))
+            n = int(out[4])
+            self._noticed(out[5 + n :])
+            return Granted(out[1], float(out[2]), out[3] == "1", tuple(out[5 : 5 + n]))
+        self._noticed(out[4:])
         if out[1] == Check.UNKNOWN.value and (claim.pool, claim.entitlement) in self.definitions:
             if self.on_lost is not None:
                 self.on_lost()
             return self._fallback(claim, "Redis has lost the pool's state (restarted?)")
         return Denied(Check(out[1]), float(out[2]), out[3])
+
+    def _noticed(self, holds: list[str]) -> None:
+        if holds and self.on_evict is not None:
+            self.on_evict(tuple(holds))
 
     def _fallback(self, claim: Claim, why: str) -> Verdict:
         """Redis is away: fail open against local limits / n replicas, or fail closed."""
@@ -290,7 +314,11 @@ class RedisStore:
                     self.local.put_entitlement(_scaled_entitlement(ent, n), prio, now)
         verdict = self.local.reserve(replace(claim, replica=""), now)
         if isinstance(verdict, Granted):
-            return replace(verdict, reservation=LOCAL + verdict.reservation)
+            return replace(
+                verdict,
+                reservation=LOCAL + verdict.reservation,
+                evict=tuple(LOCAL + h for h in verdict.evict),
+            )
         return verdict
 
     async def settle(
@@ -321,6 +349,7 @@ class RedisStore:
             "" if latency is None else repr(float(latency)),
             "1" if release else "0",
         )
+        self._noticed([_s(x) for x in out[2:]])
         return bool(int(out[0])), bool(int(out[1]))
 
     def finish_soon(
@@ -337,19 +366,54 @@ class RedisStore:
             self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        """Completions in order; while Redis is away, retried until the hold would have
-        expired by its TTL anyway (then dropped: the TTL gives it back)."""
+        """Completions in order, up to `FINISH_BATCH` per round trip (a pipeline of FINISH
+        calls: under load completions arrive faster than one round trip each would
+        clear, and a hold released late is a slot refused for nothing); while Redis is
+        away, retried until the hold would have expired by its TTL anyway (then dropped:
+        the TTL gives it back)."""
         while self._outbox:
-            queued, pool, hold, used, latency = self._outbox[0]
+            batch = list(itertools.islice(self._outbox, FINISH_BATCH))
             try:
-                await self._finish_call(pool, hold, used, latency, release=True)
+                await self._finish_batch(batch)
             except StoreUnavailable:
-                if self._local_now() - queued > self.config.hold_ttl_s:
+                now = self._local_now()
+                while self._outbox and now - self._outbox[0][0] > self.config.hold_ttl_s:
                     self._outbox.popleft()
-                    continue
-                await asyncio.sleep(self.breaker.retry_in(self._local_now()))
+                if self._outbox:
+                    await asyncio.sleep(self.breaker.retry_in(now))
                 continue
-            self._outbox.popleft()
+            for _ in batch:
+                self._outbox.popleft()
+
+    async def _finish_batch(
+        self, batch: list[tuple[float, str, str, int | None, float | None]]
+    ) -> None:
+        now = self._local_now()
+        if not self.breaker.allow(now):
+            raise StoreUnavailable("the entitlement store's breaker is open")
+        pipe = self.client.pipeline(transaction=False)
+        for _, pool, hold, used, latency in batch:
+            keys = self.keys(pool)
+            # EVALSHA itself, not the Script object: a pipeline with scripts first asks
+            # SCRIPT EXISTS (a round trip more); a Redis without it answers NOSCRIPT below
+            pipe.evalsha(
+                self._finish.sha, len(keys), *keys, self._now_arg(), hold,
+                "" if used is None else used, "" if latency is None else repr(float(latency)), "1",
+            )  # fmt: skip
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                results = await pipe.execute(raise_on_error=False)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+            raise StoreUnavailable(str(exc)) from exc
+        self.breaker.succeeded()
+        for (_, pool, hold, used, latency), out in zip(batch, results, strict=True):
+            if isinstance(out, NoScriptError):  # Redis restarted: the script loads again
+                await self._finish_call(pool, hold, used, latency, release=True)
+            elif isinstance(out, Exception):
+                log.error("entitlement store: finishing hold %s failed: %s", hold, out)
+            else:
+                self._noticed([_s(x) for x in out[2:]])
 
     async def drained(self) -> None:
         """Wait until every queued completion has reached Redis (tests, shutdown)."""
@@ -357,14 +421,16 @@ class RedisStore:
             await asyncio.shield(self._drainer)
 
     # --- expiry ----------------------------------------------------------------------
-    async def heartbeat(self, replica: str) -> None:
-        alive = 1
+    async def heartbeat(self, replica: str) -> tuple[str, ...]:
+        alive, named = 1, []
         for pool in self.capacities:
-            count = await self._call(
+            out = await self._call(
                 self._heartbeat, pool, replica, to_us(self.config.heartbeat_ttl_s)
             )
-            alive = max(alive, int(count))
+            alive = max(alive, int(out[0]))
+            named += [_s(x) for x in out[1:]]
         self.live_replicas = alive
+        return tuple(named)
 
     def start(self, replica: str) -> None:
         """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`."""
@@ -372,7 +438,7 @@ class RedisStore:
         async def beat() -> None:
             while True:
                 with contextlib.suppress(StoreUnavailable):
-                    await self.heartbeat(replica)
+                    self._noticed(list(await self.heartbeat(replica)))
                 await asyncio.sleep(self.config.heartbeat_ttl_s / 3)
 
         self._beater = asyncio.get_running_loop().create_task(beat())

@@ -11,6 +11,8 @@ across every gateway replica, and costs one round trip. Keys, all in one pool's 
     fg:{P}:expiry     zset   hold id → expiry (µs)
     fg:{P}:owners     zset   "<replica>|<hold id>", score 0 (a replica's holds, by prefix)
     fg:{P}:replicas   zset   replica → alive until (µs)
+    fg:{P}:notices    zset   "<replica>|<hold id>", score 0: a replica's holds another
+                             replica's grant named for eviction, until it collects them
 
 Records are MessagePack maps (cmsgpack: integers and doubles round-trip exactly). Time is
 the Redis server's (TIME) in µs — one clock for all replicas — unless the caller passes
@@ -24,8 +26,8 @@ counter are the same (tests/unit/policies/tenancy/test_store_contract.py).
 from __future__ import annotations
 
 PRELUDE = r"""
-local K_STATE, K_HOLDS, K_ADM, K_EVI, K_EXP, K_OWN, K_REP =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local K_STATE, K_HOLDS, K_ADM, K_EVI, K_EXP, K_OWN, K_REP, K_NOTE =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 -- classes.py's RULES: reserved, burst, has baseline, holds idle, evictable
 local RULES = {
   dedicated   = {res = true,  burst = true,  base = true,  idle = true,  evict = false},
@@ -90,6 +92,9 @@ local function release_hold(pool, hid)
   redis.call('ZREM', K_EVI, hid)
   redis.call('ZREM', K_EXP, hid)
   if h.rep ~= '' then redis.call('ZREM', K_OWN, h.rep .. '|' .. hid) end
+  if h.named then
+    pool.nslots = (pool.nslots or 0) - 1; pool.nkv = (pool.nkv or 0) - h.kv
+  end
   local e = get('e:' .. h.ent)
   pool.islots = pool.islots - idle_slots(e); pool.ikv = pool.ikv - idle_kv(e)
   e.inf = e.inf - 1; e.kv = e.kv - h.kv
@@ -110,13 +115,28 @@ local function sweep(pool, now, budget)
     for i = 1, math.min(math.max(0, room), #theirs) do
       release_hold(pool, string.sub(theirs[i], #rep + 2)); gone = gone + 1
     end
-    if #theirs <= room then redis.call('ZREM', K_REP, rep) end
+    if #theirs <= room then
+      redis.call('ZREM', K_REP, rep)
+      redis.call('ZREMRANGEBYLEX', K_NOTE, '[' .. rep .. '|', '(' .. rep .. '}')
+    end
   end
   return gone
+end
+-- ledger.py: notices — the replica's holds named for eviction by others, popped
+local function notices(rep, out)
+  if rep == '' then return out end
+  local lo, hi = '[' .. rep .. '|', '(' .. rep .. '}'
+  local named = redis.call('ZRANGEBYLEX', K_NOTE, lo, hi)
+  if #named == 0 then return out end
+  redis.call('ZREMRANGEBYLEX', K_NOTE, lo, hi)
+  for _, m in ipairs(named) do out[#out + 1] = string.sub(m, #rep + 2) end
+  return out
 end
 """
 
 # ARGV: now_us|'', entitlement, request, tokens, replica, hold_ttl_us, state_retry_s, sweep_max
+# → {'ok', hold, priority, bursting, n, n hold ids to evict, notices...}
+#   | {'no', check, retry_after, detail, notices...}
 RESERVE = (
     PRELUDE
     + r"""
@@ -124,12 +144,15 @@ local now = clock(ARGV[1])
 local name, request, tokens, replica = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local ttl, state_retry, sweep_max = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local pool = get('pool')
-if not pool then return {'no', 'unknown_entitlement', fmt(state_retry), 'no such pool'} end
+if not pool then
+  return notices(replica, {'no', 'unknown_entitlement', fmt(state_retry), 'no such pool'})
+end
 sweep(pool, now, sweep_max)
 local e = get('e:' .. name)
 if not e then
   put('pool', pool)
-  return {'no', 'unknown_entitlement', fmt(state_retry), 'no entitlement ' .. name .. ' in this pool'}
+  return notices(replica, {'no', 'unknown_entitlement', fmt(state_retry),
+                           'no entitlement ' .. name .. ' in this pool'})
 end
 local rules = RULES[e.class]
 local cost = tokens * 1000
@@ -138,7 +161,7 @@ local function deny(check, retry, detail)
   e.rf = e.rf + cost
   e['n_' .. check] = (e['n_' .. check] or 0) + 1
   put('e:' .. name, e); put('pool', pool)
-  return {'no', check, fmt(retry), detail}
+  return notices(replica, {'no', check, fmt(retry), detail})
 end
 -- checks 1, 3, 4 (ledger.py: _own_checks)
 if e.state ~= 'bound' then
@@ -177,13 +200,21 @@ if not room then
   local threshold = nil
   if #low > 0 then threshold = tonumber(low[2]) end
   if rules.res and not bursting then
-    local slots_short = pool.inf + pool.islots + 1 - pool.slots
-    local kv_short = pool.kv + pool.ikv + kv - pool.kvcap
+    pool.nslots, pool.nkv = pool.nslots or 0, pool.nkv or 0
+    local slots_short = pool.inf - pool.nslots + pool.islots + 1 - pool.slots
+    local kv_short = pool.kv - pool.nkv + pool.ikv + kv - pool.kvcap
     for _, hid in ipairs(redis.call('ZRANGE', K_EVI, 0, -1)) do
       if slots_short <= 0 and kv_short <= 0 then break end
       local h = cmsgpack.unpack(redis.call('HGET', K_HOLDS, hid))
       redis.call('ZREM', K_EVI, hid)
-      evict[#evict + 1] = h.req
+      h.named = true
+      redis.call('HSET', K_HOLDS, hid, cmsgpack.pack(h))
+      pool.nslots = pool.nslots + 1; pool.nkv = pool.nkv + h.kv
+      if h.rep == replica then
+        evict[#evict + 1] = hid
+      else
+        redis.call('ZADD', K_NOTE, 0, h.rep .. '|' .. hid)
+      end
       slots_short = slots_short - 1; kv_short = kv_short - h.kv
     end
   elseif bursting or (threshold ~= nil and not (e.prio > threshold)) then
@@ -216,18 +247,20 @@ if rules.evict then redis.call('ZADD', K_EVI, fmt(e.prio), hid) end
 redis.call('ZADD', K_EXP, now + ttl, hid)
 if replica ~= '' then redis.call('ZADD', K_OWN, 0, replica .. '|' .. hid) end
 put('e:' .. name, e); put('pool', pool)
-local out = {'ok', hid, fmt(e.prio), bursting and '1' or '0'}
+local out = {'ok', hid, fmt(e.prio), bursting and '1' or '0', tostring(#evict)}
 for _, r in ipairs(evict) do out[#out + 1] = r end
-return out
+return notices(replica, out)
 """
 )
 
 # ARGV: now_us|'', hold id, used tokens|'' (no settle), latency|'', release 0|1
+# → {settled, released, notices of the hold's replica...}
 FINISH = (
     PRELUDE
     + r"""
 local now = clock(ARGV[1])
 local hid, used, lat, rel = ARGV[2], ARGV[3], ARGV[4], ARGV[5] == '1'
+local rep = string.match(hid, '^(.*)#%d+$') or ''
 local pool = get('pool')
 if not pool then return {0, 0} end
 local settled = 0
@@ -258,7 +291,7 @@ end
 local released = 0
 if rel and release_hold(pool, hid) then released = 1 end
 put('pool', pool)
-return {settled, released}
+return notices(rep, {settled, released})
 """
 )
 
@@ -275,13 +308,13 @@ return gone
 """
 )
 
-# ARGV: now_us|'', replica, heartbeat_ttl_us → replicas alive (this one included)
+# ARGV: now_us|'', replica, heartbeat_ttl_us → {replicas alive (this one included), notices...}
 HEARTBEAT = (
     PRELUDE
     + r"""
 local now = clock(ARGV[1])
 redis.call('ZADD', K_REP, now + tonumber(ARGV[3]), ARGV[2])
-return redis.call('ZCOUNT', K_REP, '(' .. now, '+inf')
+return notices(ARGV[2], {redis.call('ZCOUNT', K_REP, '(' .. now, '+inf')})
 """
 )
 

@@ -126,6 +126,9 @@ class Tenancy:
     views: dict[str, PoolView] = field(default_factory=dict)  # the last view of each pool
     demands: dict[str, Demand] = field(default_factory=dict)
     _rates: dict[str, _Rate] = field(default_factory=dict)
+    # cancels this replica's requests by hold id (the pipeline's `evict`): the store's
+    # notices of holds another replica's grant named for eviction go there
+    on_evict: Callable[[tuple[str, ...]], object] | None = None
     _version: int = -1  # the registry's version last read
     # the fleet's workers in service per pool (gateway/workers.py `Fleet.active_counts`),
     # for token pools whose capacity follows them (`follow_workers`)
@@ -173,6 +176,7 @@ class Tenancy:
             )
             self.store = store
             store.on_lost = self._lost
+            store.on_evict = self._evicted
             adm.attach(store, store, self.replica)
             try:
                 await self._read_registry()
@@ -193,6 +197,20 @@ class Tenancy:
             s.store,
             self.replica,
         )
+
+    def _evicted(self, holds: tuple[str, ...]) -> None:
+        if self.on_evict is not None:
+            self.on_evict(holds)
+
+    def typical_s(self, pool: str) -> float:
+        """The pool's typical request length (the Retry-After of a wait for a slot)."""
+        adm = self.admitter
+        if adm is None or pool not in adm.config.capacities:
+            return 1.0
+        if self.store is None and pool in adm.ledger.pools:
+            return adm.ledger.pools[pool].typical_s
+        view = self.views.get(pool)
+        return view.typical_s if view is not None else adm.config.capacities[pool].typical_request_s
 
     def _remember_definitions(self) -> None:
         """What publish would have written, kept by the store for its local fallback."""

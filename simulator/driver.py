@@ -31,6 +31,12 @@ Clients given a `Retry` (scenario tenants' `retry`) send a request refused at ad
 again after its Retry-After, capped; each attempt is a record of its own (id `r…~2`, …)
 carrying its attempt number and its first attempt's arrival.
 
+Eviction (token pools): a grant that names preemptible holds to evict
+(`TokenCharge.evict`) cancels those requests at once — aborted on their engine (or taken
+out of the wait queue), completed through the core (settled with what they used, every
+lease released, once) and recorded as `evicted` with the code `preempted`, as the gateway
+answers them.
+
 Failure posture: a request no pool can hold is recorded as rejected (413), one refused
 admission as rejected (429), one no worker can take as rejected (503), one the engine
 refuses (ValueError on submit) as an error; every placed request gets exactly one
@@ -48,6 +54,7 @@ from policies.core import Core, Ticket
 from policies.dispatch import Waiter
 from policies.intake import CHAT, Prompt, Refusal
 from policies.leases import WorkerSlot
+from policies.tenancy.admitter import TokenCharge
 from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.compression import CompressionModel
@@ -86,6 +93,9 @@ class Gateway:
         self._retrying = 0  # retries scheduled, not yet arrived (they keep the run alive)
         # in flight: its ticket, record, spec and worker slot, by request id
         self._live: dict[str, tuple[Ticket, RequestRecord, RequestSpec, WorkerSlot]] = {}
+        # admitted requests that may be evicted (preemptible), by their hold's id
+        self._evictable: dict[str, Ticket] = {}
+        self.evictions = 0
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
         self._waiting = 0  # requests queued for room (they keep the run alive)
@@ -164,6 +174,12 @@ class Gateway:
             self._end(ticket, record, "rejected_429", now)
             self._retry(spec, refused.retry_after)
             return
+        charge = ticket.reservation
+        if isinstance(charge, TokenCharge):
+            if charge.evictable:
+                self._evictable[charge.hold] = ticket
+            for hold in charge.evict:
+                self._evict(hold, now)
         if core.queued_behind(ticket):
             self._wait(ticket)  # first come, first served
         elif not self._route(ticket):
@@ -196,7 +212,46 @@ class Gateway:
     def _end(self, ticket: Ticket, record: RequestRecord, status: str, now: float) -> None:
         """A placed request that never reached an engine."""
         record.status = status
+        self._forget(ticket)
         self.core.complete(ticket, Outcome(Status.ERROR), now)
+
+    def _forget(self, ticket: Ticket) -> None:
+        charge = ticket.reservation
+        if isinstance(charge, TokenCharge) and charge.evictable:
+            self._evictable.pop(charge.hold, None)
+
+    def _evict(self, hold: str, now: float) -> None:
+        """Cancel the request holding `hold`: a protected request was admitted in its
+        place. Nothing if it has ended already."""
+        ticket = self._evictable.pop(hold, None)
+        if ticket is None:
+            return
+        record, spec = ticket.token  # type: ignore[misc]
+        record.refusal = "preempted"
+        record.refusal_reason = "evicted for a protected service class"
+        self.evictions += 1
+        live = self._live.pop(spec.id, None)
+        if live is None:  # still waiting for room
+            waiter = ticket.waiter
+            if waiter is not None and not waiter.done:
+                self.core.dispatcher.cancel(waiter)
+                self._waiting -= 1
+            self._end(ticket, record, "evicted", now)
+            return
+        _, _, _, slot = live
+        done = self.cluster.workers[record.worker].abort(spec.id)
+        record.status = "evicted"
+        record.finish = now
+        if done is not None:
+            record.completion_tokens = done.completion_tokens
+        outcome = Outcome(
+            Status.ERROR,
+            prompt_tokens=done.prompt_tokens if done is not None else 0,
+            completion_tokens=done.completion_tokens if done is not None else 0,
+            latency=now - record.arrival,
+        )
+        slot.release()
+        self.core.complete(ticket, outcome, now)
 
     def _route(self, ticket: Ticket) -> bool:
         route = self.core.route(ticket, self.candidates)
@@ -254,13 +309,20 @@ class Gateway:
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
         now = self.kernel.now()
-        ticket, record, _, _ = self._live[request_id]
+        live = self._live.get(request_id)
+        if live is None:
+            return  # evicted during the step that gave it its first token
+        ticket, record, _, _ = live
         record.first_token = now
         self.core.first_token(ticket, now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
         now = self.kernel.now()
-        ticket, record, _, slot = self._live.pop(done.id)
+        live = self._live.pop(done.id, None)
+        if live is None:
+            return  # evicted during the step that finished it
+        ticket, record, _, slot = live
+        self._forget(ticket)
         record.finish = now
         record.scheduled = done.scheduled
         record.completion_tokens = done.completion_tokens

@@ -15,8 +15,11 @@ Two paths:
 - `admit_async`, when a shared store is attached (`attach`, the gateway's Redis store):
   one awaited `reserve` at admission, and one fire-and-forget `finish_soon` (settle and
   release in one atomic call) at completion.
-A grant may name preemptible requests to evict (`TokenCharge.evict`): cancelling them is
-the driver's part.
+A grant may name preemptible holds to evict (`TokenCharge.evict`, hold ids of this
+replica's requests; another replica's reach it through its store as notices): cancelling
+them is the driver's part — it keeps its evictable requests by `TokenCharge.hold`, cancels
+the engine request, and completes the ticket (settle and release, once) with the error
+code `preempted`.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ class TokenCharge:
     tokens: int  # reserved: prompt + max_tokens
     priority: float
     bursting: bool
-    evict: tuple[str, ...] = ()  # request ids of preemptible requests to cancel now
+    evict: tuple[str, ...] = ()  # hold ids of this replica's preemptible requests to cancel now
+    evictable: bool = False  # its class may be evicted (preemptible): the driver indexes it
     used: int | None = None
     latency: float | None = None
     done: bool = False
@@ -259,6 +263,9 @@ class TokenPoolsAdmitter:
             verdict.priority,
             verdict.bursting,
             verdict.evict,
+            self.definitions[claim.entitlement].rules.evictable
+            if claim.entitlement in self.definitions
+            else False,
         )
 
 

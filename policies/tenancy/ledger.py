@@ -20,8 +20,11 @@ Per reservation: what it took, so that settle and release give back exactly that
      KV (prompt + max_tokens)·c + held ≤ χ_e;         → kv_bytes      (burst classes: go on, bursting)
   5. the pool has idle room in all three resources → admitted (work-conserving backfill).
      Otherwise the pool is contended:
-       a reserved class within baseline            → admitted; preemptible requests are
-                                                     named for eviction to make the room;
+       a reserved class within baseline            → admitted; preemptible holds are
+                                                     named for eviction to make the room
+                                                     (the grant names the caller's own; a
+                                                     hold of another replica becomes a
+                                                     notice that replica collects);
        a burst                                     → pool_contention (bursts take idle room only);
        within baseline, priority > threshold       → admitted (the threshold: the lowest
                                                      priority among admitted requests);
@@ -83,6 +86,7 @@ class Hold:
     replica: str
     expires: int  # µs
     settled: bool = False
+    named: bool = False  # named for eviction: its slot and KV count as coming back
 
 
 @dataclass(slots=True)
@@ -124,6 +128,10 @@ class PoolLedger:
     holds: dict[str, Hold] = field(default_factory=dict)
     admitted: Counter[float] = field(default_factory=Counter)  # priority → holds
     evictable: dict[str, float] = field(default_factory=dict)  # hold id → priority
+    named_slots: int = 0  # holds named for eviction, still held until their request ends
+    named_kv: int = 0
+    # replica → its hold ids named for eviction by another replica's grant, until collected
+    notices: dict[str, list[str]] = field(default_factory=dict)
     replicas: dict[str, int] = field(default_factory=dict)  # replica → alive until (µs)
     by_replica: dict[str, dict[str, None]] = field(default_factory=dict)  # its hold ids
     step_us: int = -1  # the last control step's time (µs; -1: never)
@@ -243,7 +251,7 @@ class Ledger:
         if not self._room(pool, cost, kv, now_us):
             threshold = pool.threshold()
             if ent.rules.reserved and not bursting:
-                evict = self._victims(pool, kv)
+                evict = self._victims(pool, kv, claim.replica)
             elif bursting or (threshold is not None and not led.priority > threshold):
                 led.refused += cost
                 led.refusals[Check.POOL_CONTENTION] += 1
@@ -315,15 +323,28 @@ class Ledger:
         else:
             del pool.admitted[hold.priority]
         pool.evictable.pop(hold_id, None)
+        if hold.named:
+            pool.named_slots -= 1
+            pool.named_kv -= hold.kv
         return True
 
     # --- expiry ------------------------------------------------------------------------
-    def heartbeat(self, replica: str, now: float) -> None:
+    def heartbeat(self, replica: str, now: float) -> tuple[str, ...]:
         """The replica is alive: its holds survive `heartbeat_ttl_s` more (in every pool:
-        the Redis store keeps one replica table per pool, in the pool's hash slot)."""
+        the Redis store keeps one replica table per pool, in the pool's hash slot).
+        Returns (and forgets) its holds other replicas' grants named for eviction."""
         alive = to_us(now) + to_us(self.config.heartbeat_ttl_s)
+        named: list[str] = []
         for pool in self.pools.values():
             pool.replicas[replica] = alive
+            named += pool.notices.pop(replica, ())
+        return tuple(named)
+
+    def notices(self, pool_name: str, replica: str) -> tuple[str, ...]:
+        """The replica's holds in the pool named for eviction by other replicas' grants,
+        each returned once."""
+        pool = self.pools.get(pool_name)
+        return tuple(pool.notices.pop(replica, ())) if pool is not None else ()
 
     def expire(self, now: float, limit: int | None = None) -> int:
         """Release, in every pool, holds past their TTL or whose replica's heartbeat lapsed;
@@ -354,6 +375,7 @@ class Ledger:
                     self.release_hold(pool, hid)
                 if len(theirs) <= room:
                     del pool.replicas[replica]
+                    pool.notices.pop(replica, None)
         return len(gone)
 
     # --- the checks -------------------------------------------------------------------
@@ -427,19 +449,29 @@ class Ledger:
             tokens = cap.window_s
         return max(pool.typical_s if short_of_room else 0.0, tokens)
 
-    def _victims(self, pool: PoolLedger, kv: int) -> tuple[str, ...]:
+    def _victims(self, pool: PoolLedger, kv: int, replica: str) -> tuple[str, ...]:
         """Preemptible holds to evict (lowest priority first, then id) until the pool's
-        slots and KV bytes have room for this request; each is named once."""
+        slots and KV bytes have room for this request; each is named once. Returns those
+        of `replica` (the grant's own: it cancels them at once); another replica's become
+        a notice for it (collected with its next reserve, finish or heartbeat). A hold
+        stays held until its request ends (cancelled), so it is settled once, by its own."""
         cap = pool.capacity
-        slots_short = pool.in_flight + pool.idle_slots + 1 - cap.slots
-        kv_short = pool.kv + pool.idle_kv + kv - cap.kv_bytes
+        # a hold named by an earlier grant is as good as gone: name nobody twice for one room
+        slots_short = pool.in_flight - pool.named_slots + pool.idle_slots + 1 - cap.slots
+        kv_short = pool.kv - pool.named_kv + pool.idle_kv + kv - cap.kv_bytes
         chosen: list[str] = []
         for _, hid in sorted((p, h) for h, p in pool.evictable.items()):
             if slots_short <= 0 and kv_short <= 0:
                 break
             hold = pool.holds[hid]
             del pool.evictable[hid]
-            chosen.append(hold.request)
+            hold.named = True
+            pool.named_slots += 1
+            pool.named_kv += hold.kv
+            if hold.replica == replica:
+                chosen.append(hid)
+            else:
+                pool.notices.setdefault(hold.replica, []).append(hid)
             slots_short -= 1
             kv_short -= hold.kv
         return tuple(chosen)

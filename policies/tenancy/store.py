@@ -12,6 +12,11 @@ synchronous admitter (admitter.py) uses its ledger directly. The store owns time
 in-memory store reads an injected clock, the Redis store the Redis server's clock (one
 clock for every replica), so no method takes `now`.
 
+Eviction across replicas: a grant names the caller's own preemptible holds to evict
+(`Granted.evict`); a hold of another replica it names becomes a notice for that replica,
+handed to it once — by its next `reserve` or `finish` (to the store's `on_evict`) or by
+its `heartbeat` (returned) — so no extra round trip is spent on the hot path.
+
 Every operation is idempotent where a retry could repeat it: settle and release by hold id
 (a second call returns False and changes nothing); reserve is not (a retried reserve is a
 second request).
@@ -19,7 +24,7 @@ second request).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -69,8 +74,10 @@ class EntitlementStore(Protocol):
         while the store is unreachable, never dropped before the hold would expire."""
         ...
 
-    async def heartbeat(self, replica: str) -> None:
-        """`replica` is alive; its holds outlive it by the heartbeat TTL at most."""
+    async def heartbeat(self, replica: str) -> tuple[str, ...]:
+        """`replica` is alive; its holds outlive it by the heartbeat TTL at most. Returns
+        (once) its holds that other replicas' grants named for eviction (the Redis store
+        also hands them to its `on_evict` from its reserve and finish replies)."""
         ...
 
     async def expire(self) -> int:
@@ -94,6 +101,8 @@ class MemoryStore:
 
     clock: Clock
     config: StoreConfig = field(default_factory=StoreConfig)
+    # called with this replica's holds another replica's grant named for eviction
+    on_evict: Callable[[tuple[str, ...]], object] | None = None
     ledger: Ledger = field(init=False)
 
     def __post_init__(self) -> None:
@@ -106,15 +115,27 @@ class MemoryStore:
         self.ledger.put_entitlement(ent, priority, self.clock.now())
 
     async def reserve(self, claim: Claim) -> Verdict:
-        return self.ledger.reserve(claim, self.clock.now())
+        verdict = self.ledger.reserve(claim, self.clock.now())
+        self._noticed(claim.pool, claim.replica)
+        return verdict
+
+    def _noticed(self, pool: str, replica: str) -> None:
+        if replica:
+            named = self.ledger.notices(pool, replica)
+            if named and self.on_evict is not None:
+                self.on_evict(named)
 
     async def settle(
         self, pool: str, hold: str, used_tokens: int, latency: float | None = None
     ) -> bool:
-        return self.ledger.settle(pool, hold, used_tokens, latency, self.clock.now())
+        settled = self.ledger.settle(pool, hold, used_tokens, latency, self.clock.now())
+        self._noticed(pool, hold.rpartition("#")[0])
+        return settled
 
     async def release(self, pool: str, hold: str) -> bool:
-        return self.ledger.release(pool, hold)
+        released = self.ledger.release(pool, hold)
+        self._noticed(pool, hold.rpartition("#")[0])
+        return released
 
     async def finish(
         self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
@@ -122,7 +143,9 @@ class MemoryStore:
         now = self.clock.now()
         if used_tokens is not None:
             self.ledger.settle(pool, hold, used_tokens, latency, now)
-        return self.ledger.release(pool, hold)
+        released = self.ledger.release(pool, hold)
+        self._noticed(pool, hold.rpartition("#")[0])
+        return released
 
     def finish_soon(
         self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
@@ -131,9 +154,10 @@ class MemoryStore:
         if used_tokens is not None:
             self.ledger.settle(pool, hold, used_tokens, latency, now)
         self.ledger.release(pool, hold)
+        self._noticed(pool, hold.rpartition("#")[0])
 
-    async def heartbeat(self, replica: str) -> None:
-        self.ledger.heartbeat(replica, self.clock.now())
+    async def heartbeat(self, replica: str) -> tuple[str, ...]:
+        return self.ledger.heartbeat(replica, self.clock.now())
 
     async def expire(self) -> int:
         return self.ledger.expire(self.clock.now())

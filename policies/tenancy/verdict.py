@@ -30,7 +30,7 @@ class Claim:
 
     pool: str
     entitlement: str
-    request: str  # the request's id (named again in another request's evictions)
+    request: str  # the request's id (kept with its hold)
     tokens: int
     replica: str = ""  # the gateway replica holding it ("" : never reaped by heartbeat)
 
@@ -40,7 +40,9 @@ class Granted:
     reservation: str  # the id to settle and release
     priority: float
     bursting: bool  # above the entitlement's own baseline, on idle pool capacity
-    evict: tuple[str, ...] = ()  # request ids of preemptible requests to cancel
+    # hold ids of this replica's preemptible requests to cancel now (another replica's
+    # holds named by this grant reach it as notices: EntitlementStore.heartbeat)
+    evict: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,3 +110,64 @@ def test_band_requests_of_every_category_count_for_p_c(gw):
     after = doc["compression"]
     assert after["borderline"] == before["borderline"] + 1
     assert after["attempted"] == before["attempted"]
+
+
+def test_plan_sized_from_the_entitlements(fresh_procs):
+    """`?source=promised|demand`: the arrival rate is the entitled tokens/s over the
+    observed mean tokens per request, so raising an entitlement's baseline (admin API)
+    grows the recommended fleet before any of that traffic arrives."""
+    s = emulator(fresh_procs, "s", 8192).wait_ready()
+    long = emulator(fresh_procs, "l", 65536).wait_ready()
+    ent = {"pool": "p", "class": "guaranteed", "tokens_per_s": 2000.0,
+           "kv_bytes": 1 << 40, "concurrency": 64}  # fmt: skip
+    cfg = gateway_config(
+        [s.url], [long.url],
+        auth={"admin_key": KEY, "entitlements_admin_key": KEY},
+        admission={"policy": "token_pools", "params": {
+            "pools": {"p": {"slots": 1024, "tokens_per_s": 1e9, "kv_bytes": 1 << 50,
+                            "bytes_per_token": 1}},
+            "entitlements": {"team": ent, "spare": ent | {"state": "pending"}},
+            "default_entitlement": "team"}},
+    )  # fmt: skip
+    g = start_gateway(fresh_procs, cfg)
+    auth = {"authorization": f"Bearer {KEY}"}
+    r = httpx.get(g.url + "/admin/plan?source=promised", headers=auth)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "no_traffic"
+    c = openai.OpenAI(base_url=g.url + "/v1", api_key="x", max_retries=0)
+    for max_tokens in (100, 200, 300, 400):
+        c.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=max_tokens
+        )
+
+    def plan(source: str) -> dict:
+        r = httpx.get(g.url + f"/admin/plan?source={source}", headers=auth, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    small = plan("promised")
+    basis = small["entitlements"]
+    assert basis["tokens_per_s"] == 2000.0  # bound entitlements only: `spare` is pending
+    assert basis["arrival_rate"] == pytest.approx(2000.0 / basis["mean_tokens_per_request"])
+    assert small["observed"]["arrival_rate"] == pytest.approx(basis["arrival_rate"])
+    assert 100 < basis["mean_tokens_per_request"] < 1024
+    assert plan("demand")["entitlements"]["tokens_per_s"] >= 2000.0
+    assert "entitlements" not in plan("observed")
+
+    r = httpx.patch(g.url + "/admin/entitlements/team", json={"tokens_per_s": 400000.0},
+                    headers=auth)  # fmt: skip
+    assert r.status_code == 200, r.text
+    big = plan("promised")
+    assert big["entitlements"]["tokens_per_s"] == 400000.0
+    assert big["recommended"]["total_gpus"] > small["recommended"]["total_gpus"]
+    bad = httpx.get(g.url + "/admin/plan?source=guess", headers=auth)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "source"
+
+
+def test_plan_from_entitlements_needs_token_pools(gw):
+    auth = {"authorization": f"Bearer {KEY}"}
+    c = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    c.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10
+    )
+    r = httpx.get(gw.url + "/admin/plan?source=promised", headers=auth)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "source"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import time
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from orjson import loads as orjson_loads
 
 from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway, wait_until
 from tests.procs import Proc, Procs
@@ -186,6 +188,7 @@ async def load(
     key: str = "sk-team",
     until_ok: bool = True,
     stop: asyncio.Event | None = None,
+    max_tokens: int = 4,
 ) -> Counter[str]:
     """`requests` streamed chats over `clients` connections, alternating replicas; with
     `until_ok` a 429 is retried after 2 ms until admitted. Counts statuses (and errors)."""
@@ -198,8 +201,8 @@ async def load(
                 url = urls[i % len(urls)]
                 try:
                     async with c.stream(
-                        "POST", url + "/v1/chat/completions", json=chat(stream=True),
-                        headers=bearer(key),
+                        "POST", url + "/v1/chat/completions",
+                        json=chat(stream=True, max_tokens=max_tokens), headers=bearer(key),
                     ) as r:  # fmt: skip
                         await r.aread()
                         counts[str(r.status_code)] += 1
@@ -258,6 +261,52 @@ def test_two_replicas_one_global_concurrency_limit(fresh_procs: Procs):
     admitted = sum(metric(httpx.get(g.url + "/metrics").text,
                           "fleetgate_admission_admitted_total", entitlement="team") for g in gws)  # fmt: skip
     assert admitted == requests
+
+
+def test_two_replicas_one_global_token_budget(fresh_procs: Procs):
+    """One tokens/s budget across two replicas: λ = 330 tokens/s over a 10 s window
+    (3,300 tokens deep). Each request reserves prompt + max_tokens (≥ 16) and is settled
+    with the engine's usage, exactly 11 tokens (7 + 4 chunks). The oracle: the engine's
+    own request count N; the bucket never gives more than its depth plus its refill over
+    the load's duration, so N·11 ≤ 3,300 + 330·T. Per-replica budgets would admit about
+    twice that."""
+    rs = fresh_procs.redis()
+    url = f"redis://127.0.0.1:{rs.port}/0"
+    eng = engine(fresh_procs, delay=0.001)
+    rate, window, used = 330.0, 10.0, 11
+    team = guaranteed(64, tokens_per_s=rate, window_s=window)
+    admission = token_pools(
+        {"team": team},
+        store="redis",
+        redis_url=url,
+        hold_ttl_s=30.0,
+        heartbeat_ttl_s=3.0,
+        timeout_s=0.5,
+    )
+    cfg = gateway_config(
+        [eng.url], [], auth={"keys": {"team": ["sk-team"]}, "key_secret": SECRET},
+        admission=admission,
+    )  # fmt: skip
+    gws = [start_gateway(fresh_procs, cfg, name=f"gw{i}") for i in range(2)]
+    # 2,000 keep the suite short; FLEETGATE_BUDGET_REQUESTS=5000 is the issue's figure
+    requests = int(os.environ.get("FLEETGATE_BUDGET_REQUESTS", "2000"))
+    t0 = time.monotonic()
+    counts = asyncio.run(
+        load([g.url for g in gws], requests, clients=32, until_ok=False, max_tokens=16)
+    )
+    elapsed = time.monotonic() - t0
+    stats = engine_stats(eng)
+    bound = rate * window + rate * elapsed
+    admitted = stats["requests"]
+    print(f"\n2 replicas, {rate:g} tokens/s over {window:g} s: {requests} requests in "
+          f"{elapsed:.1f} s, statuses {dict(counts)}; engine {admitted} requests = "
+          f"{admitted * used} tokens, bound {bound:.0f} ({admitted * used / bound:.3f})")  # fmt: skip
+    assert counts["200"] == admitted  # every admitted request reached the engine once
+    assert counts["200"] + counts["429"] == requests
+    assert counts["429"] == counts["429:token_budget"] > 0
+    assert admitted * used <= bound, "over-admission: more tokens than the budget refilled"
+    assert admitted * used >= 0.8 * bound  # the budget was used (it is global, not split)
+    assert wait_until(lambda: held(url) == 0, 5), held(url)
 
 
 def restart_redis(procs: Procs, old: Proc, down_s: float) -> Proc:
@@ -332,3 +381,137 @@ def test_chaos_redis_restart_and_a_replica_killed(fresh_procs: Procs):
     assert metric(text, "fleetgate_entitlement_in_flight", entitlement="team") == 0 or wait_until(
         lambda: metric(httpx.get(gw_a.url + "/metrics").text, "fleetgate_entitlement_in_flight",
                        entitlement="team") == 0, 3)  # fmt: skip
+
+
+# --- eviction of preemptible requests ------------------------------------------------------
+def evicting_pools(slots: int, **store: Any) -> dict[str, Any]:
+    params = token_pools(
+        {
+            "gold": guaranteed(2),
+            "batch": {"pool": "p", "class": "preemptible", "concurrency": 4},
+        },
+        **store,
+    )
+    params["params"]["pools"]["p"]["slots"] = slots
+    return params
+
+
+def long_chat(**extra: Any) -> dict[str, Any]:
+    """An answer that takes seconds on a real-time emulator: still running when evicted."""
+    return chat(max_tokens=2000, ignore_eos=True, **extra)
+
+
+def eviction_keys() -> dict[str, Any]:
+    return {
+        "keys": {"gold": ["sk-gold"], "batch": ["sk-batch"]},
+        "key_secret": SECRET,
+        "entitlements_admin_key": ADMIN,
+    }
+
+
+async def first_frame(lines: Any) -> str:
+    async for line in lines:
+        if line.startswith("data: "):
+            return line
+    raise AssertionError("the stream ended before its first frame")
+
+
+async def rest_of(lines: Any) -> list[str]:
+    return [line async for line in lines if line.startswith("data: ")]
+
+
+def in_flight(c: httpx.Client, name: str) -> int:
+    return c.get(f"/admin/entitlements/{name}", headers=bearer(ADMIN)).json()["usage"]["in_flight"]
+
+
+def test_a_guaranteed_arrival_evicts_preemptible_requests(fresh_procs: Procs):
+    """Pool of 2 slots full of preemptible `batch` (one stream, one whole answer): each
+    guaranteed arrival evicts one. The stream ends with an error frame `preempted` then
+    [DONE]; the unanswered request gets 429 `preempted` with Retry-After; the engine's
+    requests are aborted and nothing stays held."""
+    emu = fresh_procs.emulator(
+        "evict-emu", "--model", MODEL, "--max-model-len", "8192", "--time-scale", "1"
+    ).wait_ready()
+    cfg = gateway_config([emu.url], [], auth=eviction_keys(), admission=evicting_pools(2))
+    gw = start_gateway(fresh_procs, cfg)
+    url = gw.url + "/v1/chat/completions"
+
+    async def run() -> None:
+        async with httpx.AsyncClient(timeout=30) as c:
+            batch, gold = bearer("sk-batch"), bearer("sk-gold")
+            async with c.stream("POST", url, json=long_chat(stream=True), headers=batch) as a:
+                assert a.status_code == 200
+                a_lines = a.aiter_lines()
+                await first_frame(a_lines)  # the stream is running
+                b = asyncio.create_task(c.post(url, json=long_chat(), headers=batch))
+                with httpx.Client(base_url=gw.url, timeout=5) as sync:
+                    assert await asyncio.to_thread(
+                        wait_until, lambda: in_flight(sync, "batch") == 2, 10
+                    )
+                # gold's first request (a long stream) takes a's slot
+                async with c.stream("POST", url, json=long_chat(stream=True), headers=gold) as g1:
+                    assert g1.status_code == 200
+                    frames = await asyncio.wait_for(rest_of(a_lines), 10)
+                    assert frames[-1] == "data: [DONE]"
+                    err = orjson_loads(frames[-2][6:])["error"]
+                    assert err["code"] == "preempted" and err["type"] == "rate_limit_error"
+                    assert "preemptible" in err["message"]
+                    # gold's second takes b's: b, not yet answered, gets a 429
+                    g2 = await c.post(url, json=chat(), headers=gold)
+                    assert g2.status_code == 200, g2.text
+                    rb = await asyncio.wait_for(b, 10)
+                    assert rb.status_code == 429, rb.text
+                    assert rb.json()["error"]["code"] == "preempted"
+                    assert float(rb.headers["retry-after"]) > 0
+                    assert rb.headers["x-fleetgate-entitlement"] == "batch"
+                    await first_frame(g1.aiter_lines())  # gold itself is untouched
+
+    asyncio.run(run())
+    with httpx.Client(base_url=gw.url, timeout=5) as c:
+        assert wait_until(lambda: in_flight(c, "batch") + in_flight(c, "gold") == 0, 10)
+        text = c.get("/metrics").text
+        assert metric(text, "fleetgate_evictions_total", entitlement="batch",
+                      **{"class": "preemptible"}) == 2  # fmt: skip
+        assert metric(text, "fleetgate_evictions_total", entitlement="gold") == 0
+    assert wait_until(
+        lambda: metric(httpx.get(emu.url + "/metrics").text, "vllm:num_requests_running") == 0, 10
+    )
+
+
+def test_an_eviction_named_on_one_replica_reaches_the_other(fresh_procs: Procs):
+    """Two replicas on one Redis, a pool of 1 slot: a preemptible stream on replica 0 is
+    named by a guaranteed grant on replica 1; replica 0 hears of it (a notice on its next
+    heartbeat) and ends the stream with the `preempted` frame; nothing stays held."""
+    rs = fresh_procs.redis()
+    url = f"redis://127.0.0.1:{rs.port}/0"
+    emu = fresh_procs.emulator(
+        "evict-emu", "--model", MODEL, "--max-model-len", "8192", "--time-scale", "1"
+    ).wait_ready()
+    store = {"store": "redis", "redis_url": url, "hold_ttl_s": 30.0, "heartbeat_ttl_s": 1.5}
+    cfg = gateway_config([emu.url], [], auth=eviction_keys(), admission=evicting_pools(1, **store))
+    gws = [start_gateway(fresh_procs, cfg, name=f"gw{i}") for i in range(2)]
+
+    async def run() -> float:
+        async with httpx.AsyncClient(timeout=30) as c:
+            on_0 = gws[0].url + "/v1/chat/completions"
+            on_1 = gws[1].url + "/v1/chat/completions"
+            async with c.stream(
+                "POST", on_0, json=long_chat(stream=True), headers=bearer("sk-batch")
+            ) as a:
+                assert a.status_code == 200
+                lines = a.aiter_lines()
+                await first_frame(lines)
+                g = await c.post(on_1, json=chat(), headers=bearer("sk-gold"))
+                assert g.status_code == 200, g.text
+                t0 = time.monotonic()
+                frames = await asyncio.wait_for(rest_of(lines), 10)
+                waited = time.monotonic() - t0
+                assert frames[-1] == "data: [DONE]"
+                assert orjson_loads(frames[-2][6:])["error"]["code"] == "preempted"
+                return waited
+
+    waited = asyncio.run(run())
+    print(f"\nthe other replica ended the evicted stream {waited * 1000:.0f} ms after the grant")
+    assert wait_until(lambda: held(url) == 0, 10), held(url)
+    text = httpx.get(gws[0].url + "/metrics").text
+    assert metric(text, "fleetgate_evictions_total", entitlement="batch") == 1

@@ -63,6 +63,10 @@ def check_invariants(ledger: Ledger) -> None:
     assert pool.idle_kv == sum(led.idle_kv() for led in pool.entitlements.values()) >= 0
     for replica, ids in pool.by_replica.items():
         assert ids and all(pool.holds[i].replica == replica for i in ids)
+    # a hold named for eviction is no longer evictable, and counts as coming back
+    named = [h for h in holds if h.named]
+    assert pool.named_slots == len(named) and pool.named_kv == sum(h.kv for h in named)
+    assert not {h.id for h in named} & set(pool.evictable)
 
 
 @settings(max_examples=300, deadline=None)
@@ -101,6 +105,7 @@ def test_no_sequence_leaves_a_negative_balance_or_a_leaked_hold(ops):
     pool = ledger.pools["p"]
     assert pool.in_flight == pool.kv == 0 and not pool.holds and not pool.admitted
     assert not pool.evictable and not pool.by_replica
+    assert pool.named_slots == pool.named_kv == 0
     assert all(led.in_flight == led.kv == 0 for led in pool.entitlements.values())
     # with nothing held, a dedicated entitlement's whole baseline is idle again
     assert pool.idle_slots == 2 and pool.idle_kv == 80_000

@@ -81,6 +81,29 @@ async def test_finish_soon_reaches_redis_in_order(redis_url):
         await s.close()
 
 
+async def test_many_completions_take_few_round_trips_and_survive_a_script_flush(redis_url):
+    """Completions go in pipelines of up to FINISH_BATCH FINISH calls; a Redis that lost its
+    scripts (restarted) answers NOSCRIPT, and the completion is sent again with the script."""
+    s = await _store(redis_url)
+    try:
+        held = [await s.reserve(_claim(i)) for i in range(10)]
+        before = await s.client.info("commandstats")
+        for v in held[:8]:
+            s.finish_soon("p", v.reservation, 10, 0.1)
+        await s.drained()
+        after = await s.client.info("commandstats")
+        calls = after["cmdstat_evalsha"]["calls"] - before["cmdstat_evalsha"]["calls"]
+        assert calls == 8  # one EVALSHA per completion, sent together
+        assert (await s.view("p")).in_flight == 2
+        await s.client.script_flush()
+        for v in held[8:]:
+            s.finish_soon("p", v.reservation, 10, 0.1)
+        await s.drained()
+        assert (await s.view("p")).in_flight == 0
+    finally:
+        await s.close()
+
+
 async def test_unreachable_redis_fails_open_for_protected_classes_and_closed_for_spot():
     clock = ManualClock(0.0)
     dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there

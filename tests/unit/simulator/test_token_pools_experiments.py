@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from bench.token_pools_experiments import LedgerTrace, run_exp1, run_exp2
+from simulator.run import run
 from simulator.scenario import load
 
 
@@ -62,3 +63,27 @@ def test_exp2_copilot_has_no_low_priority_denials_and_synth_absorbs_them() -> No
     assert min(r.arrival for r in result.records if r.client == "reports") >= 210
     statuses = Counter(r.status for r in result.records)
     assert set(statuses) <= {"ok", "rejected_429"}
+
+
+def test_exp1_with_preemptible_tenant_b_evicts_it_for_guaranteed_c() -> None:
+    """Experiment 1 with spot-b made preemptible: when guaranteed-c joins into a full pool,
+    its grants name b's requests, which the simulator driver cancels on the engine and
+    records as evicted (code `preempted`); a guaranteed request is never evicted or refused
+    for contention, and nothing is held once the run ends."""
+    scenario = load("token-pools-exp1")
+    params = scenario.policy.admission.params
+    params["entitlements"]["spot-b"]["class"] = "preemptible"
+    result = run(scenario)
+    evicted = [r for r in result.records if r.status == "evicted"]
+    assert evicted and {r.client for r in evicted} == {"spot-b"}
+    assert {r.refusal for r in evicted} == {"preempted"}
+    # evictions happen where demand exceeds the pool: while guaranteed-c is bound
+    assert all(30.0 <= r.finish <= 61.0 for r in evicted)  # type: ignore[operator]
+    for r in result.records:
+        if r.client.startswith("guaranteed"):
+            assert r.status in ("ok", "rejected_429")
+            assert r.status == "ok" or r.refusal == "concurrency"
+    assert result.core is not None
+    ledger = result.core.admitter.ledger  # type: ignore[attr-defined]
+    pool = ledger.pools["qwen3-8b"]
+    assert pool.in_flight == 0 and not pool.holds and pool.named_slots == 0

@@ -59,7 +59,8 @@ def test_a_guaranteed_request_names_preemptible_victims():
     )
     victims = [a.admit(_req(i, "batch"), 0.0) for i in range(2)]
     g = a.admit(_req(0, "g"), 0.0)
-    assert g.evict == ("batch0",)
+    assert g.evict == (victims[0].hold,)  # one slot short: the lowest-priority, oldest hold
+    assert victims[0].evictable and not g.evictable
     for r in [*victims, g]:
         r.release()
 

@@ -156,12 +156,67 @@ async def test_a_protected_request_names_preemptible_requests_to_evict(stores):
         pool=pool,
         prio={"g": 1000, "x": 0.1},
     )
-    await s.reserve(claim("x", 0))
-    await s.reserve(claim("x", 1))
+    x0 = await s.reserve(claim("x", 0))
+    x1 = await s.reserve(claim("x", 1))
     g = await s.reserve(claim("g", 0))
-    assert isinstance(g, Granted) and g.evict == ("x-0",)  # one slot short: one victim
+    # one slot short: one victim, named by its hold
+    assert isinstance(g, Granted) and g.evict == (x0.reservation,)
     g2 = await s.reserve(claim("g", 1))
-    assert isinstance(g2, Granted) and g2.evict == ("x-1",)  # never the same one twice
+    assert isinstance(g2, Granted) and g2.evict == (x1.reservation,)  # never the same twice
+    g3 = await s.reserve(claim("g", 2))  # over r_e: refused, and nobody else is named
+    assert isinstance(g3, Denied)
+    # the victims stay held until their requests end (settled once, by their own)
+    assert (await s.view("p")).in_flight == 4
+    assert await s.finish("p", x0.reservation, 50) is True
+    assert await s.finish("p", x0.reservation, 50) is False
+    assert (await s.view("p")).in_flight == 3
+
+
+async def test_another_replicas_victim_reaches_it_once_as_a_notice(stores):
+    pool = PoolCapacity(tokens_per_s=1e6, kv_bytes=BIG, slots=3, bytes_per_token=100)
+    s = await setup(
+        stores(),
+        ent("g", C.GUARANTEED, r=2),
+        ent("x", C.PREEMPTIBLE, r=3),
+        pool=pool,
+        prio={"g": 1000, "x": 0.1},
+    )
+    heard: list[tuple[str, ...]] = []
+    s.on_evict = heard.append
+    on_a = [await s.reserve(claim("x", i, replica="a")) for i in range(2)]
+    on_b = await s.reserve(claim("x", 9, replica="b"))
+    # b's two guaranteed requests take 2 slots: each names one preemptible hold, the
+    # lowest id first — a's (told to a, not to b); a hold already named counts as freed
+    g1 = await s.reserve(claim("g", 0, replica="b"))
+    assert isinstance(g1, Granted) and g1.evict == ()
+    g2 = await s.reserve(claim("g", 1, replica="b"))
+    assert isinstance(g2, Granted) and g2.evict == ()
+    assert heard == []  # nothing of b's was named by another replica
+    assert await s.heartbeat("a") == (on_a[0].reservation, on_a[1].reservation)
+    assert await s.heartbeat("a") == ()  # once
+    assert on_b.reservation not in g1.evict + g2.evict
+
+
+async def test_a_notice_rides_on_the_victims_replicas_next_call(stores):
+    pool = PoolCapacity(tokens_per_s=1e6, kv_bytes=BIG, slots=2, bytes_per_token=100)
+    s = await setup(
+        stores(),
+        ent("g", C.GUARANTEED, r=2),
+        ent("x", C.PREEMPTIBLE, r=3),
+        pool=pool,
+        prio={"g": 1000, "x": 0.1},
+    )
+    heard: list[tuple[str, ...]] = []
+    s.on_evict = heard.append
+    x = [await s.reserve(claim("x", i, replica="a")) for i in range(2)]
+    await s.reserve(claim("g", 0, replica="b"))  # names a's first hold
+    assert heard == []
+    late = await s.reserve(claim("x", 5, replica="a"))  # a's next round trip carries it
+    assert isinstance(late, Denied)
+    assert heard == [(x[0].reservation,)]
+    await s.finish("p", x[1].reservation, 10)  # nothing more to tell a
+    assert heard == [(x[0].reservation,)]
+    assert await s.heartbeat("a") == ()
 
 
 async def test_dedicated_idle_baseline_is_not_backfilled(stores):
@@ -243,8 +298,10 @@ async def test_both_stores_agree_on_a_random_sequence(redis_url):
     prio = {"g": 333.3, "d": 333.3, "e": 40.0, "s": 0.33, "x": 0.033}
     rng = random.Random(14)
     try:
-        for st in (mem, red):
+        heard: tuple[list[tuple[str, ...]], list[tuple[str, ...]]] = ([], [])
+        for st, log in zip((mem, red), heard, strict=True):
             await setup(st, *ents, pool=pool, prio=prio)
+            st.on_evict = log.append
         held: list[str] = []
         for i in range(400):
             op = rng.random()
@@ -274,14 +331,14 @@ async def test_both_stores_agree_on_a_random_sequence(redis_url):
                 assert await mem.release("p", h) == await red.release("p", h)
             elif op < 0.9:
                 r = rng.choice(["r1", "r2"])
-                await mem.heartbeat(r)
-                await red.heartbeat(r)
+                assert await mem.heartbeat(r) == await red.heartbeat(r)
             elif op < 0.93:
                 assert await mem.expire() == await red.expire()
             else:
                 dt = rng.choice([0.001, 0.05, 0.3, 1.7, 4.0])
                 for c in clocks:
                     c.advance(dt)
+            assert heard[0] == heard[1], i
             va, vb = await mem.view("p"), await red.view("p")
             assert (va.in_flight, va.kv, va.holds, va.threshold) == (
                 vb.in_flight,
