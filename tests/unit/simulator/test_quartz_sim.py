@@ -108,9 +108,9 @@ def test_a_model_can_be_plugged_in():
 
 
 def test_quartz_keys_are_validated_with_their_path():
-    with pytest.raises(ScenarioError, match="policy.quartz"):
+    with pytest.raises(ScenarioError, match=r"policy\.quartz"):
         scenario(quartz={"alpah": 0.9})
-    with pytest.raises(ScenarioError, match="policy.dispatch"):
+    with pytest.raises(ScenarioError, match=r"policy\.dispatch"):
         parse(
             {
                 "name": "q",
