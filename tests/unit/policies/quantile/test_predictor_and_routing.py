@@ -80,9 +80,9 @@ def test_features_at_dispatch_do_not_count_the_request_itself():
 
 def test_the_index_learns_what_was_sent_where():
     p = predictor([view(0), view(1)])
-    r = req("a", 64, hashes=(11, 12, 13, 14))
+    r = req("a", 144, hashes=tuple(range(11, 20)))  # 9 blocks: indexed 0 and 8
     p.on_dispatch(r, "w1", 0.0)
-    assert p.locality(r, "w1") == 64 and p.locality(r, "w0") == 0
+    assert p.locality(r, "w1") == 144 and p.locality(r, "w0") == 0
     off = predictor([view(0)], locality=False)
     off.on_dispatch(r, "w0", 0.0)
     assert off.locality(r, "w0") == 0

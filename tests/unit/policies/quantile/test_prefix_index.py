@@ -19,7 +19,7 @@ def chain(*blocks: int) -> tuple[int, ...]:
 
 
 def test_longest_prefix_per_worker_in_tokens():
-    idx = PrefixIndex(block_tokens=16)
+    idx = PrefixIndex(block_tokens=16, stride=1)
     sent = chain(1, 2, 3, 4)
     idx.add("w0", sent, 0.0)
     assert idx.locality("w0", chain(1, 2, 3, 4, 5, 6), 100, 1.0) == 64
@@ -30,6 +30,15 @@ def test_longest_prefix_per_worker_in_tokens():
     assert idx.best_locality(chain(1, 2, 7), 100, 1.0) == 32
 
 
+def test_a_stride_indexes_every_nth_block_and_knows_locality_to_it():
+    idx = PrefixIndex(block_tokens=16, stride=4)
+    sent = chain(*range(10))
+    idx.add("w0", sent, 0.0)
+    assert len(idx) == 3  # blocks 0, 4, 8
+    assert idx.matched_blocks("w0", sent, 0.0) == 9
+    assert idx.matched_blocks("w0", chain(*range(7), 99), 0.0) == 5
+
+
 def test_buckets():
     idx = PrefixIndex(high_fraction=0.5)
     assert idx.bucket(0, 1000) == NONE
@@ -38,7 +47,7 @@ def test_buckets():
 
 
 def test_entries_expire_after_the_ttl():
-    idx = PrefixIndex(ttl_s=10.0)
+    idx = PrefixIndex(ttl_s=10.0, stride=1)
     idx.add("w0", chain(1, 2), 0.0)
     assert idx.matched_blocks("w0", chain(1, 2), 9.0) == 2
     assert idx.matched_blocks("w0", chain(1, 2), 10.5) == 0
@@ -53,9 +62,10 @@ def test_entries_expire_after_the_ttl():
         max_size=60,
     ),
     st.integers(1, 40),
+    st.integers(1, 4),
 )
-def test_memory_is_bounded_and_what_remains_of_a_prefix_is_a_prefix(sends, bound):
-    idx = PrefixIndex(max_entries=bound, ttl_s=1e9)
+def test_memory_is_bounded_and_what_remains_of_a_prefix_is_a_prefix(sends, bound, stride):
+    idx = PrefixIndex(max_entries=bound, ttl_s=1e9, stride=stride)
     for t, (worker, blocks) in enumerate(sends):
         hashes = chain(*blocks)
         idx.add(f"w{worker}", hashes, float(t))
@@ -64,9 +74,9 @@ def test_memory_is_bounded_and_what_remains_of_a_prefix_is_a_prefix(sends, bound
         for w in ("w0", "w1", "w2", "w3"):
             n = idx.matched_blocks(w, hashes, float(t))
             linear = 0
-            for h in hashes:
-                at = idx._blocks.get(h)
+            for i in range(0, len(hashes), stride):
+                at = idx._blocks.get(hashes[i])
                 if at is None or w not in at:
                     break
-                linear += 1
+                linear = i + 1
             assert n == linear
