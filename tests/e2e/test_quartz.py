@@ -63,7 +63,7 @@ def test_quartz_serves_short_prompts_first_and_logs_its_features(fresh_procs, tm
     assert metric(text, "fleetgate_quartz_model", model="analytic") == 1.0
     assert metric(text, "fleetgate_quartz_fallback") == 0.0
     assert metric(text, "fleetgate_quartz_observations_total") == 5.0
-    assert metric(text, "fleetgate_dispatch_queue_length") == 0.0
+    assert metric(text, "fleetgate_quartz_queue_length") == 0.0
     assert metric(text, "fleetgate_quartz_prefill_seconds_count") == 5.0
     # the request log: features at dispatch, the prediction, the observed prefill
     deadline = time.monotonic() + 5

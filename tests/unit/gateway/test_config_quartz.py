@@ -33,9 +33,15 @@ def cfg(**extra):
         ({"quartz": {"alpah": 0.9}}, r"quartz\.alpah: unknown key"),
         ({"quartz": {"alpha": 0.5}}, r"quartz\.alpha"),
         ({"quartz": {"delta": 0}}, r"quartz\.delta"),
-        ({"dispatch": {"policy": "quartz", "params": {"lamda": 1}}}, r"dispatch: params: unknown parameter\(s\) lamda"),
+        (
+            {"dispatch": {"policy": "quartz", "params": {"lamda": 1}}},
+            r"dispatch: params: unknown parameter\(s\) lamda",
+        ),
         ({"dispatch": {"prefill_room": 0}}, r"dispatch\.prefill_room"),
-        ({"routing": {"policy": "quartz", "params": {"k": 0}}}, r"routing: params: k: must be >= 1"),
+        (
+            {"routing": {"policy": "quartz", "params": {"k": 0}}},
+            r"routing: params: k: must be >= 1",
+        ),
         ({"dispatch": {"policy": "lifo"}}, r"dispatch: policy: unknown 'lifo'"),
     ],
 )
@@ -79,7 +85,7 @@ def test_prompt_hashes_share_a_prefix_and_read_decoding_parameters():
                 "messages": [*long_history, {"role": "user", "content": "a"}],
                 "temperature": 0.2,
                 "top_p": 0.9,
-            }  # fmt: skip
+            }
         ).encode(),
         "chat",
     )
