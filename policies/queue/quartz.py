@@ -44,7 +44,7 @@ from policies.types import RequestInfo
 class QuartzQueueConfig:
     max_waiting: int = 1024
     timeout_s: float = 30.0
-    alpha: float = 0.95
+    alpha: float | None = None  # the quantile keyed by; None: the predictor's
     lam: float = 0.02  # λ: aging, key seconds per second of arrival
     beta: float = 0.10  # β: fairness weight, key seconds per unit of client service
     point: bool = False  # ŝ = the predicted mean (PointPred)
@@ -59,7 +59,7 @@ class QuartzQueueConfig:
             raise ValueError("max_waiting: must not be negative")
         if self.timeout_s <= 0:
             raise ValueError("timeout_s: must be positive")
-        if self.alpha not in (0.9, 0.95):
+        if self.alpha not in (None, 0.9, 0.95):
             raise ValueError("alpha: must be 0.9 or 0.95")
         if self.lam < 0 or self.beta < 0:
             raise ValueError("lam, beta: must not be negative")
@@ -99,7 +99,7 @@ class QuartzDispatcher:
         size = 0.0
         if p is not None and not p.calibration.degraded:
             q = p.size(request)
-            size = q.mean if c.point else q.at(c.alpha)
+            size = q.mean if c.point else q.at(p.alpha if c.alpha is None else c.alpha)
         k = size + c.lam * request.arrival
         if c.fairness and c.beta:
             k += c.beta * self.counters.value(request.entitlement, now)
