@@ -6,8 +6,10 @@
 ŝα(r) the request's predicted α-quantile prefill (the predictor's `size`: r alone on an
 idle worker holding its best prefix — see policies/quantile/predictor.py for why not on
 w(r)); a_r its arrival at the gateway (`RequestInfo.arrival`, seconds, kept when a woken
-request finds no room and queues again); u(c) its client's decayed service counter at arrival
-(counters.py), updated when a request of the client has its first token (`served`).
+request finds no room and queues again); u(c) its client's share of recent service at
+arrival (counters.py: decayed prompt tokens served relative to the average active client,
+dimensionless — see there why not raw tokens), updated when a request of the client has
+its first token (`served`).
 Lower keys go first. Aging without priority updates (Eq. 7): a request arriving Δ seconds
 later carries λ·Δ more, so r is served before any request arriving more than
 (ŝα(r) + β·u(c)) / λ seconds after it — no request waits forever while room keeps freeing.
@@ -102,7 +104,7 @@ class QuartzDispatcher:
             size = q.mean if c.point else q.at(p.alpha if c.alpha is None else c.alpha)
         k = size + c.lam * request.arrival
         if c.fairness and c.beta:
-            k += c.beta * self.counters.value(request.entitlement, now)
+            k += c.beta * self.counters.share(request.entitlement, now)
         return k
 
     def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
