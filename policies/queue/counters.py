@@ -56,7 +56,7 @@ class ClientCounters:
         """2^(−(now − t_ref)/half_life): scaled w → S at `now`."""
         if self._ref is None:
             return 1.0
-        return 2.0 ** (-(now - self._ref) / self.half_life_s)
+        return float(2.0 ** (-(now - self._ref) / self.half_life_s))
 
     def value(self, client: str, now: float) -> float:
         held = self._w.get(client)
