@@ -141,6 +141,11 @@ class _Attempt:
         self.retries = 0
         self.context_retried = False  # sent on to a longer context after an engine's 400
         self.ttft: float | None = None
+        # QUARTZ (when configured): the prediction routing used on the worker it was
+        # sent to, when it was sent, and the observed prefill (dispatch → first token)
+        self.prediction: Prediction | None = None
+        self.dispatched: float | None = None
+        self.prefill_s: float | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.error: str | None = None
@@ -150,11 +155,6 @@ class _Attempt:
         self.entitlement: str | None = None  # the key's, when it names one
         self.admission: str | None = None  # "admitted" or the refusing check
         self.tenancy_headers: Headers = []  # x-fleetgate-entitlement, x-fleetgate-priority
-        # QUARTZ (when configured): the prediction routing used on the worker it was
-        # sent to, when it was sent, and the observed prefill (dispatch → first token)
-        self.prediction: Prediction | None = None
-        self.dispatched: float | None = None
-        self.prefill_s: float | None = None
 
 
 class KeyCheck(Protocol):
