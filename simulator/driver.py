@@ -27,6 +27,11 @@ by those (as a live /metrics scrape mid-step would). `WorkerView.load` takes the
 Either way `in_flight` and `outstanding_tokens` are the core's worker-slot leases.
 Views are long-lived objects updated in place: a router must not keep them past `choose`.
 
+With QUARTZ's predictor (simulator/run.py builds it when the scenario or a policy asks)
+each record gets the feature vector and calibrated prediction at dispatch for the worker
+chosen, and the observed prefill (first token − dispatch): the same fields the gateway's
+request log carries.
+
 Clients given a `Retry` (scenario tenants' `retry`) send a request refused at admission
 again after its Retry-After, capped; each attempt is a record of its own (id `r…~2`, …)
 carrying its attempt number and its first attempt's arrival.
@@ -47,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from emulator.engine import EngineRequest, FinishedRequest
 from policies.budget import ChatSize
@@ -61,6 +67,9 @@ from simulator.compression import CompressionModel
 from simulator.kernel import PRIO_ARRIVAL, PRIO_TIMER, Kernel
 from simulator.records import Recorder, RequestRecord
 from simulator.workloads import RequestSpec, Retry
+
+if TYPE_CHECKING:  # only annotated here (simulator/run.py builds it)
+    from policies.quantile.predictor import Predictor
 
 
 class Gateway:
@@ -77,6 +86,7 @@ class Gateway:
         compression: CompressionModel | None = None,
         bytes_per_token: dict[Category, float] | None = None,
         retries: Mapping[str, Retry] | None = None,
+        predictor: Predictor | None = None,
     ) -> None:
         self.kernel = kernel
         self.cluster = cluster
@@ -87,6 +97,7 @@ class Gateway:
         # None: the budget is exact; else a prompt's bytes per token, by category
         self.bytes_per_token = bytes_per_token
         self.recorder = recorder
+        self.predictor = predictor  # QUARTZ's: records get its features and prediction
         self.scrape_interval = scrape_interval
         # clients that retry an admission refusal (429) after its Retry-After, by client
         self.retries = dict(retries or {})
@@ -305,6 +316,11 @@ class Gateway:
             return
         slot = self.core.dispatch(ticket, worker.id, worker.view, now, sent + spec.max_tokens)
         self._live[spec.id] = (ticket, record, spec, slot)
+        if self.predictor is not None:
+            p = self.predictor.pending(spec.id)
+            if p is not None:
+                record.features = p.features
+                record.predicted = p.q
 
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
@@ -314,6 +330,8 @@ class Gateway:
             return  # evicted during the step that gave it its first token
         ticket, record, _, _ = live
         record.first_token = now
+        if record.dispatch is not None:
+            record.prefill_s = now - record.dispatch
         self.core.first_token(ticket, now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
