@@ -1,0 +1,408 @@
+"""`fleetgate train-predictor LOG... -o model.json`: fit QUARTZ's prefill-time predictor.
+
+    fleetgate train-predictor LOG [LOG ...] -o model.json [--trees N] [--depth D]
+                              [--learning-rate X] [--holdout F] [--seed N] [--json]
+    fleetgate train-predictor --synthetic N -o model.json      # a generated log, for trying
+
+LOG is the gateway's request log (JSONL) or a simulator record file (JSONL, or a JSON list
+of records / an object with a "records" list): every entry with `features` (the vector of
+policies/quantile/features.py at dispatch, a list in FEATURES order or an object keyed by
+feature name) and `prefill_s` (dispatch → first token, seconds) is a training example;
+others are skipped and counted.
+
+Three gradient-boosted tree ensembles are fitted (scikit-learn's GradientBoostingRegressor,
+§3.2 of ../shared/seeds/003): pinball loss at α 0.9 and 0.95, and a squared-error mean
+twin for the expected backlog Ŵ and the PointPred baseline. The quantile ensembles are fitted
+on log prefill time (quantiles commute with the monotone log, and a tree's constant leaves
+then carry a relative error over the milliseconds-to-seconds range, not an absolute one);
+the model file says so per ensemble (`link: exp`). The last `--holdout` fraction of the
+examples, in file order (later traffic), is held out and the quality report — pinball loss,
+coverage at 0.9 / 0.95, the signed residual at the 0.95 quantile, MAE of the mean, like
+Table 6 — is printed for it, beside the analytic engine-model estimate when that exists.
+The model written is the one evaluated (fitted on the rest).
+
+The file is plain JSON (`fleetgate.quantile_trees/v1`, policies/quantile/trees.py), checked
+by loading it back before it is written. scikit-learn is needed only here (`pip install
+fleetgate[train]`); the gateway reads the file without it.
+
+Exit status: 0 written, 2 usage or input error (no usable examples, unreadable file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policies.quantile.features import CATEGORY_CODES, FEATURES, PrefillModel
+from policies.quantile.trees import Ensemble, Tree, loads, to_document
+
+ALPHAS = (0.9, 0.95)
+DEFAULT_TREES = 60
+DEFAULT_DEPTH = 3
+DEFAULT_LEARNING_RATE = 0.1
+MIN_EXAMPLES = 50
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _vector(feats: object) -> list[float] | None:
+    if isinstance(feats, Mapping):
+        if not all(name in feats for name in FEATURES):
+            return None
+        feats = [feats[name] for name in FEATURES]
+    if not isinstance(feats, list) or len(feats) != len(FEATURES):
+        return None
+    out = []
+    for v in feats:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            return None
+        out.append(float(v))
+    return out
+
+
+def _entries(path: Path) -> Iterator[object]:
+    text = path.read_text()
+    head = text.lstrip()[:1]
+    if head == "[" or (head == "{" and "\n{" not in text.strip()):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if isinstance(doc, list):
+            yield from doc
+            return
+        if isinstance(doc, dict) and isinstance(doc.get("records"), list):
+            yield from doc["records"]
+            return
+        if isinstance(doc, dict):
+            yield doc
+            return
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from exc
+
+
+def examples(entries: Iterable[object], skipped: Counter[str]) -> Iterator[tuple[list[float], float]]:
+    """(features, prefill_s) from log entries; the reason each other entry was skipped."""
+    for e in entries:
+        if not isinstance(e, Mapping) or "features" not in e or "prefill_s" not in e:
+            skipped["no features or prefill_s"] += 1
+            continue
+        x = _vector(e["features"])
+        if x is None:
+            skipped[f"features not {len(FEATURES)} finite numbers"] += 1
+            continue
+        y = e["prefill_s"]
+        if isinstance(y, bool) or not isinstance(y, int | float) or not 0.0 < y < math.inf:
+            skipped["prefill_s not a positive number"] += 1
+            continue
+        yield x, float(y)
+
+
+def read_logs(paths: Sequence[Path]) -> tuple[np.ndarray, np.ndarray, Counter[str]]:
+    skipped: Counter[str] = Counter()
+    xs: list[list[float]] = []
+    ys: list[float] = []
+    for path in paths:
+        for x, y in examples(_entries(path), skipped):
+            xs.append(x)
+            ys.append(y)
+    X = np.asarray(xs, dtype=np.float64).reshape(-1, len(FEATURES))
+    return X, np.asarray(ys, dtype=np.float64), skipped
+
+
+# -- a generated log (tests, trying the command) ----------------------------------------
+
+
+def synthetic_entries(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """`n` request-log entries whose prefill time follows a chunked-prefill engine (W + H·n
+    per 512-token chunk, the backlog ahead of the request, the engine's own queue) with
+    multiplicative noise that widens with KV pressure and cache-state drift, and rare
+    preemption spikes. Seeded; every 20th entry has no features (skipped by the reader)."""
+    rng = np.random.default_rng(seed)
+    chat = CATEGORY_CODES.index("chat")
+    rag = CATEGORY_CODES.index("rag")
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        is_rag = rng.random() < 0.3
+        if is_rag:
+            p = int(np.clip(rng.lognormal(math.log(2500), 0.5), 256, 8000))
+            max_tokens = int(rng.choice([256, 512]))
+            bucket = int(rng.choice(3, p=[0.4, 0.3, 0.3]))
+        else:
+            p = int(np.clip(rng.lognormal(math.log(250), 0.9), 8, 8000))
+            max_tokens = int(rng.choice([256, 512, 1024]))
+            bucket = int(rng.choice(3, p=[0.5, 0.35, 0.15]))
+        share = (0.0, rng.uniform(0.1, 0.6), rng.uniform(0.6, 0.95))[bucket]
+        locality = int(p * share) // 16 * 16
+        load = rng.random()
+        running = int(rng.integers(0, 1 + int(64 * load)))
+        waiting = int(rng.poisson(4 * load**3))
+        backlog = int(rng.gamma(1 + 6 * load, 400)) if rng.random() < load else 0
+        kv = float(np.clip(running / 64 * rng.uniform(0.5, 1.1), 0.0, 1.0))
+        computed = p - locality + backlog
+        chunks = math.ceil(max(computed, 1) / 512)
+        step = 0.012 + 0.00025 * running  # W + H·n: one engine step with n sequences
+        mu = chunks * step + 3.0e-5 * computed + 0.02 * waiting
+        sigma = 0.08 + 0.35 * kv + (0.1 if bucket else 0.0)
+        y = mu * math.exp(sigma * rng.standard_normal())
+        if rng.random() < 0.03 * kv:  # a preemption: recomputed from scratch
+            y *= 2.5
+        entry: dict[str, Any] = {"request_id": f"syn-{i:06d}", "status": 200}
+        if i % 20 != 19:
+            entry["features"] = [
+                float(p),
+                float(max_tokens),
+                float(rng.choice([0.0, 0.7, 1.0])),
+                float(rng.choice([1.0, 0.95, 0.9])),
+                float(rag if is_rag else chat),
+                float(rng.random() < 0.8),
+                float(locality),
+                float(bucket),
+                float(running),
+                float(waiting),
+                float(backlog),
+                round(kv, 4),
+            ]
+            entry["prefill_s"] = round(y, 6)
+        out.append(entry)
+    return out
+
+
+# -- fitting and export ----------------------------------------------------------------
+
+
+def _f32_threshold(t: float) -> float:
+    """The float64 threshold that sends x left exactly when scikit-learn's tree (which
+    compares float32(x) <= t) does, so the evaluator needs no cast on the hot path.
+
+    float32 rounding is monotone, so {x : float32(x) <= t} is a half-line ending just
+    below (or at, when ties round down to it) the midpoint between the largest float32
+    t32 <= t and the next float32."""
+    t32 = np.float32(t)
+    if float(t32) > t:
+        t32 = np.nextafter(t32, np.float32(-np.inf))
+    if float(t32) >= _F32_MAX:
+        return _F32_MAX
+    up = np.nextafter(t32, np.float32(np.inf))
+    mid = (float(t32) + float(up)) / 2.0  # exact in float64
+    even = int(np.array(t32, dtype=np.float32).view(np.uint32)) % 2 == 0
+    return mid if even else float(np.nextafter(mid, -np.inf))
+
+
+def _export_gbr(est: Any, link: str) -> Ensemble:
+    base = float(est._raw_predict_init(np.zeros((1, len(FEATURES)), dtype=np.float32))[0, 0])
+    lr = est.learning_rate
+    trees = []
+    for stage in est.estimators_[:, 0]:
+        t = stage.tree_
+        leaf = t.children_left == -1
+        trees.append(
+            Tree(
+                feature=tuple(int(f) if not lf else -1 for f, lf in zip(t.feature, leaf, strict=True)),
+                threshold=tuple(
+                    0.0 if lf else _f32_threshold(float(v))
+                    for v, lf in zip(t.threshold, leaf, strict=True)
+                ),
+                left=tuple(int(c) for c in t.children_left),
+                right=tuple(int(c) for c in t.children_right),
+                value=tuple(float(lr * v) if lf else 0.0 for v, lf in zip(t.value[:, 0, 0], leaf, strict=True)),
+            )
+        )
+    return Ensemble(base=base, trees=tuple(trees), link=link)
+
+
+@dataclass
+class Fitted:
+    """The three fitted estimators (for the library-agreement test) and the document."""
+
+    estimators: dict[str, Any]
+    document: dict[str, Any]
+    fit_s: float
+    links: dict[str, str] = field(default_factory=dict)
+
+
+def fit(
+    X: np.ndarray,
+    y: np.ndarray,
+    *,
+    trees: int = DEFAULT_TREES,
+    depth: int = DEFAULT_DEPTH,
+    learning_rate: float = DEFAULT_LEARNING_RATE,
+    log_quantiles: bool = True,
+    seed: int = 0,
+    name: str = "trees",
+    meta: Mapping[str, Any] | None = None,
+) -> Fitted:
+    """Fit mean, q90 and q95 ensembles and build the model document."""
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    started = time.process_time()
+    common = dict(
+        n_estimators=trees, max_depth=depth, learning_rate=learning_rate, random_state=seed,
+        min_samples_leaf=max(5, len(y) // 500),
+    )  # fmt: skip
+    ylog = np.log(y)
+    specs = {
+        "mean": (dict(loss="squared_error"), y, "identity"),
+        "q90": (dict(loss="quantile", alpha=0.9), ylog if log_quantiles else y, "exp" if log_quantiles else "identity"),
+        "q95": (dict(loss="quantile", alpha=0.95), ylog if log_quantiles else y, "exp" if log_quantiles else "identity"),
+    }  # fmt: skip
+    estimators: dict[str, Any] = {}
+    ensembles: dict[str, Ensemble] = {}
+    links: dict[str, str] = {}
+    for key, (loss, target, link) in specs.items():
+        est = GradientBoostingRegressor(**common, **loss)  # type: ignore[arg-type]
+        est.fit(X, target)
+        estimators[key] = est
+        ensembles[key] = _export_gbr(est, link)
+        links[key] = link
+    fit_s = time.process_time() - started
+    info = {"trainer": "sklearn.GradientBoostingRegressor", "trees": trees, "depth": depth,
+            "learning_rate": learning_rate, "examples": len(y)} | dict(meta or {})  # fmt: skip
+    document = to_document(name, FEATURES, ensembles, info)
+    return Fitted(estimators, document, fit_s, links)
+
+
+# -- quality ---------------------------------------------------------------------------
+
+
+def pinball(y: np.ndarray, q: np.ndarray, alpha: float) -> float:
+    d = y - q
+    return float(np.mean(np.maximum(alpha * d, (alpha - 1.0) * d)))
+
+
+def quality(model: PrefillModel, X: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Table-6-like numbers of a model on examples: coverage and pinball loss at 0.9 and
+    0.95, under-coverage at 0.95 (%), signed residual y − q95 (mean, ms), MAE of the mean."""
+    preds = [model.predict(row) for row in X.tolist()]
+    mean = np.array([p.mean for p in preds])
+    q90 = np.array([p.q90 for p in preds])
+    q95 = np.array([p.q95 for p in preds])
+    cov95 = float(np.mean(y <= q95))
+    return {
+        "n": float(len(y)),
+        "coverage_90": float(np.mean(y <= q90)),
+        "coverage_95": cov95,
+        "under_coverage_95_pct": 100.0 * (1.0 - cov95),  # the paper's: y above q95
+        "pinball_90_ms": 1e3 * pinball(y, q90, 0.9),
+        "pinball_95_ms": 1e3 * pinball(y, q95, 0.95),
+        "signed_residual_95_ms": 1e3 * float(np.mean(np.minimum(q95 - y, 0.0))),  # shortfall
+        "mae_mean_ms": 1e3 * float(np.mean(np.abs(y - mean))),
+    }
+
+
+def _analytic() -> PrefillModel | None:
+    """The gateway's no-file estimate, when this build has one (policies/quantile/analytic.py)."""
+    try:
+        from policies.quantile import analytic  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    make = getattr(analytic, "default_model", None)
+    return make() if callable(make) else None
+
+
+def report_table(rows: Mapping[str, Mapping[str, float]]) -> str:
+    cols = [
+        ("coverage_90", "cov@0.9", "{:.3f}"),
+        ("coverage_95", "cov@0.95", "{:.3f}"),
+        ("under_coverage_95_pct", "under-cov %", "{:.1f}"),
+        ("pinball_90_ms", "pinball0.9 ms", "{:.1f}"),
+        ("pinball_95_ms", "pinball0.95 ms", "{:.1f}"),
+        ("signed_residual_95_ms", "signed res. ms", "{:.1f}"),
+        ("mae_mean_ms", "MAE mean ms", "{:.1f}"),
+    ]
+    head = f"{'model':<10}" + "".join(f"{c[1]:>16}" for c in cols)
+    lines = [head]
+    for name, r in rows.items():
+        lines.append(f"{name:<10}" + "".join(f"{c[2].format(r[c[0]]):>16}" for c in cols))
+    return "\n".join(lines)
+
+
+# -- the command -----------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fleetgate train-predictor",
+        description="fit QUARTZ's prefill-time quantile predictor from request logs",
+    )
+    p.add_argument("logs", nargs="*", type=Path, help="request log JSONL / simulator record files")
+    p.add_argument("-o", "--out", type=Path, required=True, help="the model file to write")
+    p.add_argument("--trees", type=int, default=DEFAULT_TREES, help=f"trees per ensemble ({DEFAULT_TREES})")
+    p.add_argument("--depth", type=int, default=DEFAULT_DEPTH, help=f"tree depth ({DEFAULT_DEPTH})")
+    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE)
+    p.add_argument("--holdout", type=float, default=0.2, help="last fraction held out (0.2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", default=None, help="the model's name (default: the file's stem)")
+    p.add_argument("--synthetic", type=int, default=0, metavar="N", help="train on N generated entries")
+    p.add_argument("--json", action="store_true", help="print the quality report as JSON")
+    return p  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    err = "fleetgate train-predictor:"
+    if not args.logs and not args.synthetic:
+        print(f"{err} give LOG files or --synthetic N", file=sys.stderr)
+        return 2
+    if not 0.0 < args.holdout < 0.9 or args.trees < 1 or not 1 <= args.depth <= 8:
+        print(f"{err} --holdout in (0, 0.9), --trees ≥ 1, --depth in 1..8", file=sys.stderr)
+        return 2
+    try:
+        X, y, skipped = read_logs(args.logs)
+    except (OSError, ValueError) as exc:
+        print(f"{err} {exc}", file=sys.stderr)
+        return 2
+    if args.synthetic:
+        sk: Counter[str] = Counter()
+        pairs = list(examples(synthetic_entries(args.synthetic, args.seed), sk))
+        skipped += sk
+        X = np.vstack([X, np.array([p[0] for p in pairs])])
+        y = np.concatenate([y, np.array([p[1] for p in pairs])])
+    n = len(y)
+    n_test = int(n * args.holdout)
+    if n - n_test < MIN_EXAMPLES or n_test < 1:
+        print(f"{err} {n} usable examples (need {MIN_EXAMPLES} to train plus a holdout); "
+              f"skipped: {dict(skipped) or 'none'}", file=sys.stderr)  # fmt: skip
+        return 2
+    X_train, y_train, X_test, y_test = X[: n - n_test], y[: n - n_test], X[n - n_test :], y[n - n_test :]
+    name = args.name or args.out.stem
+    fitted = fit(X_train, y_train, trees=args.trees, depth=args.depth,
+                 learning_rate=args.learning_rate, seed=args.seed, name=name)  # fmt: skip
+    text = json.dumps(fitted.document, separators=(",", ":"))
+    model = loads(text)  # the file must load the way the gateway will load it
+    rows = {"trees": quality(model, X_test, y_test)}
+    analytic = _analytic()
+    if analytic is not None:
+        rows["analytic"] = quality(analytic, X_test, y_test)
+    fitted.document["meta"]["holdout"] = rows
+    text = json.dumps(fitted.document, separators=(",", ":"))
+    args.out.write_text(text + "\n")
+    if args.json:
+        print(json.dumps({"examples": n, "train": n - n_test, "holdout": n_test,
+                          "skipped": dict(skipped), "fit_cpu_s": fitted.fit_s,
+                          "bytes": len(text), "quality": rows}, indent=1))  # fmt: skip
+    else:
+        print(f"{n} examples ({n - n_test} train, last {n_test} held out); skipped: "
+              f"{dict(skipped) or 'none'}")  # fmt: skip
+        print(f"fit: 3 × {args.trees} trees of depth ≤ {args.depth} in {fitted.fit_s:.1f} s CPU; "
+              f"{args.out} ({len(text) / 1024:.0f} KiB)")  # fmt: skip
+        print(report_table(rows))
+    return 0
