@@ -77,7 +77,9 @@ def walk_evaluator(ensembles: Sequence[Ensemble]) -> Callable[[Sequence[float]],
     return predict
 
 
-def numpy_evaluator(ensembles: Sequence[Ensemble]) -> tuple[Callable[..., object], Callable[..., object]]:
+def numpy_evaluator(
+    ensembles: Sequence[Ensemble],
+) -> tuple[Callable[..., object], Callable[..., object]]:
     """Trees padded to complete depth-d trees (a leaf above depth d repeats downwards)."""
     trees = [t for e in ensembles for t in e.trees]
     owner = np.array([k for k, e in enumerate(ensembles) for _ in e.trees])
@@ -117,7 +119,16 @@ def _depth(t: Tree, i: int) -> int:
     return 1 + max(_depth(t, t.left[i]), _depth(t, t.right[i]))
 
 
-def _pad(t: Tree, i: int, pos: int, level: int, d: int, feat: np.ndarray, thr: np.ndarray, leaf: np.ndarray) -> None:
+def _pad(
+    t: Tree,
+    i: int,
+    pos: int,
+    level: int,
+    d: int,
+    feat: np.ndarray,
+    thr: np.ndarray,
+    leaf: np.ndarray,
+) -> None:
     if level == d:
         leaf[pos - ((1 << d) - 1)] = t.value[i]
         return
@@ -136,7 +147,9 @@ def _pad(t: Tree, i: int, pos: int, level: int, d: int, feat: np.ndarray, thr: n
 
 def speed(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> None:
     rows = X[:200].tolist()
-    print("| trees × depth (×3 ensembles) | walk µs | compiled µs | numpy µs | numpy K=2 batch µs/vector | sklearn µs | compiled max |Δ| vs sklearn |")
+    print(
+        "| trees × depth (×3 ensembles) | walk µs | compiled µs | numpy µs | numpy K=2 batch µs/vector | sklearn µs | compiled max |Δ| vs sklearn |"
+    )
     print("|---|---|---|---|---|---|---|")  # fmt: skip
     for trees, depth in sizes:
         fitted = fit(X, y, trees=trees, depth=depth)
@@ -146,7 +159,7 @@ def speed(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> Non
         one, batch = numpy_evaluator(ens)
         it = iter(range(1 << 62))
 
-        def call(f: Callable[[Sequence[float]], object]) -> Callable[[], object]:
+        def call(f: Callable[[Sequence[float]], object], it=it) -> Callable[[], object]:  # type: ignore[no-untyped-def]
             return lambda: f(rows[next(it) % 200])
 
         pair = X[:2].copy()
@@ -156,14 +169,16 @@ def speed(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> Non
         t_walk = _cpu_us(call(walk), reps // 4)
         t_comp = _cpu_us(call(model.predict), reps)
         t_np = _cpu_us(call(one), reps // 4)
-        t_np2 = _cpu_us(lambda: batch(pair), reps // 4) / 2
-        t_sk = 3 * _cpu_us(lambda: est.predict(one_row), 100)
+        t_np2 = _cpu_us(lambda b=batch, p=pair: b(p), reps // 4) / 2
+        t_sk = 3 * _cpu_us(lambda e=est, r=one_row: e.predict(r), 100)
         # agreement: the raw ensemble sums against the library's own predict
         worst = 0.0
         for k, e in fitted.estimators.items():
             ours = np.array([model._raw(r)[("mean", "q90", "q95").index(k)] for r in rows])
             worst = max(worst, float(np.max(np.abs(ours - e.predict(X[:200])))))
-        print(f"| {trees} × {depth} | {t_walk:.1f} | {t_comp:.1f} | {t_np:.1f} | {t_np2:.1f} | {t_sk:.0f} | {worst:.1e} |")
+        print(
+            f"| {trees} × {depth} | {t_walk:.1f} | {t_comp:.1f} | {t_np:.1f} | {t_np2:.1f} | {t_sk:.0f} | {worst:.1e} |"
+        )
         sys.stdout.flush()
 
 
@@ -182,7 +197,9 @@ def fits(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> None
     n_test = len(y) // 5
     Xtr, ytr, Xte, yte = X[:-n_test], y[:-n_test], X[-n_test:], y[-n_test:]
     print(f"{len(ytr)} train, {n_test} holdout examples")
-    print("| trainer | trees × depth | target | fit CPU s (3 ensembles) | JSON KiB | cov@0.9 | cov@0.95 | pinball0.9 ms | pinball0.95 ms | MAE mean ms |")
+    print(
+        "| trainer | trees × depth | target | fit CPU s (3 ensembles) | JSON KiB | cov@0.9 | cov@0.95 | pinball0.9 ms | pinball0.95 ms | MAE mean ms |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     for trees, depth in sizes:
         for log_q in (False, True):
@@ -197,14 +214,20 @@ def fits(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> None
         for name, make in _others(trees, depth):
             t0 = time.process_time()
             pred = {}
-            for k, (loss, alpha) in {"mean": ("l2", None), "q90": ("quantile", 0.9), "q95": ("quantile", 0.95)}.items():
+            for k, (loss, alpha) in {
+                "mean": ("l2", None),
+                "q90": ("quantile", 0.9),
+                "q95": ("quantile", 0.95),
+            }.items():
                 est = make(loss, alpha)
                 target = ytr if k == "mean" else np.log(ytr)
                 est.fit(Xtr, target)
                 p = est.predict(Xte)
                 pred[k] = p if k == "mean" else np.exp(p)
             pred["q95"] = np.maximum(pred["q95"], pred["q90"])
-            print(f"| {name} | {trees} × {depth} | log | {time.process_time() - t0:.2f} | – | {_quality(pred, yte)} |")
+            print(
+                f"| {name} | {trees} × {depth} | log | {time.process_time() - t0:.2f} | – | {_quality(pred, yte)} |"
+            )
             sys.stdout.flush()
 
 
@@ -221,7 +244,11 @@ def _others(trees: int, depth: int) -> list[tuple[str, Callable[[str, float | No
         import lightgbm
 
         def lgb(loss: str, alpha: float | None) -> object:
-            kw = {"objective": "regression"} if loss == "l2" else {"objective": "quantile", "alpha": alpha}
+            kw = (
+                {"objective": "regression"}
+                if loss == "l2"
+                else {"objective": "quantile", "alpha": alpha}
+            )
             return lightgbm.LGBMRegressor(n_estimators=trees, max_depth=depth, num_leaves=1 << depth,
                                           learning_rate=0.1, verbose=-1, n_jobs=1, **kw)  # fmt: skip
 

@@ -15,7 +15,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("emulator.cli", "an emulated vLLM or SGLang server"),
     "simulate": ("simulator.cli", "run a simulation scenario"),
     "plan": ("fleetgate.plan", "size the cheapest two-pool fleet for a workload"),
-    "train-predictor": ("fleetgate.predictor", "fit the QUARTZ prefill-time predictor from request logs"),
+    "train-predictor": (
+        "fleetgate.predictor",
+        "fit the QUARTZ prefill-time predictor from request logs",
+    ),
 }
 
 

@@ -43,13 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from policies.quantile.features import CATEGORY_CODES, FEATURES, PrefillModel
+from policies.quantile.analytic import AnalyticModel
+from policies.quantile.calibration import Calibration
+from policies.quantile.features import CATEGORY_CODES, FEATURES, PrefillModel, Quantiles
 from policies.quantile.trees import Ensemble, Tree, loads, to_document
 
 ALPHAS = (0.9, 0.95)
-DEFAULT_TREES = 60
-DEFAULT_DEPTH = 3
-DEFAULT_LEARNING_RATE = 0.1
+DEFAULT_TREES = 20
+DEFAULT_DEPTH = 4
+DEFAULT_LEARNING_RATE = 0.3
 MIN_EXAMPLES = 50
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -98,7 +100,9 @@ def _entries(path: Path) -> Iterator[object]:
             raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from exc
 
 
-def examples(entries: Iterable[object], skipped: Counter[str]) -> Iterator[tuple[list[float], float]]:
+def examples(
+    entries: Iterable[object], skipped: Counter[str]
+) -> Iterator[tuple[list[float], float]]:
     """(features, prefill_s) from log entries; the reason each other entry was skipped."""
     for e in entries:
         if not isinstance(e, Mapping) or "features" not in e or "prefill_s" not in e:
@@ -207,7 +211,8 @@ def _f32_threshold(t: float) -> float:
 
 
 def _export_gbr(est: Any, link: str) -> Ensemble:
-    base = float(est._raw_predict_init(np.zeros((1, len(FEATURES)), dtype=np.float32))[0, 0])
+    # the initial estimate (a DummyRegressor: the mean, or the α-quantile of the targets)
+    base = float(est.init_.predict(np.zeros((1, len(FEATURES))))[0])
     lr = est.learning_rate
     trees = []
     for stage in est.estimators_[:, 0]:
@@ -215,14 +220,19 @@ def _export_gbr(est: Any, link: str) -> Ensemble:
         leaf = t.children_left == -1
         trees.append(
             Tree(
-                feature=tuple(int(f) if not lf else -1 for f, lf in zip(t.feature, leaf, strict=True)),
+                feature=tuple(
+                    int(f) if not lf else -1 for f, lf in zip(t.feature, leaf, strict=True)
+                ),
                 threshold=tuple(
                     0.0 if lf else _f32_threshold(float(v))
                     for v, lf in zip(t.threshold, leaf, strict=True)
                 ),
                 left=tuple(int(c) for c in t.children_left),
                 right=tuple(int(c) for c in t.children_right),
-                value=tuple(float(lr * v) if lf else 0.0 for v, lf in zip(t.value[:, 0, 0], leaf, strict=True)),
+                value=tuple(
+                    float(lr * v) if lf else 0.0
+                    for v, lf in zip(t.value[:, 0, 0], leaf, strict=True)
+                ),
             )
         )
     return Ensemble(base=base, trees=tuple(trees), link=link)
@@ -247,6 +257,7 @@ def fit(
     learning_rate: float = DEFAULT_LEARNING_RATE,
     log_quantiles: bool = True,
     seed: int = 0,
+    min_leaf: int | None = None,
     name: str = "trees",
     meta: Mapping[str, Any] | None = None,
 ) -> Fitted:
@@ -256,7 +267,7 @@ def fit(
     started = time.process_time()
     common = dict(
         n_estimators=trees, max_depth=depth, learning_rate=learning_rate, random_state=seed,
-        min_samples_leaf=max(5, len(y) // 500),
+        min_samples_leaf=min_leaf if min_leaf is not None else max(20, len(y) // 1000),
     )  # fmt: skip
     ylog = np.log(y)
     specs = {
@@ -288,10 +299,7 @@ def pinball(y: np.ndarray, q: np.ndarray, alpha: float) -> float:
     return float(np.mean(np.maximum(alpha * d, (alpha - 1.0) * d)))
 
 
-def quality(model: PrefillModel, X: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Table-6-like numbers of a model on examples: coverage and pinball loss at 0.9 and
-    0.95, under-coverage at 0.95 (%), signed residual y − q95 (mean, ms), MAE of the mean."""
-    preds = [model.predict(row) for row in X.tolist()]
+def _rows(preds: Sequence[Quantiles], y: np.ndarray) -> dict[str, float]:
     mean = np.array([p.mean for p in preds])
     q90 = np.array([p.q90 for p in preds])
     q95 = np.array([p.q95 for p in preds])
@@ -303,19 +311,31 @@ def quality(model: PrefillModel, X: np.ndarray, y: np.ndarray) -> dict[str, floa
         "under_coverage_95_pct": 100.0 * (1.0 - cov95),  # the paper's: y above q95
         "pinball_90_ms": 1e3 * pinball(y, q90, 0.9),
         "pinball_95_ms": 1e3 * pinball(y, q95, 0.95),
-        "signed_residual_95_ms": 1e3 * float(np.mean(np.minimum(q95 - y, 0.0))),  # shortfall
+        # the shortfall: mean of min(q95 − y, 0), the harmful underestimation (Table 6)
+        "signed_residual_95_ms": 1e3 * float(np.mean(np.minimum(q95 - y, 0.0))),
         "mae_mean_ms": 1e3 * float(np.mean(np.abs(y - mean))),
     }
 
 
-def _analytic() -> PrefillModel | None:
-    """The gateway's no-file estimate, when this build has one (policies/quantile/analytic.py)."""
-    try:
-        from policies.quantile import analytic  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    make = getattr(analytic, "default_model", None)
-    return make() if callable(make) else None
+def quality(
+    model: PrefillModel, X: np.ndarray, y: np.ndarray, name: str
+) -> dict[str, dict[str, float]]:
+    """Table-6-like numbers of a model on held-out examples, raw and calibrated: coverage
+    and pinball loss at 0.9 and 0.95, under-coverage at 0.95 (%), the mean shortfall of
+    q95 (ms), MAE of the mean (ms). "Calibrated" replays the examples in order through
+    the router's online calibration (policies/quantile/calibration.py, defaults): each
+    prediction is corrected with what was observed before it, then observed."""
+    calib = Calibration()
+    raw: list[Quantiles] = []
+    calibrated: list[Quantiles] = []
+    for row, target in zip(X.tolist(), y.tolist(), strict=True):
+        q = model.predict(row)
+        regime = calib.regime(row)
+        c = calib.correct(q, regime)
+        calib.observe(regime, q, c.at(calib.alpha), target)
+        raw.append(q)
+        calibrated.append(c)
+    return {name: _rows(raw, y), f"{name} + calib.": _rows(calibrated, y)}
 
 
 def report_table(rows: Mapping[str, Mapping[str, float]]) -> str:
@@ -323,19 +343,62 @@ def report_table(rows: Mapping[str, Mapping[str, float]]) -> str:
         ("coverage_90", "cov@0.9", "{:.3f}"),
         ("coverage_95", "cov@0.95", "{:.3f}"),
         ("under_coverage_95_pct", "under-cov %", "{:.1f}"),
-        ("pinball_90_ms", "pinball0.9 ms", "{:.1f}"),
-        ("pinball_95_ms", "pinball0.95 ms", "{:.1f}"),
-        ("signed_residual_95_ms", "signed res. ms", "{:.1f}"),
+        ("pinball_90_ms", "pinball .9 ms", "{:.2f}"),
+        ("pinball_95_ms", "pinball .95 ms", "{:.2f}"),
+        ("signed_residual_95_ms", "shortfall ms", "{:.1f}"),
         ("mae_mean_ms", "MAE mean ms", "{:.1f}"),
     ]
-    head = f"{'model':<10}" + "".join(f"{c[1]:>16}" for c in cols)
-    lines = [head]
+    width = max(len(n) for n in rows) + 2
+    lines = [f"{'model':<{width}}" + "".join(f"{c[1]:>15}" for c in cols)]
     for name, r in rows.items():
-        lines.append(f"{name:<10}" + "".join(f"{c[2].format(r[c[0]]):>16}" for c in cols))
+        lines.append(f"{name:<{width}}" + "".join(f"{c[2].format(r[c[0]]):>15}" for c in cols))
     return "\n".join(lines)
 
 
+# -- simulator runs ----------------------------------------------------------------------
+
+
+def simulated_entries(
+    name: str, seeds: Sequence[int], loads: Sequence[float], requests: int | None = None
+) -> tuple[list[dict[str, Any]], PrefillModel]:
+    """Records (features at dispatch, prefill_s) of a scenario run once per seed and load
+    (a multiple of its arrival rate), with the analytic model of its engine as the
+    predictor that records the features; and that analytic model, the baseline."""
+    from policies.quantile.config import EngineShape, QuartzSettings, analytic_model
+    from policies.registry import config_from
+    from simulator import scenario as scn
+    from simulator.run import run
+
+    base = scn.load(name)
+    e = base.engine_config(base.fleet.pools[0])
+    settings = config_from(QuartzSettings, base.policy.quartz or {})
+    analytic = analytic_model(settings, EngineShape(e.w, e.h, e.prefill_chunk, e.max_num_seqs))
+    out: list[dict[str, Any]] = []
+    for load in loads:
+        sc = base
+        arrivals = base.workload.arrivals
+        if load != 1.0:
+            if arrivals is None:
+                raise ValueError(f"{name}: --loads needs a workload with one `arrivals` rate")
+            arrivals = arrivals.model_copy(update={"rate": arrivals.rate * load})
+            sc = base.model_copy(
+                update={"workload": base.workload.model_copy(update={"arrivals": arrivals})}
+            )
+        for seed in seeds:
+            result = run(sc, seed=seed, requests=requests, prefill_model=analytic)
+            out.extend(
+                {"features": r.features, "prefill_s": r.prefill_s, "load": load, "seed": seed}
+                for r in result.records
+                if r.features is not None and r.prefill_s is not None
+            )
+    return out, analytic
+
+
 # -- the command -----------------------------------------------------------------------
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -345,64 +408,93 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("logs", nargs="*", type=Path, help="request log JSONL / simulator record files")
     p.add_argument("-o", "--out", type=Path, required=True, help="the model file to write")
-    p.add_argument("--trees", type=int, default=DEFAULT_TREES, help=f"trees per ensemble ({DEFAULT_TREES})")
+    p.add_argument(
+        "--scenario", help="also train on simulator runs of this scenario (name or YAML)"
+    )
+    p.add_argument("--seeds", default="1", help="the scenario's seeds, comma-separated (1)")
+    p.add_argument(
+        "--loads", default="1", help="multiples of its arrival rate, comma-separated (1)"
+    )
+    p.add_argument("--requests", type=int, default=None, help="requests per scenario run")
+    p.add_argument(
+        "--synthetic", type=int, default=0, metavar="N", help="also train on N generated entries"
+    )
+    p.add_argument(
+        "--trees", type=int, default=DEFAULT_TREES, help=f"trees per ensemble ({DEFAULT_TREES})"
+    )
     p.add_argument("--depth", type=int, default=DEFAULT_DEPTH, help=f"tree depth ({DEFAULT_DEPTH})")
-    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE)
-    p.add_argument("--holdout", type=float, default=0.2, help="last fraction held out (0.2)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--learning-rate",
+        type=float,
+        default=DEFAULT_LEARNING_RATE,
+        help=f"shrinkage ({DEFAULT_LEARNING_RATE})",
+    )
+    p.add_argument("--holdout", type=float, default=0.2, help="the last fraction, held out (0.2)")
+    p.add_argument("--seed", type=int, default=0, help="the fit's (and --synthetic's) seed")
     p.add_argument("--name", default=None, help="the model's name (default: the file's stem)")
-    p.add_argument("--synthetic", type=int, default=0, metavar="N", help="train on N generated entries")
-    p.add_argument("--json", action="store_true", help="print the quality report as JSON")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p  # fmt: skip
+
+
+def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[str], PrefillModel]:
+    X, y, skipped = read_logs(args.logs)
+    extra: list[dict[str, Any]] = []
+    baseline: PrefillModel = AnalyticModel()
+    if args.scenario:
+        sim, baseline = simulated_entries(
+            args.scenario, [int(v) for v in _floats(args.seeds)], _floats(args.loads), args.requests
+        )
+        extra += sim
+    if args.synthetic:
+        extra += synthetic_entries(args.synthetic, args.seed)
+    if extra:
+        pairs = list(examples(extra, skipped))
+        if pairs:
+            X = np.vstack([X, np.array([p[0] for p in pairs])])
+            y = np.concatenate([y, np.array([p[1] for p in pairs])])
+    return X, y, skipped, baseline
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     err = "fleetgate train-predictor:"
-    if not args.logs and not args.synthetic:
-        print(f"{err} give LOG files or --synthetic N", file=sys.stderr)
+    if not args.logs and not args.synthetic and not args.scenario:
+        print(f"{err} give LOG files, --scenario NAME or --synthetic N", file=sys.stderr)
         return 2
-    if not 0.0 < args.holdout < 0.9 or args.trees < 1 or not 1 <= args.depth <= 8:
-        print(f"{err} --holdout in (0, 0.9), --trees ≥ 1, --depth in 1..8", file=sys.stderr)
+    if not 0.0 < args.holdout < 0.9 or not 1 <= args.trees <= 500 or not 1 <= args.depth <= 8:
+        print(
+            f"{err} need --holdout in (0, 0.9), --trees in 1..500, --depth in 1..8", file=sys.stderr
+        )
         return 2
     try:
-        X, y, skipped = read_logs(args.logs)
+        X, y, skipped, baseline = _gather(args)
     except (OSError, ValueError) as exc:
         print(f"{err} {exc}", file=sys.stderr)
         return 2
-    if args.synthetic:
-        sk: Counter[str] = Counter()
-        pairs = list(examples(synthetic_entries(args.synthetic, args.seed), sk))
-        skipped += sk
-        X = np.vstack([X, np.array([p[0] for p in pairs])])
-        y = np.concatenate([y, np.array([p[1] for p in pairs])])
     n = len(y)
     n_test = int(n * args.holdout)
     if n - n_test < MIN_EXAMPLES or n_test < 1:
-        print(f"{err} {n} usable examples (need {MIN_EXAMPLES} to train plus a holdout); "
+        print(f"{err} {n} usable examples (need {MIN_EXAMPLES} to train, and a holdout); "
               f"skipped: {dict(skipped) or 'none'}", file=sys.stderr)  # fmt: skip
         return 2
-    X_train, y_train, X_test, y_test = X[: n - n_test], y[: n - n_test], X[n - n_test :], y[n - n_test :]
+    cut = n - n_test
     name = args.name or args.out.stem
-    fitted = fit(X_train, y_train, trees=args.trees, depth=args.depth,
+    fitted = fit(X[:cut], y[:cut], trees=args.trees, depth=args.depth,
                  learning_rate=args.learning_rate, seed=args.seed, name=name)  # fmt: skip
-    text = json.dumps(fitted.document, separators=(",", ":"))
-    model = loads(text)  # the file must load the way the gateway will load it
-    rows = {"trees": quality(model, X_test, y_test)}
-    analytic = _analytic()
-    if analytic is not None:
-        rows["analytic"] = quality(analytic, X_test, y_test)
-    fitted.document["meta"]["holdout"] = rows
+    model = loads(json.dumps(fitted.document))  # it must load the way the gateway loads it
+    report = quality(model, X[cut:], y[cut:], "trees")
+    report |= quality(baseline, X[cut:], y[cut:], "analytic")
+    fitted.document["meta"]["holdout"] = report
     text = json.dumps(fitted.document, separators=(",", ":"))
     args.out.write_text(text + "\n")
+    summary = {"examples": n, "train": cut, "holdout": n_test, "skipped": dict(skipped),
+               "fit_cpu_s": round(fitted.fit_s, 3), "bytes": len(text) + 1, "quality": report}  # fmt: skip
     if args.json:
-        print(json.dumps({"examples": n, "train": n - n_test, "holdout": n_test,
-                          "skipped": dict(skipped), "fit_cpu_s": fitted.fit_s,
-                          "bytes": len(text), "quality": rows}, indent=1))  # fmt: skip
-    else:
-        print(f"{n} examples ({n - n_test} train, last {n_test} held out); skipped: "
-              f"{dict(skipped) or 'none'}")  # fmt: skip
-        print(f"fit: 3 × {args.trees} trees of depth ≤ {args.depth} in {fitted.fit_s:.1f} s CPU; "
-              f"{args.out} ({len(text) / 1024:.0f} KiB)")  # fmt: skip
-        print(report_table(rows))
+        print(json.dumps(summary, indent=1))
+        return 0
+    print(f"{n} examples: {cut} to train, the last {n_test} held out; skipped: "
+          f"{dict(skipped) or 'none'}")  # fmt: skip
+    print(f"fitted 3 × {args.trees} trees of depth ≤ {args.depth} in {fitted.fit_s:.1f} s CPU; "
+          f"wrote {args.out} ({(len(text) + 1) / 1024:.0f} KiB)")  # fmt: skip
+    print(report_table(report))
     return 0

@@ -47,6 +47,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,7 @@ LINKS: tuple[str, ...] = ("identity", "exp")
 MAX_DEPTH = 16  # deeper trees are not "compact", and bound the compiled expression's nesting
 MAX_TREES = 2000  # per ensemble
 MAX_NODES = 1 << 14  # per tree
+CHAIN = 64  # trees summed in one expression of the compiled evaluator
 
 
 class ModelFormatError(ValueError):
@@ -225,7 +227,9 @@ def parse_document(doc: object) -> TreeDocument:
     if not isinstance(fmt, str) or not fmt.startswith(FORMAT_PREFIX):
         raise _fail("format", f"expected {FORMAT!r}, got {fmt!r}: not a fleetgate predictor")
     if fmt != FORMAT:
-        raise _fail("format", f"{fmt!r} is a version this fleetgate cannot read (it reads {FORMAT!r})")
+        raise _fail(
+            "format", f"{fmt!r} is a version this fleetgate cannot read (it reads {FORMAT!r})"
+        )
     _keys(d, "(top level)", {"format", "features", "ensembles"}, {"name", "meta"})
     name = d.get("name", "trees")
     if not isinstance(name, str) or not name:
@@ -303,27 +307,41 @@ def _node_expr(t: Tree, i: int) -> ast.expr:
     )
 
 
+def _sum_expr(start: ast.expr, trees: Sequence[Tree]) -> ast.expr:
+    expr = start
+    for t in trees:  # left-nested: ((start + t1) + t2) + ..., summed in tree order
+        expr = ast.BinOp(expr, ast.Add(), _node_expr(t, 0))
+    return expr
+
+
 def compile_ensembles(
     ensembles: Sequence[Ensemble], n_inputs: int
 ) -> Callable[[Vector], tuple[float, ...]]:
     """One function x ↦ (raw sum of each ensemble, before its link), from validated trees.
 
     The body unpacks x into locals x0..x{n-1} (a vector of another length raises
-    ValueError), then accumulates each ensemble tree by tree."""
+    ValueError), then sums each ensemble as one expression, base + tree₁ + tree₂ + …
+    (in chunks of CHAIN trees, which keeps the expression's nesting shallow for the
+    compiler and costs one store per chunk, not per tree)."""
     body: list[ast.stmt] = [
         ast.Assign(
-            targets=[ast.Tuple([ast.Name(_var(i), ast.Store()) for i in range(n_inputs)], ast.Store())],
+            targets=[
+                ast.Tuple([ast.Name(_var(i), ast.Store()) for i in range(n_inputs)], ast.Store())
+            ],
             value=ast.Name("x", ast.Load()),
         )
     ]
-    sums = [f"s{k}" for k in range(len(ensembles))]
-    for s, e in zip(sums, ensembles, strict=True):
-        body.append(ast.Assign(targets=[ast.Name(s, ast.Store())], value=ast.Constant(e.base)))
-        body.extend(
-            ast.AugAssign(target=ast.Name(s, ast.Store()), op=ast.Add(), value=_node_expr(t, 0))
-            for t in e.trees
-        )
-    body.append(ast.Return(ast.Tuple([ast.Name(s, ast.Load()) for s in sums], ast.Load())))
+    results: list[ast.expr] = []
+    for k, e in enumerate(ensembles):
+        s = f"s{k}"
+        expr: ast.expr = ast.Constant(e.base)
+        for i in range(0, len(e.trees), CHAIN):
+            if i:
+                body.append(ast.Assign(targets=[ast.Name(s, ast.Store())], value=expr))
+                expr = ast.Name(s, ast.Load())
+            expr = _sum_expr(expr, e.trees[i : i + CHAIN])
+        results.append(expr)
+    body.append(ast.Return(ast.Tuple(results, ast.Load())))
     fn = ast.FunctionDef(
         name="ensembles",
         args=ast.arguments(
@@ -331,8 +349,9 @@ def compile_ensembles(
         ),
         body=body,
         decorator_list=[],
-        type_params=[],
     )
+    if sys.version_info >= (3, 12):
+        fn.type_params = []
     module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
     namespace: dict[str, Any] = {"__builtins__": {}}
     exec(compile(module, "<fleetgate.quantile.trees>", "exec"), namespace)
