@@ -25,7 +25,7 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -159,7 +159,9 @@ def speed(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> Non
         one, batch = numpy_evaluator(ens)
         it = iter(range(1 << 62))
 
-        def call(f: Callable[[Sequence[float]], object], it=it) -> Callable[[], object]:  # type: ignore[no-untyped-def]
+        def call(
+            f: Callable[[Sequence[float]], object], it: Iterator[int] = it
+        ) -> Callable[[], object]:
             return lambda: f(rows[next(it) % 200])
 
         pair = X[:2].copy()
@@ -193,7 +195,7 @@ def _quality(pred: dict[str, np.ndarray], y: np.ndarray) -> str:
     )
 
 
-def fits(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> None:
+def fits(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int, float]]) -> None:
     n_test = len(y) // 5
     Xtr, ytr, Xte, yte = X[:-n_test], y[:-n_test], X[-n_test:], y[-n_test:]
     print(f"{len(ytr)} train, {n_test} holdout examples")
@@ -201,17 +203,17 @@ def fits(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> None
         "| trainer | trees × depth | target | fit CPU s (3 ensembles) | JSON KiB | cov@0.9 | cov@0.95 | pinball0.9 ms | pinball0.95 ms | MAE mean ms |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
-    for trees, depth in sizes:
+    for trees, depth, lr in sizes:
         for log_q in (False, True):
-            fitted = fit(Xtr, ytr, trees=trees, depth=depth, log_quantiles=log_q)
+            fitted = fit(Xtr, ytr, trees=trees, depth=depth, learning_rate=lr, log_quantiles=log_q)
             text = json.dumps(fitted.document, separators=(",", ":"))
             model = loads(text)
             preds = [model.predict(r) for r in Xte.tolist()]
             pred = {k: np.array([getattr(p, k) for p in preds]) for k in ("mean", "q90", "q95")}
-            print(f"| sklearn GBR | {trees} × {depth} | {'log' if log_q else 'raw'} | {fitted.fit_s:.2f} | "
+            print(f"| sklearn GBR | {trees} × {depth} @ {lr} | {'log' if log_q else 'raw'} | {fitted.fit_s:.2f} | "
                   f"{len(text) / 1024:.0f} | {_quality(pred, yte)} |")  # fmt: skip
             sys.stdout.flush()
-        for name, make in _others(trees, depth):
+        for name, make in _others(trees, depth, lr):
             t0 = time.process_time()
             pred = {}
             for k, (loss, alpha) in {
@@ -226,18 +228,20 @@ def fits(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> None
                 pred[k] = p if k == "mean" else np.exp(p)
             pred["q95"] = np.maximum(pred["q95"], pred["q90"])
             print(
-                f"| {name} | {trees} × {depth} | log | {time.process_time() - t0:.2f} | – | {_quality(pred, yte)} |"
+                f"| {name} | {trees} × {depth} @ {lr} | log | {time.process_time() - t0:.2f} | – | {_quality(pred, yte)} |"
             )
             sys.stdout.flush()
 
 
-def _others(trees: int, depth: int) -> list[tuple[str, Callable[[str, float | None], object]]]:
+def _others(
+    trees: int, depth: int, lr: float
+) -> list[tuple[str, Callable[[str, float | None], object]]]:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     def hgb(loss: str, alpha: float | None) -> object:
         kw = {"loss": "squared_error"} if loss == "l2" else {"loss": "quantile", "quantile": alpha}
-        return HistGradientBoostingRegressor(max_iter=trees, max_depth=depth, learning_rate=0.1,
-                                             max_leaf_nodes=1 << depth, early_stopping=False, **kw)  # fmt: skip
+        return HistGradientBoostingRegressor(max_iter=trees, max_depth=depth,
+                                             max_leaf_nodes=1 << depth, early_stopping=False, learning_rate=lr, **kw)  # fmt: skip
 
     out: list[tuple[str, Callable[[str, float | None], object]]] = [("sklearn HGB", hgb)]
     try:
@@ -250,7 +254,7 @@ def _others(trees: int, depth: int) -> list[tuple[str, Callable[[str, float | No
                 else {"objective": "quantile", "alpha": alpha}
             )
             return lightgbm.LGBMRegressor(n_estimators=trees, max_depth=depth, num_leaves=1 << depth,
-                                          learning_rate=0.1, verbose=-1, n_jobs=1, **kw)  # fmt: skip
+                                          learning_rate=lr, verbose=-1, n_jobs=1, **kw)  # fmt: skip
 
         out.append(("LightGBM", lgb))
     except ImportError:
@@ -268,9 +272,9 @@ def main() -> None:
     X, y = _data(args.n, args.seed, args.log)
     assert X.shape[1] == len(FEATURES)
     if args.what in ("speed", "both"):
-        speed(X[:5000], y[:5000], [(20, 3), (60, 3), (100, 3), (100, 4)])
+        speed(X[:5000], y[:5000], [(20, 3), (20, 4), (40, 4), (100, 3), (100, 4)])
     if args.what in ("fit", "both"):
-        fits(X, y, [(30, 3), (60, 3), (100, 3), (100, 4)])
+        fits(X, y, [(20, 4, 0.3), (40, 4, 0.2), (60, 3, 0.1), (100, 3, 0.1), (100, 4, 0.1)])
 
 
 if __name__ == "__main__":

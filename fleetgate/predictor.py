@@ -1,29 +1,38 @@
-"""`fleetgate train-predictor LOG... -o model.json`: fit QUARTZ's prefill-time predictor.
+"""`fleetgate train-predictor`: fit QUARTZ's prefill-time predictor (../shared/seeds/003 §3.2).
 
     fleetgate train-predictor LOG [LOG ...] -o model.json [--trees N] [--depth D]
-                              [--learning-rate X] [--holdout F] [--seed N] [--json]
-    fleetgate train-predictor --synthetic N -o model.json      # a generated log, for trying
+            [--learning-rate X] [--holdout F] [--seed N] [--name S] [--json]
+    fleetgate train-predictor --scenario quartz-mixed [--seeds 1,2,3] [--loads 0.5,1]
+            [--requests N] -o model.json                 # simulator runs as the log
+    fleetgate train-predictor --synthetic N -o model.json  # a generated log, for trying
 
-LOG is the gateway's request log (JSONL) or a simulator record file (JSONL, or a JSON list
-of records / an object with a "records" list): every entry with `features` (the vector of
-policies/quantile/features.py at dispatch, a list in FEATURES order or an object keyed by
-feature name) and `prefill_s` (dispatch → first token, seconds) is a training example;
-others are skipped and counted.
+LOG is the gateway's request log (JSONL) or a simulator record file (JSONL, or one JSON
+document: a list of records or an object with a "records" list). Every entry with
+`features` (the vector of policies/quantile/features.py at dispatch: a list in FEATURES
+order, or an object keyed by feature name) and `prefill_s` (dispatch → first token,
+seconds, > 0) is an example; the others are skipped and counted by reason. --scenario
+runs the simulator once per seed and load (a multiple of the scenario's arrival rate),
+with the analytic model as the predictor that records the features.
 
-Three gradient-boosted tree ensembles are fitted (scikit-learn's GradientBoostingRegressor,
-§3.2 of ../shared/seeds/003): pinball loss at α 0.9 and 0.95, and a squared-error mean
-twin for the expected backlog Ŵ and the PointPred baseline. The quantile ensembles are fitted
-on log prefill time (quantiles commute with the monotone log, and a tree's constant leaves
-then carry a relative error over the milliseconds-to-seconds range, not an absolute one);
-the model file says so per ensemble (`link: exp`). The last `--holdout` fraction of the
-examples, in file order (later traffic), is held out and the quality report — pinball loss,
-coverage at 0.9 / 0.95, the signed residual at the 0.95 quantile, MAE of the mean, like
-Table 6 — is printed for it, beside the analytic engine-model estimate when that exists.
-The model written is the one evaluated (fitted on the rest).
+Three gradient-boosted tree ensembles (scikit-learn's GradientBoostingRegressor): pinball
+loss at α 0.9 and 0.95, and a squared-error mean twin (for the expected backlog Ŵ and the
+PointPred baseline). The quantile ensembles are fitted on log prefill time — quantiles
+commute with the monotone log, and a tree's constant leaves then hold a relative error
+over the milliseconds-to-seconds range rather than an absolute one — and the file says so
+per ensemble (`link: exp`). Defaults: 20 trees of depth ≤ 4 per ensemble at learning rate
+0.3, leaves of ≥ max(20, n/1000) examples — the size at which the evaluator costs ~5 µs
+per prediction; bench/quantile_predictor.py measures size against loss and speed.
 
-The file is plain JSON (`fleetgate.quantile_trees/v1`, policies/quantile/trees.py), checked
-by loading it back before it is written. scikit-learn is needed only here (`pip install
-fleetgate[train]`); the gateway reads the file without it.
+The last `--holdout` fraction of the examples, in file order (the later traffic), is held
+out; the model is fitted on the rest and is the one written. The report (Table 6's
+columns and more), for it and for the analytic engine model, raw and after the router's
+online calibration replayed over the holdout in order: coverage at 0.9 and 0.95, the
+under-coverage at 0.95 (%), pinball loss at both (ms), the mean shortfall min(q̂95 − y, 0)
+(ms), and the MAE of the mean (ms). It is also stored in the file's `meta.holdout`.
+
+The file is plain JSON (`fleetgate.quantile_trees/v1`, policies/quantile/trees.py) and is
+loaded back through the gateway's loader before it is written. scikit-learn is needed
+only here (`pip install 'fleetgate[train]'`); the gateway reads the file without it.
 
 Exit status: 0 written, 2 usage or input error (no usable examples, unreadable file).
 """
@@ -48,7 +57,6 @@ from policies.quantile.calibration import Calibration
 from policies.quantile.features import CATEGORY_CODES, FEATURES, PrefillModel, Quantiles
 from policies.quantile.trees import Ensemble, Tree, loads, to_document
 
-ALPHAS = (0.9, 0.95)
 DEFAULT_TREES = 20
 DEFAULT_DEPTH = 4
 DEFAULT_LEARNING_RATE = 0.3
@@ -74,30 +82,40 @@ def _vector(feats: object) -> list[float] | None:
     return out
 
 
+def _records(doc: object) -> list[object]:
+    if isinstance(doc, dict) and isinstance(doc.get("records"), list):
+        return list(doc["records"])
+    return list(doc) if isinstance(doc, list) else [doc]
+
+
 def _entries(path: Path) -> Iterator[object]:
-    text = path.read_text()
-    head = text.lstrip()[:1]
-    if head == "[" or (head == "{" and "\n{" not in text.strip()):
+    """A file's entries: JSON lines (streamed), or one JSON document — a list of records,
+    an object with a "records" list, or one record — e.g. pretty-printed."""
+    with path.open() as fh:
+        skipped = 0
+        for line in fh:
+            if line.strip():
+                break
+            skipped += 1
+        else:
+            return
         try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = None
-        if isinstance(doc, list):
-            yield from doc
+            first = json.loads(line)
+        except ValueError:  # not a whole value on its first line: one multi-line document
+            try:
+                doc = json.loads(line + fh.read())
+            except ValueError as exc:
+                raise ValueError(f"{path}: neither JSON lines nor a JSON document: {exc}") from exc
+            yield from _records(doc)
             return
-        if isinstance(doc, dict) and isinstance(doc.get("records"), list):
-            yield from doc["records"]
-            return
-        if isinstance(doc, dict):
-            yield doc
-            return
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield json.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from exc
+        yield from _records(first)
+        for lineno, line in enumerate(fh, skipped + 2):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from exc
 
 
 def examples(

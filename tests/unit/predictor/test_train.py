@@ -104,7 +104,10 @@ def test_cli_trains_from_a_request_log(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["examples"] == 800 - 40 + 1  # every 20th has no features; + the keyed one
-    assert report["skipped"] == {"no features or prefill_s": 41, "features not 12 finite numbers": 1}
+    assert report["skipped"] == {
+        "no features or prefill_s": 41,
+        "features not 12 finite numbers": 1,
+    }
     assert set(report["quality"]) == {"trees", "trees + calib.", "analytic", "analytic + calib."}
     assert 0.8 < report["quality"]["trees"]["coverage_95"] <= 1.0
     model = loads(out.read_text())
@@ -117,7 +120,12 @@ def test_cli_prints_the_quality_table(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "fitted 3 × 5 trees of depth ≤ 4" in out
     assert out.splitlines()[2].split()[:2] == ["model", "cov@0.9"]
-    assert [line.split()[0] for line in out.splitlines()[3:]] == ["trees", "trees", "analytic", "analytic"]
+    assert [line.split()[0] for line in out.splitlines()[3:]] == [
+        "trees",
+        "trees",
+        "analytic",
+        "analytic",
+    ]
 
 
 def test_cli_trains_on_a_simulator_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
