@@ -10,7 +10,7 @@ LOG is the gateway's request log (JSONL) or a simulator record file (JSONL, or o
 document: a list of records or an object with a "records" list). Every entry with
 `features` (the vector of policies/quantile/features.py at dispatch: a list in FEATURES
 order, or an object keyed by feature name) and `prefill_s` (dispatch → first token,
-seconds, > 0) is an example; the others are skipped and counted by reason. --scenario
+seconds, ≥ 0) is an example; the others are skipped and counted by reason. --scenario
 runs the simulator once per seed and load (a multiple of the scenario's arrival rate),
 with the analytic model as the predictor that records the features.
 
@@ -61,6 +61,7 @@ DEFAULT_TREES = 20
 DEFAULT_DEPTH = 4
 DEFAULT_LEARNING_RATE = 0.3
 MIN_EXAMPLES = 50
+LOG_FLOOR_S = 1e-4  # log-time targets start here: a log rounds a sub-ms prefill to 0
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -123,7 +124,7 @@ def examples(
 ) -> Iterator[tuple[list[float], float]]:
     """(features, prefill_s) from log entries; the reason each other entry was skipped."""
     for e in entries:
-        if not isinstance(e, Mapping) or "features" not in e or "prefill_s" not in e:
+        if not isinstance(e, Mapping) or e.get("features") is None or e.get("prefill_s") is None:
             skipped["no features or prefill_s"] += 1
             continue
         x = _vector(e["features"])
@@ -131,8 +132,8 @@ def examples(
             skipped[f"features not {len(FEATURES)} finite numbers"] += 1
             continue
         y = e["prefill_s"]
-        if isinstance(y, bool) or not isinstance(y, int | float) or not 0.0 < y < math.inf:
-            skipped["prefill_s not a positive number"] += 1
+        if isinstance(y, bool) or not isinstance(y, int | float) or not 0.0 <= y < math.inf:
+            skipped["prefill_s not a finite number >= 0"] += 1
             continue
         yield x, float(y)
 
@@ -287,7 +288,7 @@ def fit(
         n_estimators=trees, max_depth=depth, learning_rate=learning_rate, random_state=seed,
         min_samples_leaf=min_leaf if min_leaf is not None else max(20, len(y) // 1000),
     )  # fmt: skip
-    ylog = np.log(y)
+    ylog = np.log(np.maximum(y, LOG_FLOOR_S))
     specs = {
         "mean": (dict(loss="squared_error"), y, "identity"),
         "q90": (dict(loss="quantile", alpha=0.9), ylog if log_quantiles else y, "exp" if log_quantiles else "identity"),

@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fleetgate.predictor import examples, fit, main, synthetic_entries
 from policies.quantile.features import FEATURES
 from policies.quantile.trees import OUTPUTS, TreeModel, loads
 from tests.procs import ROOT, env
 
-pytest.importorskip("sklearn")
-
-from fleetgate.predictor import examples, fit, main, synthetic_entries  # noqa: E402
+pytest.importorskip("sklearn")  # fit() imports it; the module itself needs only numpy
 
 
 def data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,6 +89,7 @@ def _write_log(path: Path, n: int) -> None:
             fh.write(json.dumps(e) + "\n")
         fh.write("\n")  # a blank line, and entries a gateway log also holds
         fh.write(json.dumps({"request_id": "x", "status": 429}) + "\n")
+        fh.write(json.dumps({"request_id": "y", "features": None, "prefill_s": None}) + "\n")
         fh.write(json.dumps({"features": [1.0, 2.0], "prefill_s": 0.1}) + "\n")
         fh.write(json.dumps({"features": dict.fromkeys(FEATURES, 1.0), "prefill_s": 0.2}) + "\n")
 
@@ -105,7 +105,7 @@ def test_cli_trains_from_a_request_log(tmp_path: Path) -> None:
     report = json.loads(proc.stdout)
     assert report["examples"] == 800 - 40 + 1  # every 20th has no features; + the keyed one
     assert report["skipped"] == {
-        "no features or prefill_s": 41,
+        "no features or prefill_s": 42,
         "features not 12 finite numbers": 1,
     }
     assert set(report["quality"]) == {"trees", "trees + calib.", "analytic", "analytic + calib."}

@@ -199,8 +199,8 @@ def test_too_deep_a_tree_is_refused() -> None:
     doc = _set(document(), T0, tree)
     with pytest.raises(ModelFormatError, match=f"deeper than {MAX_DEPTH}"):
         loads(json.dumps(doc))
-    doc = _set(document(), T0, {k: v[2:] if k != "feature" else v[2:] for k, v in tree.items()})
     # a depth-MAX_DEPTH tree (drop the first split) loads once its indices are renumbered
+    doc = _set(document(), T0, {k: v[2:] for k, v in tree.items()})
     for k in ("left", "right"):
         doc["ensembles"]["q90"]["trees"][0][k] = [c - 2 if c != -1 else -1 for c in tree[k][2:]]
     assert isinstance(loads(json.dumps(doc)), TreeModel)
@@ -214,3 +214,14 @@ def test_the_compiled_evaluator_holds_only_numbers_from_the_file() -> None:
     assert all(c is None or type(c) in (float, int) for c in code.co_consts)
     assert set(code.co_names) == set()  # no globals, no attributes: locals only
     assert m.name == doc["name"]
+
+
+def test_the_gateway_loads_a_model_file_and_names_a_bad_one(tmp_path: Any) -> None:
+    from gateway.quartz import load_model
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(document()))
+    assert load_model(str(good)).name == "hand-made"
+    bad.write_text(json.dumps(_set(document(), f"{T0}/feature/0", 40)))
+    with pytest.raises(ValueError, match=rf"quartz.model: {bad}: ensembles.q90.trees\[0\]"):
+        load_model(str(bad))
