@@ -14,7 +14,11 @@
    when installed, at a few sizes: CPU seconds to fit the three ensembles, JSON size,
    holdout pinball loss and coverage.
 
-    PYTHONPATH=. python bench/quantile_predictor.py [speed|fit] [--n 20000] [--log FILE ...]
+3. `table6`: like the paper's Table 6 — trained on simulator runs of quartz-mixed, raw
+   and calibrated coverage on unseen runs of it and of three shifts, beside the analytic
+   model.
+
+    PYTHONPATH=. python bench/quantile_predictor.py [speed|fit|table6] [--n 20000] [--log FILE ...]
 """
 
 from __future__ import annotations
@@ -30,7 +34,19 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetgate.predictor import examples, fit, pinball, read_logs, synthetic_entries
+from fleetgate.predictor import (
+    DEFAULT_DEPTH,
+    DEFAULT_LEARNING_RATE,
+    DEFAULT_TREES,
+    examples,
+    fit,
+    pinball,
+    quality,
+    read_logs,
+    simulated_entries,
+    synthetic_entries,
+)
+from policies.quantile.analytic import AnalyticModel
 from policies.quantile.features import FEATURES
 from policies.quantile.trees import Ensemble, Tree, loads
 
@@ -148,9 +164,9 @@ def _pad(
 def speed(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> None:
     rows = X[:200].tolist()
     print(
-        "| trees × depth (×3 ensembles) | walk µs | compiled µs | numpy µs | numpy K=2 batch µs/vector | sklearn µs | compiled max |Δ| vs sklearn |"
+        "| trees × depth (×3 ensembles) | walk µs | compiled µs | compiled + analytic offset µs | numpy µs | numpy K=2 batch µs/vector | sklearn µs | compiled max |Δ| vs sklearn |"
     )
-    print("|---|---|---|---|---|---|---|")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")  # fmt: skip
     for trees, depth in sizes:
         fitted = fit(X, y, trees=trees, depth=depth)
         model = loads(json.dumps(fitted.document))
@@ -170,16 +186,20 @@ def speed(X: np.ndarray, y: np.ndarray, sizes: Sequence[tuple[int, int]]) -> Non
         reps = 2000
         t_walk = _cpu_us(call(walk), reps // 4)
         t_comp = _cpu_us(call(model.predict), reps)
+        with_offset = loads(
+            json.dumps(fit(X, y, trees=trees, depth=depth, offset=AnalyticModel()).document)
+        )
+        t_off = _cpu_us(call(with_offset.predict), reps)
         t_np = _cpu_us(call(one), reps // 4)
         t_np2 = _cpu_us(lambda b=batch, p=pair: b(p), reps // 4) / 2
         t_sk = 3 * _cpu_us(lambda e=est, r=one_row: e.predict(r), 100)
         # agreement: the raw ensemble sums against the library's own predict
         worst = 0.0
         for k, e in fitted.estimators.items():
-            ours = np.array([model._raw(r)[("mean", "q90", "q95").index(k)] for r in rows])
+            ours = np.array([model.sums(r)[("mean", "q90", "q95").index(k)] for r in rows])
             worst = max(worst, float(np.max(np.abs(ours - e.predict(X[:200])))))
         print(
-            f"| {trees} × {depth} | {t_walk:.1f} | {t_comp:.1f} | {t_np:.1f} | {t_np2:.1f} | {t_sk:.0f} | {worst:.1e} |"
+            f"| {trees} × {depth} | {t_walk:.1f} | {t_comp:.1f} | {t_off:.1f} | {t_np:.1f} | {t_np2:.1f} | {t_sk:.0f} | {worst:.1e} |"
         )
         sys.stdout.flush()
 
@@ -262,18 +282,76 @@ def _others(
     return out
 
 
+# -- 3. table6 ---------------------------------------------------------------------------
+
+
+def table6(trees: int, depth: int, lr: float) -> None:
+    """Like the paper's Table 6: a model trained on simulator runs of quartz-mixed (seeds
+    1, 2 at 0.5, 0.75 and 1× its arrival rate), evaluated raw and with the router's online
+    calibration on unseen runs (seed 3): the nominal workload and four shifts. "trees"
+    correct the analytic model (the default), "trees, no offset" stand alone."""
+    from simulator import scenario as scn
+
+    t0 = time.process_time()
+    train, analytic = simulated_entries("quartz-mixed", [1, 2], [0.5, 0.75, 1.0])
+    X, y = _xy(train)
+    model = loads(
+        json.dumps(fit(X, y, trees=trees, depth=depth, learning_rate=lr, offset=analytic).document)
+    )
+    plain = loads(json.dumps(fit(X, y, trees=trees, depth=depth, learning_rate=lr).document))
+    print(
+        f"trained on {len(y)} requests ({trees} × {depth} @ {lr}), {time.process_time() - t0:.1f} s CPU"
+    )
+    mixed = scn.load("quartz-mixed")
+    assert mixed.workload.components is not None
+    more_rag = mixed.model_copy(update={"workload": mixed.workload.model_copy(update={
+        "components": [c.model_copy(update={"weight": 0.5}) for c in mixed.workload.components]})})  # fmt: skip
+    shifts = [
+        ("Nominal Mixed", mixed, 1.0),
+        ("More RAG (50 %)", more_rag, 0.85),
+        ("Bursty arrivals", scn.load("quartz-mixed-bursty"), 1.0),
+        ("Overload (1.25×)", mixed, 1.25),
+        ("Light load (0.3×)", mixed, 0.3),
+    ]
+    print(
+        "| scenario | model | raw cov@0.95 | calib. cov@0.95 | raw under-cov % | calib. under-cov % | shortfall ms raw → calib. | raw cov@0.9 | pinball .95 ms raw → calib. | MAE mean ms |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for label, sc, load in shifts:
+        test, _ = simulated_entries(sc, [3], [load])
+        Xt, yt = _xy(test)
+        for name, m in (("trees", model), ("trees, no offset", plain), ("analytic", analytic)):
+            q = quality(m, Xt, yt, name)
+            r, c = q[name], q[f"{name} + calib."]
+            print(f"| {label} | {name} | {r['coverage_95']:.3f} | {c['coverage_95']:.3f} | "
+                  f"{r['under_coverage_95_pct']:.1f} | {c['under_coverage_95_pct']:.1f} | "
+                  f"{r['signed_residual_95_ms']:.1f} → {c['signed_residual_95_ms']:.1f} | "
+                  f"{r['coverage_90']:.3f} | {r['pinball_95_ms']:.2f} → {c['pinball_95_ms']:.2f} | "
+                  f"{r['mae_mean_ms']:.1f} |")  # fmt: skip
+            sys.stdout.flush()
+
+
+def _xy(entries: Sequence[dict[str, object]]) -> tuple[np.ndarray, np.ndarray]:
+    pairs = list(examples(entries, Counter()))
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", nargs="?", choices=["speed", "fit", "both"], default="both")
+    ap.add_argument("what", nargs="?", choices=["speed", "fit", "table6", "all"], default="all")
     ap.add_argument("--n", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--log", type=Path, nargs="*", default=[])
     args = ap.parse_args()
+    if args.what in ("table6", "all"):
+        table6(DEFAULT_TREES, DEFAULT_DEPTH, DEFAULT_LEARNING_RATE)
+    if args.what == "table6":
+        return
     X, y = _data(args.n, args.seed, args.log)
     assert X.shape[1] == len(FEATURES)
-    if args.what in ("speed", "both"):
+    if args.what in ("speed", "all"):
         speed(X[:5000], y[:5000], [(20, 3), (20, 4), (40, 4), (100, 3), (100, 4)])
-    if args.what in ("fit", "both"):
+    if args.what in ("fit", "all"):
         fits(X, y, [(20, 4, 0.3), (40, 4, 0.2), (60, 3, 0.1), (100, 3, 0.1), (100, 4, 0.1)])
 
 

@@ -46,7 +46,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -274,13 +274,17 @@ def fit(
     trees: int = DEFAULT_TREES,
     depth: int = DEFAULT_DEPTH,
     learning_rate: float = DEFAULT_LEARNING_RATE,
+    offset: AnalyticModel | None = None,
     log_quantiles: bool = True,
     seed: int = 0,
     min_leaf: int | None = None,
     name: str = "trees",
     meta: Mapping[str, Any] | None = None,
 ) -> Fitted:
-    """Fit mean, q90 and q95 ensembles and build the model document."""
+    """Fit mean, q90 and q95 ensembles and build the model document. With `offset`, the
+    trees fit what the analytic model leaves: y − o(x) for the mean, log y − log o(x) for
+    the quantiles (a correction factor), so the model extrapolates as the engine model
+    does outside the load range it was trained on."""
     from sklearn.ensemble import GradientBoostingRegressor
 
     started = time.process_time()
@@ -288,12 +292,17 @@ def fit(
         n_estimators=trees, max_depth=depth, learning_rate=learning_rate, random_state=seed,
         min_samples_leaf=min_leaf if min_leaf is not None else max(20, len(y) // 1000),
     )  # fmt: skip
-    ylog = np.log(np.maximum(y, LOG_FLOOR_S))
+    o = np.array([offset.mean(row) for row in X.tolist()]) if offset is not None else None
+    y_mean = y if o is None else y - o
+    y_log = np.log(np.maximum(y, LOG_FLOOR_S))
+    if o is not None:
+        y_log = y_log - np.log(o)
+    q_target, q_link = (y_log, "exp") if log_quantiles else (y_mean, "identity")
     specs = {
-        "mean": (dict(loss="squared_error"), y, "identity"),
-        "q90": (dict(loss="quantile", alpha=0.9), ylog if log_quantiles else y, "exp" if log_quantiles else "identity"),
-        "q95": (dict(loss="quantile", alpha=0.95), ylog if log_quantiles else y, "exp" if log_quantiles else "identity"),
-    }  # fmt: skip
+        "mean": ({"loss": "squared_error"}, y_mean, "identity"),
+        "q90": ({"loss": "quantile", "alpha": 0.9}, q_target, q_link),
+        "q95": ({"loss": "quantile", "alpha": 0.95}, q_target, q_link),
+    }
     estimators: dict[str, Any] = {}
     ensembles: dict[str, Ensemble] = {}
     links: dict[str, str] = {}
@@ -306,7 +315,7 @@ def fit(
     fit_s = time.process_time() - started
     info = {"trainer": "sklearn.GradientBoostingRegressor", "trees": trees, "depth": depth,
             "learning_rate": learning_rate, "examples": len(y)} | dict(meta or {})  # fmt: skip
-    document = to_document(name, FEATURES, ensembles, info)
+    document = to_document(name, FEATURES, ensembles, info, offset)
     return Fitted(estimators, document, fit_s, links)
 
 
@@ -378,17 +387,19 @@ def report_table(rows: Mapping[str, Mapping[str, float]]) -> str:
 
 
 def simulated_entries(
-    name: str, seeds: Sequence[int], loads: Sequence[float], requests: int | None = None
+    scenario: Any, seeds: Sequence[int], loads: Sequence[float], requests: int | None = None
 ) -> tuple[list[dict[str, Any]], PrefillModel]:
-    """Records (features at dispatch, prefill_s) of a scenario run once per seed and load
-    (a multiple of its arrival rate), with the analytic model of its engine as the
-    predictor that records the features; and that analytic model, the baseline."""
+    """Records (features at dispatch, prefill_s) of a scenario (a name, a YAML path or a
+    loaded Scenario) run once per seed and load (a multiple of its arrival rate), with the
+    analytic model of its engine as the predictor that records the features; and that
+    analytic model, the baseline."""
     from policies.quantile.config import EngineShape, QuartzSettings, analytic_model
     from policies.registry import config_from
     from simulator import scenario as scn
     from simulator.run import run
 
-    base = scn.load(name)
+    base = scn.load(scenario) if isinstance(scenario, str) else scenario
+    name = base.name
     e = base.engine_config(base.fleet.pools[0])
     settings = config_from(QuartzSettings, base.policy.quartz or {})
     analytic = analytic_model(settings, EngineShape(e.w, e.h, e.prefill_chunk, e.max_num_seqs))
@@ -448,6 +459,24 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_LEARNING_RATE,
         help=f"shrinkage ({DEFAULT_LEARNING_RATE})",
     )
+    p.add_argument(
+        "--offset",
+        choices=["analytic", "none"],
+        default="analytic",
+        help="trees correct the analytic engine model (default), or stand alone",
+    )
+    e = p.add_argument_group(
+        "the analytic model (default: the scenario's engine, else the gateway's defaults)"
+    )
+    e.add_argument(
+        "--engine-w", type=float, default=None, help="W, seconds per engine step (0.008)"
+    )
+    e.add_argument(
+        "--engine-h", type=float, default=None, help="H, seconds per step per sequence (0.00065)"
+    )
+    e.add_argument("--prefill-chunk", type=int, default=None, help="chunked-prefill tokens (512)")
+    e.add_argument("--max-num-seqs", type=int, default=None, help="the engine's max_num_seqs (256)")
+    e.add_argument("--mean-output-tokens", type=float, default=None, help="(256)")
     p.add_argument("--holdout", type=float, default=0.2, help="the last fraction, held out (0.2)")
     p.add_argument("--seed", type=int, default=0, help="the fit's (and --synthetic's) seed")
     p.add_argument("--name", default=None, help="the model's name (default: the file's stem)")
@@ -455,12 +484,17 @@ def _parser() -> argparse.ArgumentParser:
     return p  # fmt: skip
 
 
-def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[str], PrefillModel]:
+def _describe(m: AnalyticModel) -> str:
+    return (f"W {m.w:g} s, H {m.h:g} s, chunk {m.prefill_chunk}, max_num_seqs {m.max_num_seqs}, "
+            f"mean output {m.mean_output_tokens:g}")  # fmt: skip
+
+
+def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[str], AnalyticModel]:
     X, y, skipped = read_logs(args.logs)
     extra: list[dict[str, Any]] = []
-    baseline: PrefillModel = AnalyticModel()
+    analytic = AnalyticModel()
     if args.scenario:
-        sim, baseline = simulated_entries(
+        sim, analytic = simulated_entries(
             args.scenario, [int(v) for v in _floats(args.seeds)], _floats(args.loads), args.requests
         )
         extra += sim
@@ -471,7 +505,15 @@ def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[s
         if pairs:
             X = np.vstack([X, np.array([p[0] for p in pairs])])
             y = np.concatenate([y, np.array([p[1] for p in pairs])])
-    return X, y, skipped, baseline
+    given = {
+        "w": args.engine_w,
+        "h": args.engine_h,
+        "prefill_chunk": args.prefill_chunk,
+        "max_num_seqs": args.max_num_seqs,
+        "mean_output_tokens": args.mean_output_tokens,
+    }
+    analytic = replace(analytic, **{k: v for k, v in given.items() if v is not None})
+    return X, y, skipped, analytic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -486,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        X, y, skipped, baseline = _gather(args)
+        X, y, skipped, analytic = _gather(args)
     except (OSError, ValueError) as exc:
         print(f"{err} {exc}", file=sys.stderr)
         return 2
@@ -498,11 +540,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cut = n - n_test
     name = args.name or args.out.stem
-    fitted = fit(X[:cut], y[:cut], trees=args.trees, depth=args.depth,
+    offset = analytic if args.offset == "analytic" else None
+    fitted = fit(X[:cut], y[:cut], trees=args.trees, depth=args.depth, offset=offset,
                  learning_rate=args.learning_rate, seed=args.seed, name=name)  # fmt: skip
     model = loads(json.dumps(fitted.document))  # it must load the way the gateway loads it
     report = quality(model, X[cut:], y[cut:], "trees")
-    report |= quality(baseline, X[cut:], y[cut:], "analytic")
+    report |= quality(analytic, X[cut:], y[cut:], "analytic")
     fitted.document["meta"]["holdout"] = report
     text = json.dumps(fitted.document, separators=(",", ":"))
     args.out.write_text(text + "\n")
@@ -513,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{n} examples: {cut} to train, the last {n_test} held out; skipped: "
           f"{dict(skipped) or 'none'}")  # fmt: skip
-    print(f"fitted 3 × {args.trees} trees of depth ≤ {args.depth} in {fitted.fit_s:.1f} s CPU; "
+    on = "" if offset is None else f" correcting the analytic model ({_describe(offset)})"
+    print(f"fitted 3 × {args.trees} trees of depth ≤ {args.depth}{on} in {fitted.fit_s:.1f} s CPU; "
           f"wrote {args.out} ({(len(text) + 1) / 1024:.0f} KiB)")  # fmt: skip
     print(report_table(report))
     return 0

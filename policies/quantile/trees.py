@@ -56,6 +56,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from policies.quantile.analytic import AnalyticModel
 from policies.quantile.features import FEATURES, Quantiles, Vector
 
 FORMAT = "fleetgate.quantile_trees/v1"
@@ -97,6 +98,7 @@ class TreeDocument:
     features: tuple[str, ...]
     ensembles: Mapping[str, Ensemble]
     meta: Mapping[str, Any]
+    offset: AnalyticModel | None = None
 
 
 # -- validation ------------------------------------------------------------------------
@@ -234,7 +236,7 @@ def parse_document(doc: object) -> TreeDocument:
         raise _fail(
             "format", f"{fmt!r} is a version this fleetgate cannot read (it reads {FORMAT!r})"
         )
-    _keys(d, "(top level)", {"format", "features", "ensembles"}, {"name", "meta"})
+    _keys(d, "(top level)", {"format", "features", "ensembles"}, {"name", "meta", "offset"})
     name = d.get("name", "trees")
     if not isinstance(name, str) or not name:
         raise _fail("name", "expected a non-empty string")
@@ -243,7 +245,30 @@ def parse_document(doc: object) -> TreeDocument:
     _keys(ens, "ensembles", set(OUTPUTS), set())
     ensembles = {k: _ensemble(ens[k], f"ensembles.{k}", len(features)) for k in OUTPUTS}
     meta = _obj(d.get("meta", {}), "meta")
-    return TreeDocument(name, features, ensembles, meta)
+    offset = _offset(d["offset"]) if d.get("offset") is not None else None
+    return TreeDocument(name, features, ensembles, meta, offset)
+
+
+_OFFSET_FLOATS = ("w", "h", "mean_output_tokens")
+_OFFSET_INTS = ("prefill_chunk", "max_num_seqs")
+
+
+def _offset(v: object) -> AnalyticModel:
+    d = _obj(v, "offset")
+    _keys(d, "offset", {"kind", *_OFFSET_FLOATS, *_OFFSET_INTS}, set())
+    if d["kind"] != "analytic":
+        raise _fail("offset.kind", f"{d['kind']!r} is not 'analytic'")
+    floats = {k: _float(d[k], f"offset.{k}") for k in _OFFSET_FLOATS}
+    ints = {k: _int(d[k], f"offset.{k}") for k in _OFFSET_INTS}
+    try:
+        return AnalyticModel(**floats, **ints)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise _fail("offset", str(exc)) from None
+
+
+def offset_document(m: AnalyticModel) -> dict[str, Any]:
+    """The `offset` entry of a model file for the analytic model `m`."""
+    return {"kind": "analytic", **{k: getattr(m, k) for k in (*_OFFSET_FLOATS, *_OFFSET_INTS)}}
 
 
 def _no_constants(token: str) -> float:
@@ -262,13 +287,18 @@ def loads(text: str | bytes) -> TreeModel:
 
 
 def to_document(
-    name: str, features: Sequence[str], ensembles: Mapping[str, Ensemble], meta: Mapping[str, Any]
+    name: str,
+    features: Sequence[str],
+    ensembles: Mapping[str, Ensemble],
+    meta: Mapping[str, Any],
+    offset: AnalyticModel | None = None,
 ) -> dict[str, Any]:
     """The JSON-ready dict of a model file (the inverse of parse_document)."""
     return {
         "format": FORMAT,
         "name": name,
         "features": list(features),
+        "offset": None if offset is None else offset_document(offset),
         "ensembles": {
             k: {
                 "link": e.link,
@@ -366,29 +396,44 @@ def compile_ensembles(
 class TreeModel:
     """A PrefillModel from a validated model file: (mean, q90, q95) from three ensembles."""
 
-    __slots__ = ("_links", "_raw", "document", "name")
+    __slots__ = ("_exp", "_offset", "_sums", "document", "name")
 
     def __init__(self, document: TreeDocument) -> None:
         self.document = document
         self.name = document.name
         ensembles = [document.ensembles[k] for k in OUTPUTS]
-        self._raw = compile_ensembles(ensembles, len(FEATURES))
-        self._links = tuple(e.link == "exp" for e in ensembles)
+        self._sums = compile_ensembles(ensembles, len(FEATURES))
+        self._exp = tuple(e.link == "exp" for e in ensembles)
+        self._offset = document.offset
+
+    def sums(self, x: Vector) -> tuple[float, ...]:
+        """Each ensemble's base + Σ trees (mean, q90, q95): what the library predicts."""
+        return self._sums(x)
 
     def raw(self, x: Vector) -> tuple[float, ...]:
-        """Each ensemble's output (mean, q90, q95) after its link, before rearranging."""
-        out = self._raw(x)
-        return tuple(math.exp(v) if e else v for v, e in zip(out, self._links, strict=True))
+        """Each ensemble's output with its offset and link, before rearranging."""
+        o = self._offset.mean(x) if self._offset is not None else None
+        out = []
+        for v, e in zip(self._sums(x), self._exp, strict=True):
+            if e:
+                v = math.exp(v) if o is None else o * math.exp(v)
+            elif o is not None:
+                v = v + o
+            out.append(v)
+        return tuple(out)
 
     def predict(self, x: Vector) -> Quantiles:
-        m, a, b = self._raw(x)
-        em, ea, eb = self._links
-        if em:
-            m = math.exp(m)
-        if ea:
-            a = math.exp(a)
-        if eb:
-            b = math.exp(b)
+        m, a, b = self._sums(x)
+        em, ea, eb = self._exp
+        if self._offset is None:
+            m = math.exp(m) if em else m
+            a = math.exp(a) if ea else a
+            b = math.exp(b) if eb else b
+        else:
+            o = self._offset.mean(x)
+            m = o * math.exp(m) if em else m + o
+            a = o * math.exp(a) if ea else a + o
+            b = o * math.exp(b) if eb else b + o
         # Two independently fitted quantiles can cross; the larger α never predicts less.
         a = a if a > 0.0 else 0.0
         b = b if b > a else a

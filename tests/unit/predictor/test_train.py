@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fleetgate.predictor import examples, fit, main, synthetic_entries
+from policies.quantile.analytic import AnalyticModel
 from policies.quantile.features import FEATURES
 from policies.quantile.trees import OUTPUTS, TreeModel, loads
 from tests.procs import ROOT, env
@@ -52,12 +53,28 @@ def test_the_evaluator_agrees_with_sklearn_predict(trained: tuple) -> None:
                     row[f] = v
                     edges.append(row)
     Xall = np.vstack([Xt, np.array(edges)])
-    ours = np.array([model.raw(row) for row in Xall.tolist()])
+    ours = np.array([model.sums(row) for row in Xall.tolist()])
+    for k, key in enumerate(OUTPUTS):  # to the last bit
+        np.testing.assert_array_equal(ours[:, k], fitted.estimators[key].predict(Xall), key)
+    raw = np.array([model.raw(row) for row in Xall.tolist()])
     for k, key in enumerate(OUTPUTS):
         theirs = fitted.estimators[key].predict(Xall)
-        if fitted.links[key] == "exp":
-            theirs = np.exp(theirs)
-        np.testing.assert_array_equal(ours[:, k], theirs, err_msg=key)
+        theirs = np.exp(theirs) if fitted.links[key] == "exp" else theirs
+        np.testing.assert_allclose(raw[:, k], theirs, rtol=1e-13, atol=0, err_msg=key)
+
+
+def test_trees_fitted_on_the_analytic_offset_agree_with_sklearn() -> None:
+    X, y = data(1500, 5)
+    analytic = AnalyticModel(max_num_seqs=64)
+    fitted = fit(X, y, trees=8, offset=analytic)
+    model = loads(json.dumps(fitted.document))
+    assert model.document.offset == analytic
+    o = np.array([analytic.mean(row) for row in X.tolist()])
+    mean, q90, q95 = (fitted.estimators[k].predict(X) for k in OUTPUTS)
+    ours = np.array([model.raw(row) for row in X.tolist()])
+    np.testing.assert_allclose(ours[:, 0], o + mean, rtol=1e-13)
+    np.testing.assert_allclose(ours[:, 1], o * np.exp(q90), rtol=1e-13)
+    np.testing.assert_allclose(ours[:, 2], o * np.exp(q95), rtol=1e-13)
 
 
 def test_train_save_load_predict_round_trip(trained: tuple, tmp_path: Path) -> None:
@@ -112,6 +129,7 @@ def test_cli_trains_from_a_request_log(tmp_path: Path) -> None:
     assert 0.8 < report["quality"]["trees"]["coverage_95"] <= 1.0
     model = loads(out.read_text())
     assert model.name == "model" and model.document.meta["holdout"] == report["quality"]
+    assert model.document.offset == AnalyticModel()  # the gateway's defaults, for a log
     assert out.stat().st_size < 200_000
 
 
@@ -134,7 +152,11 @@ def test_cli_trains_on_a_simulator_run(tmp_path: Path, capsys: pytest.CaptureFix
     assert main([*args, "-o", str(out)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["examples"] == 800 and report["holdout"] == 160
-    assert isinstance(loads(out.read_text()), TreeModel)
+    model = loads(out.read_text())
+    assert model.document.offset == AnalyticModel(max_num_seqs=64)  # the scenario's engine
+    assert main([*args, "-o", str(out), "--offset", "none", "--max-num-seqs", "32"]) == 0
+    assert loads(out.read_text()).document.offset is None
+    assert json.loads(capsys.readouterr().out)["quality"]["analytic"]["n"] == 160
 
 
 def test_cli_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

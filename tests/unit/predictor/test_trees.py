@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from policies.quantile.analytic import AnalyticModel
 from policies.quantile.features import FEATURES, Quantiles
 from policies.quantile.trees import FORMAT, MAX_DEPTH, ModelFormatError, TreeModel, loads
 
@@ -79,6 +80,25 @@ def test_predict_keeps_quantiles_ordered_and_times_non_negative() -> None:
     assert loads(json.dumps(doc)).predict(x()).mean == 0.0
 
 
+OFFSET = {"kind": "analytic", "w": 0.01, "h": 0.001, "mean_output_tokens": 100.0,
+          "prefill_chunk": 512, "max_num_seqs": 8}  # fmt: skip
+
+
+def test_an_analytic_offset_enters_each_ensemble_in_its_link_space() -> None:
+    doc = document()
+    doc["offset"] = OFFSET
+    m = loads(json.dumps(doc))
+    v = x(1000.0, 0.5)
+    v[FEATURES.index("running")] = 10.0  # over max_num_seqs: the analytic queue term too
+    o = AnalyticModel(0.01, 0.001, 512, 8, 100.0).mean(v)
+    assert o > 0.1
+    # identity: o + sums; exp: o · exp(sums)
+    assert m.raw(v) == pytest.approx((o + 0.15, o + 0.2, o * 0.2))
+    p = m.predict(v)
+    assert (p.mean, p.q90, p.q95) == pytest.approx((o + 0.15, o + 0.2, o + 0.2))  # no crossing
+    assert m.sums(v) == pytest.approx((0.15, 0.2, math.log(0.2)))
+
+
 def test_a_model_on_a_prefix_of_the_features_reads_the_full_vector() -> None:
     doc = document()
     doc["features"] = list(FEATURES[: KV + 1])
@@ -128,6 +148,11 @@ T0 = "ensembles/q90/trees/0"
         ("surprise", 1, "(top level): unknown key(s) surprise"),
         ("name", "", "name: expected a non-empty string"),
         ("meta", [], "meta: expected an object"),
+        ("offset", {**OFFSET, "kind": "table"}, "offset.kind: 'table' is not 'analytic'"),
+        ("offset", {**OFFSET, "max_num_seqs": 8.0}, "offset.max_num_seqs: expected an integer"),
+        ("offset", {**OFFSET, "w": -1.0}, "offset: analytic model: w and h must be >= 0"),
+        ("offset", {"kind": "analytic"}, "offset: missing key(s) h, max_num_seqs, mean_output_tokens"),
+        ("offset", "analytic", "offset: expected an object, got str"),
         ("ensembles/mean/base", "0.1", "ensembles.mean.base: expected a number, got str"),
         ("ensembles/mean/base", True, "ensembles.mean.base: expected a number, got bool"),
         ("ensembles/mean/link", "softplus", "ensembles.mean.link: 'softplus' is not one of"),
@@ -210,7 +235,7 @@ def test_the_compiled_evaluator_holds_only_numbers_from_the_file() -> None:
     doc = document()
     doc["name"] = "__import__('os').system('false')"
     m = loads(json.dumps(doc))
-    code = m._raw.__code__
+    code = m._sums.__code__
     assert all(c is None or type(c) in (float, int) for c in code.co_consts)
     assert set(code.co_names) == set()  # no globals, no attributes: locals only
     assert m.name == doc["name"]
