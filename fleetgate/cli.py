@@ -24,7 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: fleetgate <command> [options]", "", "commands:"]
-    lines += [f"  {name:<9} {what}" for name, (_, what) in COMMANDS.items()]
+    width = max(map(len, COMMANDS)) + 1
+    lines += [f"  {name:<{width}} {what}" for name, (_, what) in COMMANDS.items()]
     lines += ["", "fleetgate <command> --help for a command's options"]
     return "\n".join(lines)
 

@@ -2,6 +2,8 @@
 
     fleetgate train-predictor LOG [LOG ...] -o model.json [--trees N] [--depth D]
             [--learning-rate X] [--holdout F] [--seed N] [--name S] [--json]
+            [--offset analytic|none] [--engine-w S] [--engine-h S] [--prefill-chunk N]
+            [--max-num-seqs N] [--mean-output-tokens N]
     fleetgate train-predictor --scenario quartz-mixed [--seeds 1,2,3] [--loads 0.5,1]
             [--requests N] -o model.json                 # simulator runs as the log
     fleetgate train-predictor --synthetic N -o model.json  # a generated log, for trying
@@ -14,14 +16,19 @@ seconds, ≥ 0) is an example; the others are skipped and counted by reason. --s
 runs the simulator once per seed and load (a multiple of the scenario's arrival rate),
 with the analytic model as the predictor that records the features.
 
-Three gradient-boosted tree ensembles (scikit-learn's GradientBoostingRegressor): pinball
-loss at α 0.9 and 0.95, and a squared-error mean twin (for the expected backlog Ŵ and the
-PointPred baseline). The quantile ensembles are fitted on log prefill time — quantiles
-commute with the monotone log, and a tree's constant leaves then hold a relative error
-over the milliseconds-to-seconds range rather than an absolute one — and the file says so
-per ensemble (`link: exp`). Defaults: 20 trees of depth ≤ 4 per ensemble at learning rate
-0.3, leaves of ≥ max(20, n/1000) examples — the size at which the evaluator costs ~5 µs
-per prediction; bench/quantile_predictor.py measures size against loss and speed.
+Three gradient-boosted tree ensembles (scikit-learn's GradientBoostingRegressor; it
+matched HistGradientBoosting and LightGBM on holdout loss at these sizes and its trees are
+public attributes): pinball loss at α 0.9 and 0.95, and a squared-error mean twin (for
+the expected backlog Ŵ and the PointPred baseline). By default (`--offset analytic`) they
+fit what the analytic engine model leaves — y − o(x) for the mean, log y − log o(x) for
+the quantiles — so the model is the engine model times a learned correction, and follows
+it outside the loads in the log; its parameters are the scenario's engine or the flags
+(defaults: the gateway's). Quantiles are fitted in log time — they commute with the
+monotone log, and a tree's constant leaves then hold a relative error over the
+milliseconds-to-seconds range — and the file says so per ensemble (`link: exp`). Defaults:
+20 trees of depth ≤ 4 per ensemble at learning rate 0.3, leaves of ≥ max(20, n/1000)
+examples: ~6 µs per prediction on the hot path (bench/quantile_predictor.py measures size
+against loss and speed).
 
 The last `--holdout` fraction of the examples, in file order (the later traffic), is held
 out; the model is fitted on the rest and is the one written. The report (Table 6's

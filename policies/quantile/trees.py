@@ -2,23 +2,31 @@
 evaluator that runs them on the routing hot path (§3.2 and §4.2 of ../shared/seeds/003).
 
 The model. Gradient-boosted regression trees over the feature vector of `features.py`:
-one ensemble per output, fitted by `fleetgate train-predictor` (fleetgate/predictor.py)
+one ensemble per output, fitted by `fleetgate train-predictor` (fleetgate/predictor.py),
 
-    mean(x) = link(b_mean + Σ_t f_t(x))   squared error: the expected prefill time
-    q90(x)  = link(b_q90  + Σ_t g_t(x))   pinball loss at α = 0.9
-    q95(x)  = link(b_q95  + Σ_t h_t(x))   pinball loss at α = 0.95
+    mean(x) = link(b_mean + Σ_t f_t(x), o(x))   squared error: the expected prefill time
+    q90(x)  = link(b_q90  + Σ_t g_t(x), o(x))   pinball loss at α = 0.9
+    q95(x)  = link(b_q95  + Σ_t h_t(x), o(x))   pinball loss at α = 0.95
 
-where each tree f_t sends x left at an internal node while x[feature] <= threshold and
-returns its leaf's value (the learning rate already folded in), and `link` is the identity
-or exp (an ensemble fitted on log prefill time: quantiles commute with monotone maps, so
-exp of the log-time quantile is the time quantile). `predict` then keeps the quantiles
-from crossing (q95 ≥ q90: two independent fits can cross) and clamps every output at 0.
+where each tree sends x left at an internal node while x[feature] <= threshold and
+returns its leaf's value (the learning rate already folded in). `link` is the identity,
+s + o(x), or exp, o(x)·e^s — an ensemble fitted on log prefill time: quantiles commute
+with monotone maps, so exp of the log-time quantile is the time quantile. o(x) is the
+optional offset, the analytic engine model of analytic.py (its mean; 0, resp. 1, without
+one): the trees then learn a correction to the engine model — additive for the mean, a
+factor for the quantiles — and outside the loads they were trained on the prediction
+follows the engine model instead of flattening at the last leaf (bench/quantile_predictor.py
+`table6`: under overload, raw q95 coverage 0.29 without the offset, 0.97 with it).
+`predict` then keeps the quantiles from crossing (q95 ≥ q90: two independent fits can
+cross) and clamps every output at 0.
 
 The file (`fleetgate.quantile_trees/v1`, plain JSON, never pickle):
 
     {"format": "fleetgate.quantile_trees/v1",
      "name": "...",                       # what the gateway reports it uses
      "features": ["prompt_tokens", ...],  # the vector it was trained on (FEATURES or a prefix)
+     "offset": null | {"kind": "analytic", "w": s, "h": s, "prefill_chunk": int,
+                       "max_num_seqs": int, "mean_output_tokens": float},
      "ensembles": {"mean": E, "q90": E, "q95": E},
      "meta": {...}}                       # provenance and quality, free-form, not evaluated
     E = {"link": "identity" | "exp", "base": float, "trees": [T, ...]}
@@ -28,7 +36,7 @@ A tree is flat arrays indexed by node, node 0 the root; a leaf has left = right 
 = -1. Loading validates every field and names the offending key path: the format and
 version, the feature list against this build's FEATURES, each tree's shape (every node
 reached exactly once from the root, no cycles, depth ≤ MAX_DEPTH), feature indices in
-range, finite thresholds and values, and size bounds.
+range, finite thresholds and values, size bounds, and the offset's parameters.
 
 The evaluator. The three ensembles are compiled once, at load, into one Python function
 that unpacks x into locals and returns each ensemble's sum as one expression of nested
@@ -38,7 +46,7 @@ conditionals, one per tree,
 
 built as an AST from the validated numbers (ast.Constant: no text from the file is ever
 parsed or executed, and the function sees no builtins). At 3 × 20 trees of depth 4 a
-prediction costs ~5 µs — several times less than walking the flat arrays node by node or
+prediction costs ~5 µs (~6 µs with the offset) — several times less than walking the flat arrays node by node or
 one numpy gather per tree level, and ~200× less than a library call per request
 (bench/quantile_predictor.py has the table). Summation runs in tree order, as
 scikit-learn's predict does, so the sums agree with the library's own to the last bit
