@@ -100,8 +100,9 @@ class QuartzRouter:
         n = len(candidates)
         rng = self._rng
         if k == 2 and n > 2:
-            i = rng.randrange(n)
-            j = rng.randrange(n - 1)
+            draw = rng.random  # C-level; randrange is several Python calls
+            i = int(draw() * n)
+            j = int(draw() * (n - 1))
             a, b = candidates[i], candidates[j + 1 if j >= i else j]
             fresh = a.healthy and b.healthy and not a.stale and not b.stale
             if fresh and a.has_room and b.has_room:
