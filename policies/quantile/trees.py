@@ -74,6 +74,9 @@ LINKS: tuple[str, ...] = ("identity", "exp")
 MAX_DEPTH = 16  # deeper trees are not "compact", and bound the compiled expression's nesting
 MAX_TREES = 2000  # per ensemble
 MAX_NODES = 1 << 14  # per tree
+MAX_TOTAL_NODES = (
+    1 << 20
+)  # per file: what is compiled stays small (a 3 × 20 × depth-4 model: ~1,800)
 CHAIN = 64  # trees summed in one expression of the compiled evaluator
 
 
@@ -134,7 +137,10 @@ def _keys(d: Mapping[str, Any], path: str, required: set[str], optional: set[str
 def _float(v: object, path: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _fail(path, f"expected a number, got {type(v).__name__}")
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an integer literal beyond float range
+        f = math.inf
     if not math.isfinite(f):
         raise _fail(path, f"not finite ({v})")
     return f
@@ -252,6 +258,9 @@ def parse_document(doc: object) -> TreeDocument:
     ens = _obj(d["ensembles"], "ensembles")
     _keys(ens, "ensembles", set(OUTPUTS), set())
     ensembles = {k: _ensemble(ens[k], f"ensembles.{k}", len(features)) for k in OUTPUTS}
+    total = sum(len(t.feature) for e in ensembles.values() for t in e.trees)
+    if total > MAX_TOTAL_NODES:
+        raise _fail("ensembles", f"{total} nodes, at most {MAX_TOTAL_NODES}")
     meta = _obj(d.get("meta", {}), "meta")
     offset = _offset(d["offset"]) if d.get("offset") is not None else None
     return TreeDocument(name, features, ensembles, meta, offset)

@@ -182,6 +182,9 @@ def test_non_finite_numbers_are_refused() -> None:
     bad = text.replace('"threshold": [1000.0, 0.5,', '"threshold": [1e999, 0.5,', 1)
     with pytest.raises(ModelFormatError, match=r"trees\[0\]\.threshold\[0\]: not finite"):
         loads(bad)
+    huge = text.replace('"base": 0.05', '"base": 1' + "0" * 400, 1)  # an int past float range
+    with pytest.raises(ModelFormatError, match=r"ensembles\.mean\.base: not finite"):
+        loads(huge)
     with pytest.raises(ModelFormatError, match="NaN"):
         loads(text.replace('"base": 0.05', '"base": NaN'))
     with pytest.raises(ModelFormatError, match="not valid JSON"):
@@ -204,6 +207,14 @@ def test_an_unreachable_node_and_a_cycle_are_refused() -> None:
     doc = _set(document(), T0, orphan)
     with pytest.raises(ModelFormatError, match=r"trees\[0\]: node 3 is not reachable"):
         loads(json.dumps(doc))
+
+
+def test_too_many_nodes_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from policies.quantile import trees
+
+    monkeypatch.setattr(trees, "MAX_TOTAL_NODES", 15)  # the hand-made model has 16
+    with pytest.raises(ModelFormatError, match="ensembles: 16 nodes, at most 15"):
+        loads(json.dumps(document()))
 
 
 def test_too_deep_a_tree_is_refused() -> None:
