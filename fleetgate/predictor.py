@@ -395,7 +395,7 @@ def report_table(rows: Mapping[str, Mapping[str, float]]) -> str:
 
 def simulated_entries(
     scenario: Any, seeds: Sequence[int], loads: Sequence[float], requests: int | None = None
-) -> tuple[list[dict[str, Any]], PrefillModel]:
+) -> tuple[list[dict[str, Any]], AnalyticModel]:
     """Records (features at dispatch, prefill_s) of a scenario (a name, a YAML path or a
     loaded Scenario) run once per seed and load (a multiple of its arrival rate), with the
     analytic model of its engine as the predictor that records the features; and that
