@@ -15,12 +15,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "emulate": ("emulator.cli", "an emulated vLLM or SGLang server"),
     "simulate": ("simulator.cli", "run a simulation scenario"),
     "plan": ("fleetgate.plan", "size the cheapest two-pool fleet for a workload"),
+    "train-predictor": (
+        "fleetgate.predictor",
+        "fit the QUARTZ prefill-time predictor from request logs",
+    ),
 }
 
 
 def _usage() -> str:
     lines = ["usage: fleetgate <command> [options]", "", "commands:"]
-    lines += [f"  {name:<9} {what}" for name, (_, what) in COMMANDS.items()]
+    width = max(map(len, COMMANDS)) + 1
+    lines += [f"  {name:<{width}} {what}" for name, (_, what) in COMMANDS.items()]
     lines += ["", "fleetgate <command> --help for a command's options"]
     return "\n".join(lines)
 

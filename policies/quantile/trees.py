@@ -1,0 +1,457 @@
+"""A trained QUARTZ predictor: three tree ensembles in a plain-JSON file, and a compact
+evaluator that runs them on the routing hot path (§3.2 and §4.2 of ../shared/seeds/003).
+
+The model. Gradient-boosted regression trees over the feature vector of `features.py`:
+one ensemble per output, fitted by `fleetgate train-predictor` (fleetgate/predictor.py),
+
+    mean(x) = link(b_mean + Σ_t f_t(x), o(x))   squared error: the expected prefill time
+    q90(x)  = link(b_q90  + Σ_t g_t(x), o(x))   pinball loss at α = 0.9
+    q95(x)  = link(b_q95  + Σ_t h_t(x), o(x))   pinball loss at α = 0.95
+
+where each tree sends x left at an internal node while x[feature] <= threshold and
+returns its leaf's value (the learning rate already folded in). `link` is the identity,
+s + o(x), or exp, o(x)·e^s — an ensemble fitted on log prefill time: quantiles commute
+with monotone maps, so exp of the log-time quantile is the time quantile. o(x) is the
+optional offset, the analytic engine model of analytic.py (its mean; 0, resp. 1, without
+one): the trees then learn a correction to the engine model — additive for the mean, a
+factor for the quantiles — and outside the loads they were trained on the prediction
+follows the engine model instead of flattening at the last leaf (bench/quantile_predictor.py
+`table6`: under overload, raw q95 coverage 0.29 without the offset, 0.97 with it).
+`predict` then keeps the quantiles from crossing (q95 ≥ q90: two independent fits can
+cross) and clamps every output at 0.
+
+The file (`fleetgate.quantile_trees/v1`, plain JSON, never pickle):
+
+    {"format": "fleetgate.quantile_trees/v1",
+     "name": "...",                       # what the gateway reports it uses
+     "features": ["prompt_tokens", ...],  # the vector it was trained on (FEATURES or a prefix)
+     "offset": null | {"kind": "analytic", "w": s, "h": s, "prefill_chunk": int,
+                       "max_num_seqs": int, "mean_output_tokens": float},
+     "ensembles": {"mean": E, "q90": E, "q95": E},
+     "meta": {...}}                       # provenance and quality, free-form, not evaluated
+    E = {"link": "identity" | "exp", "base": float, "trees": [T, ...]}
+    T = {"feature": [int], "threshold": [float], "left": [int], "right": [int], "value": [float]}
+
+A tree is flat arrays indexed by node, node 0 the root; a leaf has left = right = feature
+= -1. Loading validates every field and names the offending key path: the format and
+version, the feature list against this build's FEATURES, each tree's shape (every node
+reached exactly once from the root, no cycles, depth ≤ MAX_DEPTH), feature indices in
+range, finite thresholds and values, size bounds, and the offset's parameters.
+
+The evaluator. The three ensembles are compiled once, at load, into one Python function
+that unpacks x into locals and returns each ensemble's sum as one expression of nested
+conditionals, one per tree,
+
+    base + (v1 if x0 <= t1 else (v2 if x9 <= t2 else v3)) + (...) + ...
+
+built as an AST from the validated numbers (ast.Constant: no text from the file is ever
+parsed or executed, and the function sees no builtins). At 3 × 20 trees of depth 4 a
+prediction costs ~5 µs (~6 µs with the offset) — several times less than walking the flat arrays node by node or
+one numpy gather per tree level, and ~200× less than a library call per request
+(bench/quantile_predictor.py has the table). Summation runs in tree order, as
+scikit-learn's predict does, so the sums agree with the library's own to the last bit
+(the trainer moves each threshold so that float64 x compares as the library's float32 x).
+The vector must be floats (an int compares correctly, only slower); NaN goes right.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from policies.quantile.analytic import AnalyticModel
+from policies.quantile.features import FEATURES, Quantiles, Vector
+
+FORMAT = "fleetgate.quantile_trees/v1"
+FORMAT_PREFIX = "fleetgate.quantile_trees/"
+OUTPUTS: tuple[str, ...] = ("mean", "q90", "q95")
+LINKS: tuple[str, ...] = ("identity", "exp")
+MAX_DEPTH = 16  # deeper trees are not "compact", and bound the compiled expression's nesting
+MAX_TREES = 2000  # per ensemble
+MAX_NODES = 1 << 14  # per tree
+MAX_TOTAL_NODES = (
+    1 << 20
+)  # per file: what is compiled stays small (a 3 × 20 × depth-4 model: ~1,800)
+CHAIN = 64  # trees summed in one expression of the compiled evaluator
+
+
+class ModelFormatError(ValueError):
+    """A model file that is not a valid `fleetgate.quantile_trees/v1` document; the message
+    starts with the key path of the first problem found."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tree:
+    feature: tuple[int, ...]
+    threshold: tuple[float, ...]
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    value: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Ensemble:
+    base: float
+    trees: tuple[Tree, ...]
+    link: str = "identity"
+
+
+@dataclass(frozen=True, slots=True)
+class TreeDocument:
+    """A validated model file's contents."""
+
+    name: str
+    features: tuple[str, ...]
+    ensembles: Mapping[str, Ensemble]
+    meta: Mapping[str, Any]
+    offset: AnalyticModel | None = None
+
+
+# -- validation ------------------------------------------------------------------------
+
+
+def _fail(path: str, what: str) -> ModelFormatError:
+    return ModelFormatError(f"{path}: {what}")
+
+
+def _obj(v: object, path: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise _fail(path, f"expected an object, got {type(v).__name__}")
+    return v
+
+
+def _keys(d: Mapping[str, Any], path: str, required: set[str], optional: set[str]) -> None:
+    missing = sorted(required - d.keys())
+    if missing:
+        raise _fail(path, f"missing key(s) {', '.join(missing)}")
+    extra = sorted(d.keys() - required - optional)
+    if extra:
+        raise _fail(path, f"unknown key(s) {', '.join(map(str, extra))}")
+
+
+def _float(v: object, path: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _fail(path, f"expected a number, got {type(v).__name__}")
+    try:
+        f = float(v)
+    except OverflowError:  # an integer literal beyond float range
+        f = math.inf
+    if not math.isfinite(f):
+        raise _fail(path, f"not finite ({v})")
+    return f
+
+
+def _int(v: object, path: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _fail(path, f"expected an integer, got {type(v).__name__}")
+    return v
+
+
+def _list(v: object, path: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise _fail(path, f"expected a list, got {type(v).__name__}")
+    return v
+
+
+def _tree(v: object, path: str, n_features: int) -> Tree:
+    d = _obj(v, path)
+    arrays = ("feature", "threshold", "left", "right", "value")
+    _keys(d, path, set(arrays), set())
+    lists = {k: _list(d[k], f"{path}.{k}") for k in arrays}
+    n = len(lists["feature"])
+    if not 1 <= n <= MAX_NODES:
+        raise _fail(f"{path}.feature", f"{n} nodes, expected 1..{MAX_NODES}")
+    for k in arrays:
+        if len(lists[k]) != n:
+            raise _fail(f"{path}.{k}", f"{len(lists[k])} entries, but feature has {n}")
+    feature = tuple(_int(x, f"{path}.feature[{i}]") for i, x in enumerate(lists["feature"]))
+    left = tuple(_int(x, f"{path}.left[{i}]") for i, x in enumerate(lists["left"]))
+    right = tuple(_int(x, f"{path}.right[{i}]") for i, x in enumerate(lists["right"]))
+    threshold = tuple(_float(x, f"{path}.threshold[{i}]") for i, x in enumerate(lists["threshold"]))
+    value = tuple(_float(x, f"{path}.value[{i}]") for i, x in enumerate(lists["value"]))
+    # Every node reached exactly once from the root: a tree, not a DAG or a cycle.
+    seen = [False] * n
+    seen[0] = True
+    stack = [(0, 0)]
+    while stack:
+        i, depth = stack.pop()
+        if left[i] == -1 and right[i] == -1:
+            if feature[i] != -1:
+                raise _fail(f"{path}.feature[{i}]", f"a leaf has feature -1, not {feature[i]}")
+            continue
+        if not 0 <= feature[i] < n_features:
+            raise _fail(
+                f"{path}.feature[{i}]", f"{feature[i]} is not a feature index (0..{n_features - 1})"
+            )
+        if depth + 1 > MAX_DEPTH:
+            raise _fail(path, f"deeper than {MAX_DEPTH}")
+        for side, child in (("left", left[i]), ("right", right[i])):
+            if not 0 <= child < n:
+                raise _fail(f"{path}.{side}[{i}]", f"{child} is not a node index (0..{n - 1})")
+            if seen[child]:
+                raise _fail(f"{path}.{side}[{i}]", f"node {child} is reached twice (not a tree)")
+            seen[child] = True
+            stack.append((child, depth + 1))
+    if not all(seen):
+        raise _fail(path, f"node {seen.index(False)} is not reachable from the root")
+    return Tree(feature, threshold, left, right, value)
+
+
+def _ensemble(v: object, path: str, n_features: int) -> Ensemble:
+    d = _obj(v, path)
+    _keys(d, path, {"base", "trees"}, {"link"})
+    link = d.get("link", "identity")
+    if link not in LINKS:
+        raise _fail(f"{path}.link", f"{link!r} is not one of {', '.join(LINKS)}")
+    trees = _list(d["trees"], f"{path}.trees")
+    if len(trees) > MAX_TREES:
+        raise _fail(f"{path}.trees", f"{len(trees)} trees, at most {MAX_TREES}")
+    return Ensemble(
+        base=_float(d["base"], f"{path}.base"),
+        trees=tuple(_tree(t, f"{path}.trees[{i}]", n_features) for i, t in enumerate(trees)),
+        link=link,
+    )
+
+
+def _features(v: object) -> tuple[str, ...]:
+    names = _list(v, "features")
+    for i, s in enumerate(names):
+        if not isinstance(s, str):
+            raise _fail(f"features[{i}]", f"expected a string, got {type(s).__name__}")
+    ours = FEATURES
+    # FEATURES only ever grows at its end, so a model trained on a prefix still reads the
+    # vector the right way; any other difference would silently mean the wrong inputs.
+    for i, s in enumerate(names):
+        if i >= len(ours) or s != ours[i]:
+            theirs = ours[i] if i < len(ours) else "(none)"
+            raise _fail(
+                "features",
+                f"the model was trained on a different feature vector: position {i} is "
+                f"{s!r} in the file but {theirs!r} in this fleetgate (FEATURES in "
+                "policies/quantile/features.py); retrain it with `fleetgate train-predictor`",
+            )
+    if not names:
+        raise _fail("features", "empty")
+    return tuple(names)
+
+
+def parse_document(doc: object) -> TreeDocument:
+    """Validate a decoded model file; raises ModelFormatError naming the first bad key."""
+    d = _obj(doc, "(top level)")
+    fmt = d.get("format")
+    if not isinstance(fmt, str) or not fmt.startswith(FORMAT_PREFIX):
+        raise _fail("format", f"expected {FORMAT!r}, got {fmt!r}: not a fleetgate predictor")
+    if fmt != FORMAT:
+        raise _fail(
+            "format", f"{fmt!r} is a version this fleetgate cannot read (it reads {FORMAT!r})"
+        )
+    _keys(d, "(top level)", {"format", "features", "ensembles"}, {"name", "meta", "offset"})
+    name = d.get("name", "trees")
+    if not isinstance(name, str) or not name:
+        raise _fail("name", "expected a non-empty string")
+    features = _features(d["features"])
+    ens = _obj(d["ensembles"], "ensembles")
+    _keys(ens, "ensembles", set(OUTPUTS), set())
+    ensembles = {k: _ensemble(ens[k], f"ensembles.{k}", len(features)) for k in OUTPUTS}
+    total = sum(len(t.feature) for e in ensembles.values() for t in e.trees)
+    if total > MAX_TOTAL_NODES:
+        raise _fail("ensembles", f"{total} nodes, at most {MAX_TOTAL_NODES}")
+    meta = _obj(d.get("meta", {}), "meta")
+    offset = _offset(d["offset"]) if d.get("offset") is not None else None
+    return TreeDocument(name, features, ensembles, meta, offset)
+
+
+_OFFSET_FLOATS = ("w", "h", "mean_output_tokens")
+_OFFSET_INTS = ("prefill_chunk", "max_num_seqs")
+
+
+def _offset(v: object) -> AnalyticModel:
+    d = _obj(v, "offset")
+    _keys(d, "offset", {"kind", *_OFFSET_FLOATS, *_OFFSET_INTS}, set())
+    if d["kind"] != "analytic":
+        raise _fail("offset.kind", f"{d['kind']!r} is not 'analytic'")
+    floats = {k: _float(d[k], f"offset.{k}") for k in _OFFSET_FLOATS}
+    ints = {k: _int(d[k], f"offset.{k}") for k in _OFFSET_INTS}
+    try:
+        return AnalyticModel(**floats, **ints)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise _fail("offset", str(exc)) from None
+
+
+def offset_document(m: AnalyticModel) -> dict[str, Any]:
+    """The `offset` entry of a model file for the analytic model `m`."""
+    return {"kind": "analytic", **{k: getattr(m, k) for k in (*_OFFSET_FLOATS, *_OFFSET_INTS)}}
+
+
+def _no_constants(token: str) -> float:
+    raise ModelFormatError(f"not valid JSON: {token} (a model holds finite numbers only)")
+
+
+def loads(text: str | bytes) -> TreeModel:
+    """A TreeModel from a model file's text (the caller reads the file)."""
+    try:
+        doc = json.loads(text, parse_constant=_no_constants)
+    except ModelFormatError:
+        raise
+    except ValueError as exc:
+        raise ModelFormatError(f"not valid JSON: {exc}") from exc
+    return TreeModel(parse_document(doc))
+
+
+def to_document(
+    name: str,
+    features: Sequence[str],
+    ensembles: Mapping[str, Ensemble],
+    meta: Mapping[str, Any],
+    offset: AnalyticModel | None = None,
+) -> dict[str, Any]:
+    """The JSON-ready dict of a model file (the inverse of parse_document)."""
+    return {
+        "format": FORMAT,
+        "name": name,
+        "features": list(features),
+        "offset": None if offset is None else offset_document(offset),
+        "ensembles": {
+            k: {
+                "link": e.link,
+                "base": e.base,
+                "trees": [
+                    {
+                        "feature": list(t.feature),
+                        "threshold": list(t.threshold),
+                        "left": list(t.left),
+                        "right": list(t.right),
+                        "value": list(t.value),
+                    }
+                    for t in e.trees
+                ],
+            }
+            for k, e in ensembles.items()
+        },
+        "meta": dict(meta),
+    }
+
+
+# -- the compiled evaluator ---------------------------------------------------------------
+
+
+def _var(i: int) -> str:
+    return f"x{i}"
+
+
+def _node_expr(t: Tree, i: int) -> ast.expr:
+    if t.left[i] == -1:
+        return ast.Constant(t.value[i])
+    return ast.IfExp(
+        test=ast.Compare(
+            left=ast.Name(_var(t.feature[i]), ast.Load()),
+            ops=[ast.LtE()],
+            comparators=[ast.Constant(t.threshold[i])],
+        ),
+        body=_node_expr(t, t.left[i]),
+        orelse=_node_expr(t, t.right[i]),
+    )
+
+
+def _sum_expr(start: ast.expr, trees: Sequence[Tree]) -> ast.expr:
+    expr = start
+    for t in trees:  # left-nested: ((start + t1) + t2) + ..., summed in tree order
+        expr = ast.BinOp(expr, ast.Add(), _node_expr(t, 0))
+    return expr
+
+
+def compile_ensembles(
+    ensembles: Sequence[Ensemble], n_inputs: int
+) -> Callable[[Vector], tuple[float, ...]]:
+    """One function x ↦ (raw sum of each ensemble, before its link), from validated trees.
+
+    The body unpacks x into locals x0..x{n-1} (a vector of another length raises
+    ValueError), then sums each ensemble as one expression, base + tree₁ + tree₂ + …
+    (in chunks of CHAIN trees, which keeps the expression's nesting shallow for the
+    compiler and costs one store per chunk, not per tree)."""
+    body: list[ast.stmt] = [
+        ast.Assign(
+            targets=[
+                ast.Tuple([ast.Name(_var(i), ast.Store()) for i in range(n_inputs)], ast.Store())
+            ],
+            value=ast.Name("x", ast.Load()),
+        )
+    ]
+    results: list[ast.expr] = []
+    for k, e in enumerate(ensembles):
+        s = f"s{k}"
+        expr: ast.expr = ast.Constant(e.base)
+        for i in range(0, len(e.trees), CHAIN):
+            if i:
+                body.append(ast.Assign(targets=[ast.Name(s, ast.Store())], value=expr))
+                expr = ast.Name(s, ast.Load())
+            expr = _sum_expr(expr, e.trees[i : i + CHAIN])
+        results.append(expr)
+    body.append(ast.Return(ast.Tuple(results, ast.Load())))
+    fn = ast.FunctionDef(
+        name="ensembles",
+        args=ast.arguments(
+            posonlyargs=[], args=[ast.arg("x")], kwonlyargs=[], kw_defaults=[], defaults=[]
+        ),
+        body=body,
+        decorator_list=[],
+    )
+    if sys.version_info >= (3, 12):
+        fn.type_params = []
+    module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
+    namespace: dict[str, Any] = {"__builtins__": {}}
+    exec(compile(module, "<fleetgate.quantile.trees>", "exec"), namespace)
+    compiled: Callable[[Vector], tuple[float, ...]] = namespace["ensembles"]
+    return compiled
+
+
+class TreeModel:
+    """A PrefillModel from a validated model file: (mean, q90, q95) from three ensembles."""
+
+    __slots__ = ("_exp", "_offset", "_sums", "document", "name")
+
+    def __init__(self, document: TreeDocument) -> None:
+        self.document = document
+        self.name = document.name
+        ensembles = [document.ensembles[k] for k in OUTPUTS]
+        self._sums = compile_ensembles(ensembles, len(FEATURES))
+        self._exp = tuple(e.link == "exp" for e in ensembles)
+        self._offset = document.offset
+
+    def sums(self, x: Vector) -> tuple[float, ...]:
+        """Each ensemble's base + Σ trees (mean, q90, q95): what the library predicts."""
+        return self._sums(x)
+
+    def raw(self, x: Vector) -> tuple[float, ...]:
+        """Each ensemble's output with its offset and link, before rearranging."""
+        o = self._offset.mean(x) if self._offset is not None else None
+        out = []
+        for v, e in zip(self._sums(x), self._exp, strict=True):
+            if e:
+                v = math.exp(v) if o is None else o * math.exp(v)
+            elif o is not None:
+                v = v + o
+            out.append(v)
+        return tuple(out)
+
+    def predict(self, x: Vector) -> Quantiles:
+        m, a, b = self._sums(x)
+        em, ea, eb = self._exp
+        if self._offset is None:
+            m = math.exp(m) if em else m
+            a = math.exp(a) if ea else a
+            b = math.exp(b) if eb else b
+        else:
+            o = self._offset.mean(x)
+            m = o * math.exp(m) if em else m + o
+            a = o * math.exp(a) if ea else a + o
+            b = o * math.exp(b) if eb else b + o
+        # Two independently fitted quantiles can cross; the larger α never predicts less.
+        a = a if a > 0.0 else 0.0
+        b = b if b > a else a
+        return Quantiles(m if m > 0.0 else 0.0, a, b)
