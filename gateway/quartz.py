@@ -21,7 +21,6 @@ here runs and the default path (least_loaded + fifo) does no predictor work at a
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from gateway.openai_request import CHAT, ParsedRequest
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
 from policies.quantile.predictor import Predictor
+from policies.quantile.trees import loads as load_trees
 from policies.routing import make_router
 from policies.types import RequestInfo
 
@@ -54,18 +54,11 @@ def load_model(path: str) -> PrefillModel:
     """A trained model file (policies/quantile/trees.py's `loads`, the format's validating
     loader). ValueError names the file and what is wrong with it."""
     try:
-        trees: Any = importlib.import_module("policies.quantile.trees")
-    except ImportError:  # the loader lives with `fleetgate train-predictor` (qtrain)
-        raise ValueError(
-            f"quartz.model: {path}: this build has no tree model loader "
-            "(policies/quantile/trees.py)"
-        ) from None
-    try:
         text = Path(path).read_bytes()
     except OSError as exc:
         raise ValueError(f"quartz.model: cannot read {path}: {exc.strerror}") from None
     try:
-        model: PrefillModel = trees.loads(text)
+        model: PrefillModel = load_trees(text)
     except ValueError as exc:
         raise ValueError(f"quartz.model: {path}: {exc}") from None
     return model
