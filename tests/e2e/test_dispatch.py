@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 
 import httpx
 import pytest
@@ -42,7 +43,14 @@ def test_requests_wait_for_room_and_the_engine_never_sees_more(fresh_procs):
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda _: stream(gw.url, 60), range(8)))
+        # two long requests take both slots first; the six sent once the engine runs both
+        # must all wait, however slowly a loaded machine starts threads
+        first = [pool.submit(stream, gw.url, 400) for _ in range(2)]
+        deadline = time.monotonic() + 30
+        while peak[0] < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rest = [pool.submit(stream, gw.url, 20) for _ in range(6)]
+        answers = [f.result() for f in first + rest]
     done.set()
     watcher.join(10)
     assert [a.status_code for a in answers] == [200] * 8
