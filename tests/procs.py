@@ -144,8 +144,19 @@ class Procs:
         raise TimeoutError("redis-server did not start")
 
     def close(self) -> None:
-        for p in reversed(self.procs):
-            p.stop()
+        # all at once: a gateway drains for `listen.drain_delay_s` after SIGTERM, and
+        # stopping one process after another would add those delays up
+        live = [p for p in reversed(self.procs) if p.popen is not None and p.popen.poll() is None]
+        for p in live:
+            p.kill(signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
+        for p in live:
+            assert p.popen is not None
+            try:
+                p.popen.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill(signal.SIGKILL)
+                p.popen.wait(5.0)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -66,7 +66,11 @@ def gateway_config(
         "health": {"interval_s": 0.2, "timeout_s": 0.5, "unhealthy_after": 1},
         "upstream": {"connect_timeout_s": 1.0, "first_byte_timeout_s": 30.0, "idle_timeout_s": 5.0},
     }
+    listen = overrides.pop("listen", {})
     cfg.update(overrides)
+    # no drain delay unless a test asks for one: the delay exists for a load balancer's
+    # endpoints to catch up, and would hold every test's teardown for seconds
+    cfg["listen"] = {"drain_delay_s": 0, **(listen if isinstance(listen, dict) else {})}
     return cfg
 
 

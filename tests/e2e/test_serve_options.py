@@ -110,17 +110,18 @@ def test_concurrency_limit_refuses_in_the_openai_shape(emu, fresh_procs):
     from tests.e2e.rawhttp import Conn, request
 
     # the readiness probe's connection may still be closing on a loaded machine: it counts
-    # toward the limit until it has, so wait until one connection alone is under it
+    # toward the limit until it has, so retry until one connection alone is answered, and
+    # keep that connection open as the first of the two
     deadline = time.monotonic() + 10
     while True:
-        with Conn(g.port) as probe:
-            probe.send(request("GET", "/healthz"))
-            if probe.read().status == 200 or time.monotonic() > deadline:
-                break
-        time.sleep(0.05)
-    with Conn(g.port) as a, Conn(g.port) as b:
+        a = Conn(g.port)
         a.send(request("GET", "/healthz"))
-        assert a.read().status == 200  # one connection: under the limit
+        if a.read().status == 200:
+            break
+        a.close()
+        assert time.monotonic() < deadline, "one connection alone was never under the limit"
+        time.sleep(0.05)
+    with a, Conn(g.port) as b:
         b.send(request("GET", "/healthz"))  # two open connections: at the limit
         refused = b.read()
     assert refused.status == 503
