@@ -58,6 +58,11 @@ class AnalyticModel:
         mean = self.mean(x)
         return Quantiles(mean, mean * self.spread90, mean * self.spread95)
 
+    def predict_tuple(self, x: Vector) -> tuple[float, float, float]:
+        """`predict` as a plain (mean, q90, q95) (the predictor's hot path)."""
+        mean = self.mean(x)
+        return mean, mean * self.spread90, mean * self.spread95
+
     def mean(self, x: Vector) -> float:
         todo = x[PROMPT] - x[LOCALITY]
         ahead = x[RUNNING] + x[WAITING] + 1.0

@@ -69,9 +69,27 @@ class _Window:
 
 
 @dataclass(slots=True)
+class _Recent:
+    """The last `size` values in arrival order and their sum (a mean needs no ranks)."""
+
+    size: int
+    order: deque[float] = field(default_factory=deque)
+    total: float = 0.0
+
+    def add(self, v: float) -> None:
+        self.order.append(v)
+        self.total += v
+        if len(self.order) > self.size:
+            self.total -= self.order.popleft()
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+@dataclass(slots=True)
 class _Bucket:
     q_res: _Window  # y − raw q̂α
-    m_res: _Window  # y − raw mean
+    m_res: _Recent  # y − raw mean
     hits: deque[bool]
     hit_count: int = 0
     shift_q: float = 0.0  # cached corrections (recomputed on observe)
@@ -106,7 +124,7 @@ class Calibration:
         self._pooled = self._bucket()
 
     def _bucket(self) -> _Bucket:
-        return _Bucket(_Window(self.window), _Window(self.window), deque(maxlen=self.window))
+        return _Bucket(_Window(self.window), _Recent(self.window), deque(maxlen=self.window))
 
     def regime(self, x: Vector) -> int:
         p = x[PROMPT]
@@ -131,6 +149,31 @@ class Calibration:
         q90 = max(raw.q90 + sq, mean)
         q95 = max(raw.q95 + sq, q90)
         return Quantiles(mean, q90, q95)
+
+    def correct_tuple(
+        self, raw: tuple[float, float, float], regime: int
+    ) -> tuple[float, float, float]:
+        """`correct` on a plain (mean, q90, q95), by the same arithmetic (`max(a, b)` is
+        `b if b > a else a`): the routing hot path makes no `Quantiles` per candidate."""
+        if not self.enabled:
+            return raw
+        b = self._buckets[regime]
+        if not b.ready:
+            b = self._pooled
+            if not b.ready:
+                return raw
+        sq = b.shift_q
+        m, a, c = raw
+        mean = m + b.shift_m
+        if 0.0 > mean:
+            mean = 0.0
+        q90 = a + sq
+        if mean > q90:
+            q90 = mean
+        q95 = c + sq
+        if q90 > q95:
+            q95 = q90
+        return mean, q90, q95
 
     def observe(self, regime: int, raw: Quantiles, routed_q: float, y: float) -> None:
         """A first token: `y` seconds of prefill for a request predicted `raw` (the model's)

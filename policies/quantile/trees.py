@@ -440,6 +440,10 @@ class TreeModel:
         return tuple(out)
 
     def predict(self, x: Vector) -> Quantiles:
+        return Quantiles(*self.predict_tuple(x))
+
+    def predict_tuple(self, x: Vector) -> tuple[float, float, float]:
+        """`predict` as a plain (mean, q90, q95) (the predictor's hot path)."""
         m, a, b = self._sums(x)
         em, ea, eb = self._exp
         if self._offset is None:
@@ -454,4 +458,4 @@ class TreeModel:
         # Two independently fitted quantiles can cross; the larger α never predicts less.
         a = a if a > 0.0 else 0.0
         b = b if b > a else a
-        return Quantiles(m if m > 0.0 else 0.0, a, b)
+        return (m if m > 0.0 else 0.0), a, b

@@ -42,6 +42,9 @@ from policies.registry import config_from
 from policies.types import RequestInfo
 
 
+_AT = {0.9: 1, 0.95: 2}  # α ↦ its place in (mean, q90, q95)
+
+
 @dataclass(frozen=True)
 class QuartzQueueConfig:
     max_waiting: int = 1024
@@ -100,8 +103,11 @@ class QuartzDispatcher:
         p = self.predictor
         size = 0.0
         if p is not None and not p.calibration.degraded:
-            q = p.size(request)
-            size = q.mean if c.point else q.at(p.alpha if c.alpha is None else c.alpha)
+            alpha = p.alpha if c.alpha is None else c.alpha
+            at = 0 if c.point else _AT.get(alpha)  # the mean, or ŝα, of (mean, q90, q95)
+            if at is None:
+                raise ValueError(f"alpha: {alpha} is not one of 0.9, 0.95")
+            size = p.size_tuple(request)[at]
         k = size + c.lam * request.arrival
         if c.fairness and c.beta:
             k += c.beta * self.counters.share(request.entitlement, now)

@@ -27,11 +27,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.quantile.predictor import Prediction, Predictor
+from policies.quantile.predictor import Predictor
 from policies.routing import config_from, register
 from policies.routing.least_loaded import least_loaded
 from policies.routing.profile import DEFAULT_FILTERS, Profile
 from policies.types import RequestInfo, WorkerView
+
+
+_AT = {0.9: 1, 0.95: 2}  # α ↦ its place in (mean, q90, q95)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +81,22 @@ class QuartzRouter:
         workers = self._sample(request, candidates, c.k)
         if not workers:
             return None
-        best: WorkerView | None = None
-        best_p: Prediction | None = None
-        best_s = 0.0
         alpha = predictor.alpha if c.alpha is None else c.alpha
-        point = self.point
+        at = 0 if self.point else _AT.get(alpha)  # the mean, or Q̂α, of (mean, q90, q95)
+        if at is None:
+            raise ValueError(f"alpha: {alpha} is not one of 0.9, 0.95")
+        head = predictor.request_part(request)
+        backlog = predictor.backlog_of
+        threshold, penalty, room = c.kv_threshold, c.kv_penalty_s, 1.0 - c.kv_threshold
+        best, best_e, best_s = workers[0], None, 0.0
         for w in workers:
-            p = predictor.predict(request, w)
-            q = p.q.mean if point else p.q.at(alpha)
-            s = predictor.backlog(w.id) + q + self._psi(w)
-            if best is None or s < best_s:
-                best, best_p, best_s = w, p, s
-        assert best_p is not None
-        predictor.chose(request, best_p)
+            e = predictor.estimate(request, w, head)
+            over = w.kv_usage - threshold  # ψ(r, w)
+            s = backlog.get(w.id, 0.0) + e[2][at] + (penalty * over / room if over > 0 else 0.0)
+            if best_e is None or s < best_s:
+                best, best_e, best_s = w, e, s
+        assert best_e is not None
+        predictor.chose_estimate(request, best.id, best_e)
         return best
 
     def _sample(
@@ -118,11 +124,6 @@ class QuartzRouter:
         if len(workers) > k:
             workers = rng.sample(workers, k)
         return workers
-
-    def _psi(self, w: WorkerView) -> float:
-        c = self.config
-        over = w.kv_usage - c.kv_threshold
-        return c.kv_penalty_s * over / (1.0 - c.kv_threshold) if over > 0 else 0.0
 
 
 @register("quartz")
