@@ -25,10 +25,10 @@ Each table is run with the analytic model and with a trained tree model (trees.p
 from __future__ import annotations
 
 import argparse
-import os
-import random
 import contextlib
 import io
+import os
+import random
 import statistics
 import sys
 import tempfile

@@ -36,7 +36,14 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from policies.quantile.calibration import Calibration
-from policies.quantile.features import CATEGORY_INDEX, PrefillModel, Quantiles, Vector, vector
+from policies.quantile.features import (
+    CATEGORY_INDEX,
+    PrefillModel,
+    Quantiles,
+    Vector,
+    at_index,
+    vector,
+)
 from policies.quantile.prefix_index import PrefixIndex
 from policies.types import Outcome, RequestInfo, WorkerView
 
@@ -44,7 +51,9 @@ SWEEP_EVERY = 4096  # dispatches between sweeps of the prefix index's expired en
 
 # (x, the model's (mean, q90, q95), the calibrated ones, the regime): a `Prediction` not
 # yet made (routing makes one for the worker it picks only)
-Estimate: TypeAlias = tuple[list[float], tuple[float, float, float], tuple[float, float, float], int]
+Estimate: TypeAlias = tuple[
+    list[float], tuple[float, float, float], tuple[float, float, float], int
+]
 # a request's half of the vector: (its features, its prompt tokens, prompt class · 9)
 Head: TypeAlias = tuple[tuple[float, ...], int, int]
 
@@ -67,14 +76,24 @@ def model_tuple(model: PrefillModel) -> Callable[[Vector], tuple[float, float, f
 
 @dataclass(slots=True)
 class Prediction:
-    """One request's prediction on the worker it was sent to."""
+    """One request's prediction on the worker it was sent to. The quantiles are kept as
+    plain (mean, q90, q95) tuples (`raw3`, `q3`: made per routing decision, read by the
+    hooks); `raw` and `q` give them as `Quantiles`."""
 
     worker: str
     features: list[float]
-    raw: Quantiles  # the model's
-    q: Quantiles  # calibrated: what routing used
+    raw3: tuple[float, float, float]  # the model's
+    q3: tuple[float, float, float]  # calibrated: what routing used
     regime: int
     dispatched: float = 0.0
+
+    @property
+    def raw(self) -> Quantiles:
+        return Quantiles(*self.raw3)
+
+    @property
+    def q(self) -> Quantiles:
+        return Quantiles(*self.q3)
 
 
 @dataclass(slots=True)
@@ -141,7 +160,9 @@ class Predictor:
         """`_predict(view.id, features(request, view))`, by the hot path's `estimate`."""
         return self.chose_estimate(None, view.id, self.estimate(request, view))
 
-    def estimate(self, request: RequestInfo, view: WorkerView, head: Head | None = None) -> Estimate:
+    def estimate(
+        self, request: RequestInfo, view: WorkerView, head: Head | None = None
+    ) -> Estimate:
         """What `predict` computes, as plain tuples (x, raw, calibrated, regime): routing
         calls it K times per decision and builds a `Prediction` for its pick only.
 
@@ -193,9 +214,11 @@ class Predictor:
         return front, prompt, (0 if prompt < pe[0] else 1 if prompt < pe[1] else 2) * 9
 
     def _predict(self, worker: str, x: list[float]) -> Prediction:
-        raw = self.model.predict(x)
+        if self._model_of is not self.model:
+            self._refresh()
+        raw = self._model3(x)
         regime = self.calibration.regime(x)
-        return Prediction(worker, x, raw, self.calibration.correct(raw, regime), regime)
+        return Prediction(worker, x, raw, self.calibration.correct_tuple(raw, regime), regime)
 
     def chose(self, request: RequestInfo, p: Prediction) -> None:
         """Routing picked `p.worker` for `request` with this prediction (on_dispatch uses it)."""
@@ -204,8 +227,7 @@ class Predictor:
     def chose_estimate(self, request: RequestInfo | None, worker: str, e: Estimate) -> Prediction:
         """Routing picked `worker` for `request` with the estimate `e` (on_dispatch uses
         it); the `Prediction` made of it. `request` None: only make the prediction."""
-        x, raw, q, regime = e
-        p = Prediction(worker, x, Quantiles(*raw), Quantiles(*q), regime)
+        p = Prediction(worker, *e)
         if request is not None:
             self._chosen[request.id] = p
         return p
@@ -270,7 +292,7 @@ class Predictor:
         p.dispatched = now
         self._forget(rid)  # a retry: the earlier attempt leaves its worker's backlog
         self._pending[rid] = p
-        self._backlog[worker] = self._backlog.get(worker, 0.0) + p.q.mean
+        self._backlog[worker] = self._backlog.get(worker, 0.0) + p.q3[0]
         self.index.add(worker, request.prefix_hashes, now)
         self.last = p
         self._dispatches += 1
@@ -282,7 +304,8 @@ class Predictor:
         p = self._forget(request.id)
         if p is not None:
             self.observed += 1
-            self.calibration.observe(p.regime, p.raw, p.q.at(self.alpha), now - p.dispatched)
+            routed = p.q3[at_index(self.alpha)]
+            self.calibration.observe_tuple(p.regime, p.raw3, routed, now - p.dispatched)
 
     def on_complete(self, request: RequestInfo, outcome: Outcome, now: float) -> None:
         self._now = now
@@ -292,7 +315,7 @@ class Predictor:
     def _forget(self, rid: str) -> Prediction | None:
         p = self._pending.pop(rid, None)
         if p is not None:
-            left = self._backlog.get(p.worker, 0.0) - p.q.mean
+            left = self._backlog.get(p.worker, 0.0) - p.q3[0]
             if left > 1e-9:
                 self._backlog[p.worker] = left
             else:

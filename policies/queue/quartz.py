@@ -36,13 +36,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.dispatch import DISPATCHERS, Dispatcher, Waiter
+from policies.quantile.features import at_index
 from policies.quantile.predictor import Predictor
 from policies.queue.counters import ClientCounters
 from policies.registry import config_from
 from policies.types import RequestInfo
-
-
-_AT = {0.9: 1, 0.95: 2}  # α ↦ its place in (mean, q90, q95)
 
 
 @dataclass(frozen=True)
@@ -104,9 +102,7 @@ class QuartzDispatcher:
         size = 0.0
         if p is not None and not p.calibration.degraded:
             alpha = p.alpha if c.alpha is None else c.alpha
-            at = 0 if c.point else _AT.get(alpha)  # the mean, or ŝα, of (mean, q90, q95)
-            if at is None:
-                raise ValueError(f"alpha: {alpha} is not one of 0.9, 0.95")
+            at = 0 if c.point else at_index(alpha)  # the mean, or ŝα, of (mean, q90, q95)
             size = p.size_tuple(request)[at]
         k = size + c.lam * request.arrival
         if c.fairness and c.beta:

@@ -27,14 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.quantile.features import at_index
 from policies.quantile.predictor import Predictor
 from policies.routing import config_from, register
 from policies.routing.least_loaded import least_loaded
 from policies.routing.profile import DEFAULT_FILTERS, Profile
 from policies.types import RequestInfo, WorkerView
-
-
-_AT = {0.9: 1, 0.95: 2}  # α ↦ its place in (mean, q90, q95)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +76,22 @@ class QuartzRouter:
         if predictor is None or predictor.calibration.degraded:
             return self.fallback.choose(request, candidates)
         c = self.config
-        workers = self._sample(request, candidates, c.k)
+        n = len(candidates)
+        if c.k == 2 and n > 2:  # `_sample`'s fast path, inlined (the common case)
+            draw = self._rng.random
+            i = int(draw() * n)
+            j = int(draw() * (n - 1))
+            a, b = candidates[i], candidates[j + 1 if j >= i else j]
+            fresh = a.healthy and b.healthy and not a.stale and not b.stale
+            workers = [a, b] if fresh and a.has_room and b.has_room else None
+        else:
+            workers = None
+        if workers is None:
+            workers = self._sample(request, candidates, c.k, drawn=n > 2 and c.k == 2)
         if not workers:
             return None
         alpha = predictor.alpha if c.alpha is None else c.alpha
-        at = 0 if self.point else _AT.get(alpha)  # the mean, or Q̂α, of (mean, q90, q95)
-        if at is None:
-            raise ValueError(f"alpha: {alpha} is not one of 0.9, 0.95")
+        at = 0 if self.point else at_index(alpha)  # the mean, or Q̂α, of (mean, q90, q95)
         head = predictor.request_part(request)
         backlog = predictor.backlog_of
         threshold, penalty, room = c.kv_threshold, c.kv_penalty_s, 1.0 - c.kv_threshold
@@ -100,15 +107,20 @@ class QuartzRouter:
         return best
 
     def _sample(
-        self, request: RequestInfo, candidates: Sequence[WorkerView], k: int
+        self,
+        request: RequestInfo,
+        candidates: Sequence[WorkerView],
+        k: int,
+        drawn: bool = False,
     ) -> list[WorkerView]:
         """K candidates drawn uniformly from the eligible workers with room (the default
         filters of profile.py). Fast path for K = 2: two distinct draws from all
         candidates, kept when both are healthy, fresh and have room — conditioned on
-        that, a uniform pair of eligible workers; otherwise filter, then draw."""
+        that, a uniform pair of eligible workers; otherwise filter, then draw. `drawn`:
+        the caller made the fast path's draws (and did not keep them)."""
         n = len(candidates)
         rng = self._rng
-        if k == 2 and n > 2:
+        if k == 2 and n > 2 and not drawn:
             draw = rng.random  # C-level; randrange is several Python calls
             i = int(draw() * n)
             j = int(draw() * (n - 1))
