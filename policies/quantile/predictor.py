@@ -252,7 +252,7 @@ class Predictor:
         loc = 0
         if self.use_locality and request.prefix_hashes:
             loc = index.best_locality(request.prefix_hashes, prompt, self._now)
-        bucket = index.bucket(loc, prompt)
+        bucket = index.bucket(loc, prompt) if loc else 0
         x = [
             float(prompt),
             float(request.max_tokens),
