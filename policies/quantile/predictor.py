@@ -24,6 +24,12 @@ waiting or backlog) holding the longest prefix any worker has of r — which ord
 request's own size, the part of Eq. 6 the queue is for. The routing score (Eq. 4) uses
 the full per-worker prediction at dispatch.
 
+The hot path (issue 15's budget: tens of µs per decision) computes these as plain tuples
+— `estimate(r, w)` per candidate, with r's half of the vector made once per decision, and
+one `Prediction` for the worker routing picks; `size_tuple(r)` for the queue key — by the
+same arithmetic as `features` + the model's `predict` + `Calibration.correct`, so every
+decision is the same (bench/quartz_determinism.py checks it on a simulator run).
+
 Pure: no clock of its own; `now` comes with every event (the index's TTL reads the
 latest). `view_of(worker_id)` is given by the driver so a dispatch chosen by any router
 (least-loaded too) yields its features for the request log and the simulator's records.
