@@ -14,20 +14,24 @@ so other processes on a shared machine do not count):
 - decision = enqueue + dequeue + route (what the issue's target counts), timed whole on
   every other request (one clock pair), the parts on the others;
 - hooks: on_dispatch + on_first_token (Ŵ bookkeeping, index insert, calibration update),
-  off the decision but on the request path.
+  off the decision but on the request path; `dispatch` and `first` are each alone.
 
 The workload: 70 % chat prompts (50–1,500 tokens), 30 % RAG (2,000–7,500), one in three
 sharing a prefix with earlier requests (block hashes, 16 tokens a block), 16 clients.
-The model is the analytic one; a trained tree model (trees.py) replaces `model.predict`.
+Each table is run with the analytic model and with a trained tree model (trees.py;
+`--model FILE`, or one fitted here like `fleetgate train-predictor --synthetic 5000`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from policies.dispatch import make_dispatcher
 from policies.quantile.config import QuartzSettings, build_predictor
+from policies.quantile.features import PrefillModel
 from policies.quantile.predictor import attach
 from policies.routing import make_router
 from policies.types import Category, RequestInfo, WorkerView
@@ -73,8 +78,10 @@ def pct(xs: list[int], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] / 1000.0
 
 
-def bench(queue_len: int, n: int, workers: int, k: int, overhead: int = 0) -> dict[str, list[int]]:
-    predictor = build_predictor(QuartzSettings(), None)
+def bench(
+    queue_len: int, n: int, workers: int, k: int, overhead: int, model: PrefillModel | None
+) -> dict[str, list[int]]:
+    predictor = build_predictor(QuartzSettings(), model)
     router = make_router("quartz", {"k": k})
     queue = make_dispatcher("quartz", {"max_waiting": queue_len + 10, "timeout_s": 1e9})
     attach(router, predictor)
@@ -102,7 +109,7 @@ def bench(queue_len: int, n: int, workers: int, k: int, overhead: int = 0) -> di
         now += 0.001
         queue.wait(r, ("p",), now)
     times: dict[str, list[int]] = {"decision": [], "enqueue": [], "dequeue": [], "route": []}
-    times["hooks"] = []
+    times["hooks"], times["dispatch"], times["first"] = [], [], []
     clock = time.thread_time_ns
     inflight: list[RequestInfo] = []
     for i, r in enumerate(reqs[queue_len:]):
@@ -120,18 +127,21 @@ def bench(queue_len: int, n: int, workers: int, k: int, overhead: int = 0) -> di
         assert chosen is not None
         predictor.on_dispatch(waiter.request, chosen.id, now)
         inflight.append(waiter.request)
+        t5 = 0 if whole else clock()
         if len(inflight) > 64:
             done = inflight.pop(0)
             predictor.on_first_token(done, now)
             queue.served(done, now)
         t4 = clock()
-        if whole:
+        if whole:  # the decision and the hooks, one clock pair each
             times["decision"].append(t3 - t0 - overhead)
+            times["hooks"].append(t4 - t3 - overhead)
         else:
             times["enqueue"].append(t1 - t0 - overhead)
             times["dequeue"].append(t2 - t1 - overhead)
             times["route"].append(t3 - t2 - overhead)
-        times["hooks"].append(t4 - t3 - overhead)
+            times["dispatch"].append(t5 - t3 - overhead)
+            times["first"].append(t4 - t5 - overhead)
     return times
 
 
@@ -146,29 +156,53 @@ def clock_overhead() -> int:
     return sorted(samples)[len(samples) // 2]
 
 
+def tree_model(path: str | None) -> PrefillModel:
+    """The model file at `path`, or one fitted now on generated entries (scikit-learn)."""
+    from policies.quantile.trees import loads
+
+    if path is None:
+        from fleetgate.predictor import main as train
+
+        with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()):
+            out = str(Path(d) / "m.json")
+            train(["--synthetic", "5000", "-o", out])
+            return loads(Path(out).read_text())
+    return loads(Path(path).read_text())
+
+
+PARTS = ("decision", "enqueue", "dequeue", "route", "hooks", "dispatch", "first")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--k", type=int, default=2)
+    ap.add_argument("--queues", default="10,1000,10000", help="queue lengths, comma-separated")
+    ap.add_argument("--model", help="a tree model file (default: fit one on generated entries)")
+    ap.add_argument("--analytic-only", action="store_true")
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+    models: list[tuple[str, PrefillModel | None]] = [("analytic", None)]
+    if not args.analytic_only:
+        models.append(("trees", tree_model(args.model)))
     overhead = clock_overhead()
     print(f"quartz decision cost, µs of thread CPU per request ({args.requests} requests, "
-          f"{args.workers} workers, K={args.k}, analytic model; the clock's own "
+          f"{args.workers} workers, K={args.k}; the clock's own "
           f"{overhead / 1000:.1f} µs per reading taken off)")  # fmt: skip
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'queue':>6} {'part':<9} {'p50':>7} {'p90':>7} {'p99':>7} {'mean':>7}")
-    for queue_len in (10, 1_000, 10_000):
-        times = bench(queue_len, args.requests, args.workers, args.k, overhead)
-        for part in ("decision", "enqueue", "dequeue", "route", "hooks"):
-            xs = times[part]
-            print(
-                f"{queue_len:>6} {part:<9} {pct(xs, 0.5):>7.1f} {pct(xs, 0.9):>7.1f} "
-                f"{pct(xs, 0.99):>7.1f} "
-                f"{statistics.fmean(xs) / 1000:>7.1f}"
-            )
+    print(f"{'model':<9} {'queue':>6} {'part':<9} {'p50':>7} {'p90':>7} {'p99':>7} {'mean':>7}")
+    for name, model in models:
+        for queue_len in (int(q) for q in args.queues.split(",")):
+            times = bench(queue_len, args.requests, args.workers, args.k, overhead, model)
+            for part in PARTS:
+                xs = times[part]
+                print(
+                    f"{name:<9} {queue_len:>6} {part:<9} {pct(xs, 0.5):>7.1f} "
+                    f"{pct(xs, 0.9):>7.1f} {pct(xs, 0.99):>7.1f} "
+                    f"{statistics.fmean(xs) / 1000:>7.1f}"
+                )
     return 0
 
 

@@ -53,16 +53,30 @@ class _Window:
     size: int
     order: deque[float] = field(default_factory=deque)
     ranked: list[float] = field(default_factory=list)
-    total: float = 0.0
 
     def add(self, v: float) -> None:
         self.order.append(v)
         insort(self.ranked, v)
+        if len(self.order) > self.size:
+            del self.ranked[bisect_left(self.ranked, self.order.popleft())]
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+
+@dataclass(slots=True)
+class _Recent:
+    """The last `size` values in arrival order and their sum (a mean needs no ranks)."""
+
+    size: int
+    order: deque[float] = field(default_factory=deque)
+    total: float = 0.0
+
+    def add(self, v: float) -> None:
+        self.order.append(v)
         self.total += v
         if len(self.order) > self.size:
-            old = self.order.popleft()
-            del self.ranked[bisect_left(self.ranked, old)]
-            self.total -= old
+            self.total -= self.order.popleft()
 
     def __len__(self) -> int:
         return len(self.order)
@@ -71,7 +85,7 @@ class _Window:
 @dataclass(slots=True)
 class _Bucket:
     q_res: _Window  # y − raw q̂α
-    m_res: _Window  # y − raw mean
+    m_res: _Recent  # y − raw mean
     hits: deque[bool]
     hit_count: int = 0
     shift_q: float = 0.0  # cached corrections (recomputed on observe)
@@ -106,7 +120,7 @@ class Calibration:
         self._pooled = self._bucket()
 
     def _bucket(self) -> _Bucket:
-        return _Bucket(_Window(self.window), _Window(self.window), deque(maxlen=self.window))
+        return _Bucket(_Window(self.window), _Recent(self.window), deque(maxlen=self.window))
 
     def regime(self, x: Vector) -> int:
         p = x[PROMPT]
@@ -132,23 +146,67 @@ class Calibration:
         q95 = max(raw.q95 + sq, q90)
         return Quantiles(mean, q90, q95)
 
+    def correct_tuple(
+        self, raw: tuple[float, float, float], regime: int
+    ) -> tuple[float, float, float]:
+        """`correct` on a plain (mean, q90, q95), by the same arithmetic (`max(a, b)` is
+        `b if b > a else a`): the routing hot path makes no `Quantiles` per candidate."""
+        if not self.enabled:
+            return raw
+        b = self._buckets[regime]
+        if not b.ready:
+            b = self._pooled
+            if not b.ready:
+                return raw
+        sq = b.shift_q
+        m, a, c = raw
+        mean = m + b.shift_m
+        if mean < 0.0:
+            mean = 0.0
+        q90 = a + sq
+        if mean > q90:
+            q90 = mean
+        q95 = c + sq
+        if q90 > q95:
+            q95 = q90
+        return mean, q90, q95
+
     def observe(self, regime: int, raw: Quantiles, routed_q: float, y: float) -> None:
         """A first token: `y` seconds of prefill for a request predicted `raw` (the model's)
         and routed with calibrated α-quantile `routed_q`."""
-        q = raw.at(self.alpha) if self.alpha in (0.9, 0.95) else raw.q95
+        self.observe_tuple(regime, (raw.mean, raw.q90, raw.q95), routed_q, y)
+
+    def observe_tuple(
+        self, regime: int, raw: tuple[float, float, float], routed_q: float, y: float
+    ) -> None:
+        """`observe` with the model's prediction as a plain (mean, q90, q95)."""
+        q = raw[1] if self.alpha == 0.9 else raw[2]  # raw q̂α (q95 for another α)
+        e_q = y - q
+        e_m = y - raw[0]
         hit = y <= routed_q
+        alpha, min_samples = self.alpha, self.min_samples
         for b in (self._buckets[regime], self._pooled):
-            b.q_res.add(y - q)
-            b.m_res.add(y - raw.mean)
-            if len(b.hits) == b.hits.maxlen:
-                b.hit_count -= b.hits[0]
-            b.hits.append(hit)
+            w = b.q_res  # _Window.add and _Recent.add, inlined
+            order, ranked = w.order, w.ranked
+            order.append(e_q)
+            insort(ranked, e_q)
+            if len(order) > w.size:
+                del ranked[bisect_left(ranked, order.popleft())]
+            m = b.m_res
+            m.order.append(e_m)
+            m.total += e_m
+            if len(m.order) > m.size:
+                m.total -= m.order.popleft()
+            hits = b.hits
+            if len(hits) == hits.maxlen:
+                b.hit_count -= hits[0]
+            hits.append(hit)
             b.hit_count += hit
-            n = len(b.q_res)
-            if n >= self.min_samples:
-                k = min(n - 1, math.ceil((n + 1) * self.alpha) - 1)
-                b.shift_q = b.q_res.ranked[k]
-                b.shift_m = b.m_res.total / n
+            n = len(order)
+            if n >= min_samples:
+                k = math.ceil((n + 1) * alpha) - 1
+                b.shift_q = ranked[k if k < n - 1 else n - 1]
+                b.shift_m = m.total / n
                 b.ready = True
         self._check()
 

@@ -59,6 +59,15 @@ class Quantiles:
         raise ValueError(f"alpha: {alpha} is not one of 0.9, 0.95")
 
 
+def at_index(alpha: float) -> int:
+    """Where `Quantiles.at(alpha)` is in a plain (mean, q90, q95) (the hot paths' form)."""
+    if alpha == 0.95:
+        return 2
+    if alpha == 0.9:
+        return 1
+    raise ValueError(f"alpha: {alpha} is not one of 0.9, 0.95")
+
+
 class PrefillModel(Protocol):
     """A model of prefill time from the feature vector: the analytic estimate from the
     engine model (no file needed) or a trained tree ensemble (policies/quantile/trees.py)."""

@@ -24,6 +24,12 @@ waiting or backlog) holding the longest prefix any worker has of r — which ord
 request's own size, the part of Eq. 6 the queue is for. The routing score (Eq. 4) uses
 the full per-worker prediction at dispatch.
 
+The hot path (issue 15's budget: tens of µs per decision) computes these as plain tuples
+— `estimate(r, w)` per candidate, with r's half of the vector made once per decision, and
+one `Prediction` for the worker routing picks; `size_tuple(r)` for the queue key — by the
+same arithmetic as `features` + the model's `predict` + `Calibration.correct`, so every
+decision is the same (bench/quartz_determinism.py checks it on a simulator run).
+
 Pure: no clock of its own; `now` comes with every event (the index's TTL reads the
 latest). `view_of(worker_id)` is given by the driver so a dispatch chosen by any router
 (least-loaded too) yields its features for the request log and the simulator's records.
@@ -31,27 +37,69 @@ latest). `view_of(worker_id)` is given by the driver so a dispatch chosen by any
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from policies.quantile.calibration import Calibration
-from policies.quantile.features import CATEGORY_INDEX, PrefillModel, Quantiles, vector
+from policies.quantile.features import (
+    CATEGORY_INDEX,
+    PrefillModel,
+    Quantiles,
+    Vector,
+    at_index,
+    vector,
+)
 from policies.quantile.prefix_index import PrefixIndex
 from policies.types import Outcome, RequestInfo, WorkerView
 
 SWEEP_EVERY = 4096  # dispatches between sweeps of the prefix index's expired entries
 
+# (x, the model's (mean, q90, q95), the calibrated ones, the regime): a `Prediction` not
+# yet made (routing makes one for the worker it picks only)
+Estimate: TypeAlias = tuple[
+    list[float], tuple[float, float, float], tuple[float, float, float], int
+]
+# a request's half of the vector: (its features, its prompt tokens, prompt class · 9)
+Head: TypeAlias = tuple[tuple[float, ...], int, int]
+
+
+def model_tuple(model: PrefillModel) -> Callable[[Vector], tuple[float, float, float]]:
+    """x ↦ the model's (mean, q90, q95) as a plain tuple: its `predict_tuple` when it has
+    one (the built-in models: no `Quantiles` is made per call), else from `predict`."""
+    fast: Callable[[Vector], tuple[float, float, float]] | None = getattr(
+        model, "predict_tuple", None
+    )
+    if fast is not None:
+        return fast
+
+    def from_predict(x: Vector) -> tuple[float, float, float]:
+        q = model.predict(x)
+        return q.mean, q.q90, q.q95
+
+    return from_predict
+
 
 @dataclass(slots=True)
 class Prediction:
-    """One request's prediction on the worker it was sent to."""
+    """One request's prediction on the worker it was sent to. The quantiles are kept as
+    plain (mean, q90, q95) tuples (`raw3`, `q3`: made per routing decision, read by the
+    hooks); `raw` and `q` give them as `Quantiles`."""
 
     worker: str
     features: list[float]
-    raw: Quantiles  # the model's
-    q: Quantiles  # calibrated: what routing used
+    raw3: tuple[float, float, float]  # the model's
+    q3: tuple[float, float, float]  # calibrated: what routing used
     regime: int
     dispatched: float = 0.0
+
+    @property
+    def raw(self) -> Quantiles:
+        return Quantiles(*self.raw3)
+
+    @property
+    def q(self) -> Quantiles:
+        return Quantiles(*self.q3)
 
 
 @dataclass(slots=True)
@@ -69,6 +117,15 @@ class Predictor:
     _dispatches: int = 0
     observed: int = 0  # first tokens observed
     last: Prediction | None = None  # the last dispatch's (the driver copies it to its record)
+    _model3: Callable[[Vector], tuple[float, float, float]] = field(init=False)
+    _model_of: PrefillModel | None = None  # the model _model3 is of
+
+    def __post_init__(self) -> None:
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._model3 = model_tuple(self.model)
+        self._model_of = self.model
 
     # --- what routing and the queue ask ---------------------------------------------
     @property
@@ -106,15 +163,102 @@ class Predictor:
         )
 
     def predict(self, request: RequestInfo, view: WorkerView) -> Prediction:
-        """`_predict(view.id, features(request, view))`, inlined: routing calls it K times
-        per decision."""
-        prompt = request.prompt_tokens
+        """`_predict(view.id, features(request, view))`, by the hot path's `estimate`."""
+        return self.chose_estimate(None, view.id, self.estimate(request, view))
+
+    def estimate(
+        self, request: RequestInfo, view: WorkerView, head: Head | None = None
+    ) -> Estimate:
+        """What `predict` computes, as plain tuples (x, raw, calibrated, regime): routing
+        calls it K times per decision and builds a `Prediction` for its pick only.
+
+        `_predict(view.id, features(request, view))` by the same arithmetic, inlined.
+        `head`: `request_part(request)`, made once per decision for its K estimates (not
+        kept longer: a request's fields may change between decisions)."""
+        if head is None:
+            head = self.request_part(request)
+        front, prompt, prompt_regime = head
+        if self._model_of is not self.model:
+            self._refresh()
         loc = bucket = 0
         if request.prefix_hashes and self.use_locality:
             index = self.index
             loc = index.locality(view.id, request.prefix_hashes, prompt, self._now)
             bucket = index.bucket(loc, prompt) if loc else 0
         running = view.running
+        if view.in_flight >= running:  # `running if running > in_flight else in_flight`
+            running = view.in_flight
+        waiting = view.waiting
+        x = [
+            *front,
+            float(loc),
+            float(bucket),
+            float(running),
+            float(waiting),
+            float(view.prefill_tokens),
+            view.kv_usage,
+        ]
+        raw = self._model3(x)
+        cal = self.calibration
+        load = running + waiting  # Calibration.regime(x), from the ints x was made of
+        le = cal.load_edges
+        regime = prompt_regime + bucket * 3 + (0 if load < le[0] else 1 if load < le[1] else 2)
+        return x, raw, cal.correct_tuple(raw, regime), regime
+
+    def request_part(self, request: RequestInfo) -> Head:
+        """The request's half of the vector, its prompt tokens and prompt class · 9."""
+        prompt = request.prompt_tokens
+        pe = self.calibration.prompt_edges
+        front = (
+            float(prompt),
+            float(request.max_tokens),
+            request.temperature,
+            request.top_p,
+            CATEGORY_INDEX.get(request.category, 0.0),
+            1.0 if request.stream else 0.0,
+        )
+        return front, prompt, (0 if prompt < pe[0] else 1 if prompt < pe[1] else 2) * 9
+
+    def _predict(self, worker: str, x: list[float]) -> Prediction:
+        if self._model_of is not self.model:
+            self._refresh()
+        raw = self._model3(x)
+        regime = self.calibration.regime(x)
+        return Prediction(worker, x, raw, self.calibration.correct_tuple(raw, regime), regime)
+
+    def chose(self, request: RequestInfo, p: Prediction) -> None:
+        """Routing picked `p.worker` for `request` with this prediction (on_dispatch uses it)."""
+        self._chosen[request.id] = p
+
+    def chose_estimate(self, request: RequestInfo | None, worker: str, e: Estimate) -> Prediction:
+        """Routing picked `worker` for `request` with the estimate `e` (on_dispatch uses
+        it); the `Prediction` made of it. `request` None: only make the prediction."""
+        p = Prediction(worker, *e)
+        if request is not None:
+            self._chosen[request.id] = p
+        return p
+
+    def backlog(self, worker: str) -> float:
+        return self._backlog.get(worker, 0.0)
+
+    @property
+    def backlog_of(self) -> Mapping[str, float]:
+        """Ŵ by worker (absent: 0), read-only: routing reads it K times per decision."""
+        return self._backlog
+
+    def size(self, request: RequestInfo) -> Quantiles:
+        """r's calibrated quantiles on an idle worker holding the longest prefix of r any
+        worker was sent: ŝα(r) for the queue's key (Eq. 6 as adapted above)."""
+        return Quantiles(*self.size_tuple(request))
+
+    def size_tuple(self, request: RequestInfo) -> tuple[float, float, float]:
+        """`size` as a plain (mean, q90, q95), by the same arithmetic (the queue's hot path)."""
+        prompt = request.prompt_tokens
+        index = self.index
+        loc = 0
+        if self.use_locality and request.prefix_hashes:
+            loc = index.best_locality(request.prefix_hashes, prompt, self._now)
+        bucket = index.bucket(loc, prompt) if loc else 0
         x = [
             float(prompt),
             float(request.max_tokens),
@@ -124,37 +268,19 @@ class Predictor:
             1.0 if request.stream else 0.0,
             float(loc),
             float(bucket),
-            float(running if running > view.in_flight else view.in_flight),
-            float(view.waiting),
-            float(view.prefill_tokens),
-            view.kv_usage,
+            0.0,
+            0.0,
+            0.0,
+            0.0,
         ]
-        raw = self.model.predict(x)
-        calibration = self.calibration
-        regime = calibration.regime(x)
-        return Prediction(view.id, x, raw, calibration.correct(raw, regime), regime)
-
-    def _predict(self, worker: str, x: list[float]) -> Prediction:
-        raw = self.model.predict(x)
-        regime = self.calibration.regime(x)
-        return Prediction(worker, x, raw, self.calibration.correct(raw, regime), regime)
-
-    def chose(self, request: RequestInfo, p: Prediction) -> None:
-        """Routing picked `p.worker` for `request` with this prediction (on_dispatch uses it)."""
-        self._chosen[request.id] = p
-
-    def backlog(self, worker: str) -> float:
-        return self._backlog.get(worker, 0.0)
-
-    def size(self, request: RequestInfo) -> Quantiles:
-        """r's calibrated quantiles on an idle worker holding the longest prefix of r any
-        worker was sent: ŝα(r) for the queue's key (Eq. 6 as adapted above)."""
-        loc = 0
-        if self.use_locality and request.prefix_hashes:
-            loc = self.index.best_locality(request.prefix_hashes, request.prompt_tokens, self._now)
-        x = vector(request, loc, self.index.bucket(loc, request.prompt_tokens), 0, 0, 0, 0.0)
-        calibration = self.calibration
-        return calibration.correct(self.model.predict(x), calibration.regime(x))
+        if self._model_of is not self.model:
+            self._refresh()
+        cal = self.calibration
+        pe = cal.prompt_edges
+        regime = (0 if prompt < pe[0] else 1 if prompt < pe[1] else 2) * 9 + bucket * 3
+        if cal.load_edges[0] <= 0:  # an idle worker's load (0) is not in the lowest class
+            regime = cal.regime(x)
+        return cal.correct_tuple(self._model3(x), regime)
 
     # --- Hook ---------------------------------------------------------------------
     def on_arrival(self, request: RequestInfo, now: float) -> None:
@@ -172,7 +298,7 @@ class Predictor:
         p.dispatched = now
         self._forget(rid)  # a retry: the earlier attempt leaves its worker's backlog
         self._pending[rid] = p
-        self._backlog[worker] = self._backlog.get(worker, 0.0) + p.q.mean
+        self._backlog[worker] = self._backlog.get(worker, 0.0) + p.q3[0]
         self.index.add(worker, request.prefix_hashes, now)
         self.last = p
         self._dispatches += 1
@@ -184,7 +310,8 @@ class Predictor:
         p = self._forget(request.id)
         if p is not None:
             self.observed += 1
-            self.calibration.observe(p.regime, p.raw, p.q.at(self.alpha), now - p.dispatched)
+            routed = p.q3[at_index(self.alpha)]
+            self.calibration.observe_tuple(p.regime, p.raw3, routed, now - p.dispatched)
 
     def on_complete(self, request: RequestInfo, outcome: Outcome, now: float) -> None:
         self._now = now
@@ -194,7 +321,7 @@ class Predictor:
     def _forget(self, rid: str) -> Prediction | None:
         p = self._pending.pop(rid, None)
         if p is not None:
-            left = self._backlog.get(p.worker, 0.0) - p.q.mean
+            left = self._backlog.get(p.worker, 0.0) - p.q3[0]
             if left > 1e-9:
                 self._backlog[p.worker] = left
             else:

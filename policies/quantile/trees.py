@@ -410,10 +410,48 @@ def compile_ensembles(
     return compiled
 
 
+def _outputs(
+    sums: Callable[[Vector], tuple[float, ...]],
+    exp_links: tuple[bool, ...],
+    offset: AnalyticModel | None,
+) -> Callable[[Vector], tuple[float, float, float]]:
+    """x ↦ (mean, q90, q95): the sums with their offset and link, rearranged so the
+    quantiles do not cross and clamped at 0 — a closure over its constants (no attribute
+    lookups per prediction)."""
+    em, ea, eb = exp_links
+    exp = math.exp
+    if offset is None:
+
+        def predict(x: Vector) -> tuple[float, float, float]:
+            m, a, b = sums(x)
+            m = exp(m) if em else m
+            a = exp(a) if ea else a
+            b = exp(b) if eb else b
+            # Two independently fitted quantiles can cross; the larger α never predicts less.
+            a = a if a > 0.0 else 0.0
+            b = b if b > a else a
+            return (m if m > 0.0 else 0.0), a, b
+
+        return predict
+    mean = offset.mean
+
+    def predict_offset(x: Vector) -> tuple[float, float, float]:
+        m, a, b = sums(x)
+        o = mean(x)
+        m = o * exp(m) if em else m + o
+        a = o * exp(a) if ea else a + o
+        b = o * exp(b) if eb else b + o
+        a = a if a > 0.0 else 0.0
+        b = b if b > a else a
+        return (m if m > 0.0 else 0.0), a, b
+
+    return predict_offset
+
+
 class TreeModel:
     """A PrefillModel from a validated model file: (mean, q90, q95) from three ensembles."""
 
-    __slots__ = ("_exp", "_offset", "_sums", "document", "name")
+    __slots__ = ("_exp", "_offset", "_sums", "document", "name", "predict_tuple")
 
     def __init__(self, document: TreeDocument) -> None:
         self.document = document
@@ -422,6 +460,8 @@ class TreeModel:
         self._sums = compile_ensembles(ensembles, len(FEATURES))
         self._exp = tuple(e.link == "exp" for e in ensembles)
         self._offset = document.offset
+        # `predict` as a plain (mean, q90, q95) (the predictor's hot path)
+        self.predict_tuple = _outputs(self._sums, self._exp, self._offset)
 
     def sums(self, x: Vector) -> tuple[float, ...]:
         """Each ensemble's base + Σ trees (mean, q90, q95): what the library predicts."""
@@ -440,18 +480,4 @@ class TreeModel:
         return tuple(out)
 
     def predict(self, x: Vector) -> Quantiles:
-        m, a, b = self._sums(x)
-        em, ea, eb = self._exp
-        if self._offset is None:
-            m = math.exp(m) if em else m
-            a = math.exp(a) if ea else a
-            b = math.exp(b) if eb else b
-        else:
-            o = self._offset.mean(x)
-            m = o * math.exp(m) if em else m + o
-            a = o * math.exp(a) if ea else a + o
-            b = o * math.exp(b) if eb else b + o
-        # Two independently fitted quantiles can cross; the larger α never predicts less.
-        a = a if a > 0.0 else 0.0
-        b = b if b > a else a
-        return Quantiles(m if m > 0.0 else 0.0, a, b)
+        return Quantiles(*self.predict_tuple(x))

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.dispatch import DISPATCHERS, Dispatcher, Waiter
+from policies.quantile.features import at_index
 from policies.quantile.predictor import Predictor
 from policies.queue.counters import ClientCounters
 from policies.registry import config_from
@@ -100,8 +101,9 @@ class QuartzDispatcher:
         p = self.predictor
         size = 0.0
         if p is not None and not p.calibration.degraded:
-            q = p.size(request)
-            size = q.mean if c.point else q.at(p.alpha if c.alpha is None else c.alpha)
+            alpha = p.alpha if c.alpha is None else c.alpha
+            at = 0 if c.point else at_index(alpha)  # the mean, or ŝα, of (mean, q90, q95)
+            size = p.size_tuple(request)[at]
         k = size + c.lam * request.arrival
         if c.fairness and c.beta:
             k += c.beta * self.counters.share(request.entitlement, now)

@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.quantile.predictor import Prediction, Predictor
+from policies.quantile.features import at_index
+from policies.quantile.predictor import Predictor
 from policies.routing import config_from, register
 from policies.routing.least_loaded import least_loaded
 from policies.routing.profile import DEFAULT_FILTERS, Profile
@@ -75,34 +76,51 @@ class QuartzRouter:
         if predictor is None or predictor.calibration.degraded:
             return self.fallback.choose(request, candidates)
         c = self.config
-        workers = self._sample(request, candidates, c.k)
+        n = len(candidates)
+        if c.k == 2 and n > 2:  # `_sample`'s fast path, inlined (the common case)
+            draw = self._rng.random
+            i = int(draw() * n)
+            j = int(draw() * (n - 1))
+            a, b = candidates[i], candidates[j + 1 if j >= i else j]
+            fresh = a.healthy and b.healthy and not a.stale and not b.stale
+            workers = [a, b] if fresh and a.has_room and b.has_room else None
+        else:
+            workers = None
+        if workers is None:
+            workers = self._sample(request, candidates, c.k, drawn=n > 2 and c.k == 2)
         if not workers:
             return None
-        best: WorkerView | None = None
-        best_p: Prediction | None = None
-        best_s = 0.0
         alpha = predictor.alpha if c.alpha is None else c.alpha
-        point = self.point
+        at = 0 if self.point else at_index(alpha)  # the mean, or Q̂α, of (mean, q90, q95)
+        head = predictor.request_part(request)
+        backlog = predictor.backlog_of
+        threshold, penalty, room = c.kv_threshold, c.kv_penalty_s, 1.0 - c.kv_threshold
+        best, best_e, best_s = workers[0], None, 0.0
         for w in workers:
-            p = predictor.predict(request, w)
-            q = p.q.mean if point else p.q.at(alpha)
-            s = predictor.backlog(w.id) + q + self._psi(w)
-            if best is None or s < best_s:
-                best, best_p, best_s = w, p, s
-        assert best_p is not None
-        predictor.chose(request, best_p)
+            e = predictor.estimate(request, w, head)
+            over = w.kv_usage - threshold  # ψ(r, w)
+            s = backlog.get(w.id, 0.0) + e[2][at] + (penalty * over / room if over > 0 else 0.0)
+            if best_e is None or s < best_s:
+                best, best_e, best_s = w, e, s
+        assert best_e is not None
+        predictor.chose_estimate(request, best.id, best_e)
         return best
 
     def _sample(
-        self, request: RequestInfo, candidates: Sequence[WorkerView], k: int
+        self,
+        request: RequestInfo,
+        candidates: Sequence[WorkerView],
+        k: int,
+        drawn: bool = False,
     ) -> list[WorkerView]:
         """K candidates drawn uniformly from the eligible workers with room (the default
         filters of profile.py). Fast path for K = 2: two distinct draws from all
         candidates, kept when both are healthy, fresh and have room — conditioned on
-        that, a uniform pair of eligible workers; otherwise filter, then draw."""
+        that, a uniform pair of eligible workers; otherwise filter, then draw. `drawn`:
+        the caller made the fast path's draws (and did not keep them)."""
         n = len(candidates)
         rng = self._rng
-        if k == 2 and n > 2:
+        if k == 2 and n > 2 and not drawn:
             draw = rng.random  # C-level; randrange is several Python calls
             i = int(draw() * n)
             j = int(draw() * (n - 1))
@@ -118,11 +136,6 @@ class QuartzRouter:
         if len(workers) > k:
             workers = rng.sample(workers, k)
         return workers
-
-    def _psi(self, w: WorkerView) -> float:
-        c = self.config
-        over = w.kv_usage - c.kv_threshold
-        return c.kv_penalty_s * over / (1.0 - c.kv_threshold) if over > 0 else 0.0
 
 
 @register("quartz")
