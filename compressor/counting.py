@@ -188,41 +188,75 @@ class TokenCounter:
         docstring) start at the other pieces; a chunk is charged to its first piece.
         `heads` (sorted piece indices, 0 included) start texts encoded on their own: the
         pieces of several texts split one after the other, never glued across."""
-        counts: IntArray = packed & COUNT_MASK
         first = [0] if heads is None else heads.tolist()
+        empty = [not pieces[h] for h in first]
+        counts, starts, stops, glued = _glue(packed, first, empty)
         head = self._head
         counts[first] = [head[p] if p else 0 for p in map(pieces.__getitem__, first)]
-        none = np.zeros(0, dtype=np.int64)
-        if len(pieces) < 2:
-            return counts, none
-        unsafe = (packed[:-1] & WS_BIT) != 0  # unsafe[j - 1]: the cut before piece j
-        unsafe[[h - 1 for h in first if h > 0]] = False  # a new text: nothing to glue to
-        last = len(pieces) - 1
-        # a space at a text's start has no left neighbour
-        unsafe[[h for h in first if h < last and pieces[h] == ""]] = False
-        if not unsafe.any():
-            return counts, none
-        glued = np.flatnonzero(unsafe) + 1  # piece j joins piece j - 1's chunk
-        run_first = np.flatnonzero(np.diff(glued, prepend=-2) != 1)  # each run's first glued j
-        starts = (glued[run_first] - 1).tolist()
-        stops = glued[np.append(run_first[1:], len(glued)) - 1].tolist()
-        join = " ".join
-        chunks = [join(pieces[a : b + 1]) for a, b in zip(starts, stops, strict=True)]
-        is_head = set(first)
-        if is_head.isdisjoint(starts):
-            values = list(map(self._spaced.__getitem__, chunks))
-        else:
-            spaced = self._spaced
-            values = [
-                self.head(c) if a in is_head else spaced[c]
-                for a, c in zip(starts, chunks, strict=True)
-            ]
-        counts[glued] = 0
-        counts[starts] = values
+        if len(starts):
+            join = " ".join
+            chunks = [join(pieces[a : b + 1]) for a, b in zip(starts, stops, strict=True)]
+            counts[starts] = self._chunk_values(chunks, starts, first)
         return counts, glued
+
+    def piece_counts_in(
+        self, text: str, packed: IntArray, heads: list[int]
+    ) -> tuple[IntArray, IntArray]:
+        """`piece_counts` of the pieces of `text` = " ".join(texts) (one text per head),
+        taking each piece's length from `packed` and its string from `text` (no split)."""
+        lengths = (packed >> LEN_SHIFT) & LEN_MASK
+        at = np.cumsum(lengths + 1) - (lengths + 1)  # each piece's first character
+        head_at = at[heads].tolist()
+        head_len = lengths[heads].tolist()
+        counts, starts, stops, glued = _glue(packed, heads, [n == 0 for n in head_len])
+        head = self._head
+        counts[heads] = [
+            head[text[a : a + n]] if n else 0 for a, n in zip(head_at, head_len, strict=True)
+        ]
+        if len(starts):
+            lo = at[starts].tolist()
+            hi = (at[stops] + lengths[stops]).tolist()
+            chunks = [text[a:b] for a, b in zip(lo, hi, strict=True)]
+            counts[starts] = self._chunk_values(chunks, starts, heads)
+        return counts, glued
+
+    def _chunk_values(self, chunks: list[str], starts: list[int], heads: list[int]) -> list[int]:
+        """Counts of glued chunks: spaced, or as a text's start when a head opens one."""
+        is_head = set(heads)
+        if is_head.isdisjoint(starts):
+            return list(map(self._spaced.__getitem__, chunks))
+        spaced = self._spaced
+        return [
+            self.head(c) if a in is_head else spaced[c] for a, c in zip(starts, chunks, strict=True)
+        ]
 
     def memo_size(self) -> int:
         return len(self._spaced) + len(self._head)
+
+
+def _glue(
+    packed: IntArray, first: list[int], empty: list[bool]
+) -> tuple[IntArray, list[int], list[int], IntArray]:
+    """Per-piece counts before the heads and glued chunks are charged, the first and last
+    piece of each glued run (a chunk), and the glued pieces' indices. `first`: the pieces
+    that start a text; `empty[k]`: piece first[k] is empty."""
+    counts: IntArray = packed & COUNT_MASK
+    none = np.zeros(0, dtype=np.int64)
+    if len(packed) < 2:
+        return counts, [], [], none
+    unsafe = (packed[:-1] & WS_BIT) != 0  # unsafe[j - 1]: the cut before piece j
+    unsafe[[h - 1 for h in first if h > 0]] = False  # a new text: nothing to glue to
+    last = len(packed) - 1
+    # a space at a text's start has no left neighbour
+    unsafe[[h for h, e in zip(first, empty, strict=True) if h < last and e]] = False
+    if not unsafe.any():
+        return counts, [], [], none
+    glued = np.flatnonzero(unsafe) + 1  # piece j joins piece j - 1's chunk
+    run_first = np.flatnonzero(np.diff(glued, prepend=-2) != 1)  # each run's first glued j
+    starts = (glued[run_first] - 1).tolist()
+    stops = glued[np.append(run_first[1:], len(glued)) - 1].tolist()
+    counts[glued] = 0
+    return counts, starts, stops, glued
 
 
 @lru_cache(maxsize=1)
