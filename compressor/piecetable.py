@@ -36,7 +36,10 @@ WORDS = 4  # 64-bit words per key: 8 bytes each, the last one's top byte holds t
 MAX_KEY_BYTES = 8 * WORDS - 1  # 31: ≈ 99 % of the pieces of prose, logs and JSON
 PROBES = 4  # vectorised probe rounds before the dict answers the rest
 DEFAULT_BITS = 18  # 262,144 slots (8 MB); half of them filled at most
-_MIX = [np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)]
+_MIX = [
+    np.uint64(m)
+    for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
+]
 _FOLD = np.uint64(31)
 
 
