@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.content import protect_as_code, unfenced
+from compressor.content import code_outside_fences, unfenced
 from compressor.counting import default_counter
 from compressor.document import Analyzer, Document
 from compressor.exact import kept_tokens
@@ -262,8 +262,9 @@ def compress_prompt(
     config = config or _DEFAULT
     template = template or default_template()
     analyzer = analyzer or analyzer_for(template)
-    code = config.skip_code and protect_as_code(prompt)
-    editable = not code and len(unfenced(prompt)) >= MIN_SHORTENABLE_CHARS
+    rest = unfenced(prompt)
+    code = config.skip_code and code_outside_fences(rest)
+    editable = not code and len(rest) >= MIN_SHORTENABLE_CHARS
     bos = template.completion_tokens("")
     out = _compress(bos, [prompt], [editable], target, config, analyzer, question=0)
     detail = "code is not compressed" if code and out.before > target else out.detail
@@ -369,9 +370,12 @@ def _compress_chat(
             return False
         if i == last_user and config.protect_last_user:
             return False
-        if len(unfenced(text)) < MIN_SHORTENABLE_CHARS:
+        if len(text) < MIN_SHORTENABLE_CHARS:
+            return False
+        rest = unfenced(text)
+        if len(rest) < MIN_SHORTENABLE_CHARS:
             return False  # short, or fenced code and a question: nothing to shorten
-        return not (config.skip_code and protect_as_code(text))
+        return not (config.skip_code and code_outside_fences(rest))
 
     fixed, texts, slots = template.chat_segments(original, editable, tools)
     question = last_user if last_user >= 0 else None

@@ -38,12 +38,14 @@ never changes a result, only its cost.
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
 from itertools import islice, pairwise
 
 import numpy as np
 import numpy.typing as npt
 
+from compressor.piecetable import PieceTable, lookup_pieces
 from compressor.tokenizer import Tokenizer, cl100k
 
 IntArray = npt.NDArray[np.int64]
@@ -51,6 +53,7 @@ IntArray = npt.NDArray[np.int64]
 _SPACE_AFTER_WS = re.compile(r"\s ")  # present → some cuts of str.split(" ") must be glued
 _CUT = re.compile(r"(?<=\S) ")  # the safe cuts themselves (a lookbehind: slow on long texts)
 _SHORT = 2000  # below this many characters _CUT beats str.split + gluing in numpy
+_LONG = 10000  # from this many characters, counting looks the pieces up in bulk (piecetable.py)
 _LINE_START = re.compile(r"\n(?=\S)")  # the other safe cut: a line that starts with a non-space
 
 DEFAULT_MAX_ENTRIES = 1 << 17  # per memo: ~50 B an entry, a long tail of vocabulary, bounded
@@ -119,7 +122,7 @@ class TokenCounter:
     (the compressor) that attribute tokens to parts of a text.
     """
 
-    __slots__ = ("_head", "_max_entries", "_packed", "_spaced", "tokenizer")
+    __slots__ = ("_head", "_lock", "_max_entries", "_packed", "_spaced", "_table", "tokenizer")
 
     def __init__(self, tokenizer: Tokenizer, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.tokenizer = tokenizer
@@ -127,6 +130,8 @@ class TokenCounter:
         self._head = _Counts(tokenizer, "")
         self._spaced = _Counts(tokenizer, " ", lines=self._head)
         self._packed = _Packed(self._spaced)
+        self._table: PieceTable | None = None  # `_packed` of short pieces, for long texts
+        self._lock = threading.Lock()  # around the table (callers may be threads)
 
     def trim_memo(self) -> None:
         """Bound the memo (call between texts, never while a caller holds packed values)."""
@@ -135,12 +140,18 @@ class TokenCounter:
             self._packed.clear()
         if len(self._head) > self._max_entries:
             self._head.clear()
+        table = self._table
+        if table is not None and table.full():
+            with self._lock:
+                table.clear()
 
     def count(self, text: str) -> int:
         """Exact number of tokens of `text`."""
         if not text:
             return 0
         self.trim_memo()
+        if len(text) >= _LONG:
+            return self._count_long(text)
         if _SPACE_AFTER_WS.search(text) is None:
             pieces = text.split(" ")
         elif len(text) < _SHORT:
@@ -152,6 +163,14 @@ class TokenCounter:
         rest = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)))
         return self.head(pieces[0]) + rest
 
+    def _count_long(self, text: str) -> int:
+        """count(text) with the pieces' memo values looked up all at once (piecetable.py)."""
+        with self._lock:
+            if self._table is None:
+                self._table = PieceTable()
+            packed = lookup_pieces(self._table, text, self._packed.__getitem__)
+        return int(self.piece_counts_in(text, packed, [0])[0].sum())
+
     def count_all(self, texts: list[str]) -> int:
         """Σ count(text) over `texts` (many short strings: one memo check, lean loop)."""
         self.trim_memo()
@@ -160,7 +179,7 @@ class TokenCounter:
         search = _SPACE_AFTER_WS.search
         total = 0
         for text in texts:
-            if search(text) is not None:
+            if len(text) >= _LONG or search(text) is not None:
                 total += self.count(text)
                 continue
             pieces = text.split(" ")

@@ -26,7 +26,9 @@ def test_a_long_piece_never_matches_its_short_prefix() -> None:
 
 
 def test_lengths_bytes_and_empty_pieces() -> None:
-    _check(PieceTable(bits=10), "a  a\x00 a\x00\x00  é e\u0301 日本語 \ud800 \n\n \t end. " * 3 + "  ")
+    _check(
+        PieceTable(bits=10), "a  a\x00 a\x00\x00  é e\u0301 日本語 \ud800 \n\n \t end. " * 3 + "  "
+    )
     _check(PieceTable(bits=10), "")
     _check(PieceTable(bits=10), " ")
 
