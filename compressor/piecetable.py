@@ -1,25 +1,29 @@
-"""Memo look-ups for a whole text at once: short pieces keyed by their UTF-8 bytes in numpy.
+"""Memo look-ups for a whole text at once: pieces keyed by their UTF-8 bytes in numpy.
 
-compressor/document.py needs one memoised value per space-delimited piece of a text
-(`text.split(" ")`), ~7,000 pieces for a 10K-token prompt. Done with `str.split` and a
-`dict`, each piece is a new string whose hash is computed, then looked up: ~1.2 ms per
-prompt, the largest single cost of the compressor. Here the text is encoded to UTF-8
-once and every piece of at most `MAX_KEY_BYTES` bytes (≈ 95 % of the pieces of prose,
-logs and JSON) gets an *exact* 128-bit key — its bytes and its length, not a hash — by
-reading two unaligned 64-bit words at its start; the keys are looked up in an
-open-addressing table held in numpy arrays, all pieces together (a few vectorised
-probe rounds). Only the longer pieces, the misses and the rare keys still unresolved
-after `PROBES` rounds go through the `dict` memo, which stays the source of every value.
+compressor/document.py (and compressor/counting.py for a long text) needs one memoised
+value per space-delimited piece of a text (`text.split(" ")`), ~7,000 pieces for a
+10K-token prompt. With `str.split` and a `dict`, each piece is a new string whose hash is
+computed, then looked up one by one: ~1 ms per prompt. Here the text is encoded to UTF-8
+once and every piece of at most `MAX_KEY_BYTES` bytes (≈ 99 % of the pieces of prose,
+logs and JSON) gets an *exact* key — its bytes and its length, not a hash — read as
+WORDS unaligned 64-bit words at its start and masked; the keys of all pieces are looked
+up together in an open-addressing table held in one numpy array (a few vectorised probe
+rounds). Only the longer pieces, the misses and the rare keys still unresolved after
+`PROBES` rounds go through the `dict` memo, which stays the source of every value (a
+miss is added to the table). ~0.7 ms against ~1 ms for a 10K-token prompt: numpy's cost
+per operation bounds it (bench/compressor_ab.py).
 
 Keys are the bytes themselves, so a lookup can never return another piece's value: a
 crafted text can at worst make probes longer (then the dict answers). UTF-8 (with
-`surrogatepass`, so any `str` encodes) is injective, and `" "` is byte 0x20 only where
-the text has a space, so the byte pieces are exactly `text.split(" ")`'s.
+`surrogatepass`, so any `str` encodes) is injective, and byte 0x20 is a space and
+nothing else, so the byte pieces are exactly `text.split(" ")`'s. A piece longer than
+MAX_KEY_BYTES gets a length byte no stored key has, so it never matches its prefix.
 
-Slot index: the key's two words mixed by a multiplication (Fibonacci hashing), top bits.
-The table holds at most half its slots (cleared when fuller; the memo is cleared with
-it, compressor/document.py). Thread safety: the caller holds a lock around
-`lookup`/`insert` (the gateway compresses on a thread pool).
+Slot index: the key's words mixed by multiplications, top bits. The table holds at most
+half its slots (the owner clears it when fuller, and with the memo whose values it
+holds: compressor/document.py, compressor/counting.py). 262,144 slots of 40 bytes: 10 MB
+per table. Thread safety: the owner holds a lock around `lookup_pieces` (the gateway
+compresses on a thread pool).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ U64Array = npt.NDArray[np.uint64]
 WORDS = 4  # 64-bit words per key: 8 bytes each, the last one's top byte holds the length
 MAX_KEY_BYTES = 8 * WORDS - 1  # 31: ≈ 99 % of the pieces of prose, logs and JSON
 PROBES = 4  # vectorised probe rounds before the dict answers the rest
-DEFAULT_BITS = 18  # 262,144 slots (8 MB); half of them filled at most
+DEFAULT_BITS = 18  # 262,144 slots (10 MB); half of them filled at most
 _MIX = [
     np.uint64(m)
     for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
@@ -94,21 +98,21 @@ def piece_keys(data: npt.NDArray[np.uint8], starts: IntArray, lengths: IntArray)
     return keys
 
 
-_ROW = 8  # uint64 per slot: the key's WORDS words, the value, padding (one cache line)
+_ROW = WORDS + 1  # uint64 per slot: the key's words, then the value
 _VALUE = WORDS
 
 
 class PieceTable:
     """Exact key (WORDS words) → int64 value, open addressing with linear probing. A
-    slot is one 64-byte row (key words, then the value), so a probe touches one cache
-    line."""
+    slot is one row of the table (key words, then the value): a probe reads one or two
+    cache lines."""
 
     __slots__ = ("_mask", "_rows", "_shift", "size")
 
     def __init__(self, bits: int = DEFAULT_BITS) -> None:
         cap = 1 << bits
         # the last key word is 0 only in an empty slot (a key's top byte is ≥ 1)
-        self._rows = _aligned(cap * _ROW)
+        self._rows = np.zeros(cap * _ROW, dtype=np.uint64)
         self._mask = cap - 1
         self._shift = np.uint64(64 - bits)
         self.size = 0
@@ -190,14 +194,6 @@ class PieceTable:
             slot = (slot[left] + 1) & self._mask
 
 
-def _aligned(n: int) -> U64Array:
-    """n zeroed uint64 starting on a 64-byte boundary."""
-    raw = np.zeros(n + 8, dtype=np.uint64)
-    skip = (-raw.ctypes.data % 64) // 8
-    out: U64Array = raw[skip : skip + n]
-    return out
-
-
 def lookup_pieces(table: PieceTable, text: str, memo: Callable[[str], int]) -> IntArray:
     """Memo values of `text.split(" ")`'s pieces: through the table, and the dict `memo`
     for the rest (whose short keys are then added to the table)."""
@@ -206,20 +202,23 @@ def lookup_pieces(table: PieceTable, text: str, memo: Callable[[str], int]) -> I
     keys = piece_keys(data, starts, lengths)
     values, found = table.lookup(keys)
     rest = np.flatnonzero(~found)
-    if len(rest):
-        short = (lengths[rest] <= MAX_KEY_BYTES).tolist()
-        seen: set[str] = set()
-        new: list[int] = []
-        got: list[int] = []
-        for i, a, b, small in zip(
-            rest.tolist(), starts[rest].tolist(), ends[rest].tolist(), short, strict=True
-        ):
-            piece = raw[a:b].decode("utf-8", "surrogatepass")
-            got.append(memo(piece))
-            if small and piece not in seen:
-                seen.add(piece)
-                new.append(i)
-        values[rest] = got
-        if new:
-            table.insert([k[new] for k in keys], values[new])
+    if len(rest) == 0:
+        return values
+    at = rest.tolist()
+    if 8 * len(rest) > len(starts):  # many misses (a cold table): split the text once
+        pieces = text.split(" ")
+        got = list(map(memo, map(pieces.__getitem__, at)))
+        piece_at = pieces.__getitem__
+    else:
+        spans = zip(starts[rest].tolist(), ends[rest].tolist(), strict=True)
+        missed = [raw[a:b].decode("utf-8", "surrogatepass") for a, b in spans]
+        got = list(map(memo, missed))
+        where = dict(zip(at, missed, strict=True))
+        piece_at = where.__getitem__
+    values[rest] = got
+    keyed = rest[lengths[rest] <= MAX_KEY_BYTES].tolist()[::-1]
+    # one index per distinct piece (its first occurrence: later ones are overwritten)
+    new = list(dict(zip(map(piece_at, keyed), keyed, strict=True)).values())
+    if new:
+        table.insert([k[new] for k in keys], values[new])
     return values
