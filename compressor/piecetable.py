@@ -205,6 +205,7 @@ def lookup_pieces(table: PieceTable, text: str, memo: Callable[[str], int]) -> I
     if len(rest) == 0:
         return values
     at = rest.tolist()
+    piece_at: Callable[[int], str]
     if 8 * len(rest) > len(starts):  # many misses (a cold table): split the text once
         pieces = text.split(" ")
         got = list(map(memo, map(pieces.__getitem__, at)))
