@@ -19,13 +19,16 @@ memo. CPU time of the calling thread (`time.thread_time`), ms. Passes, per reque
 - repeat: right after the warm call (texts cached: a chat resending its history);
 - count only: `may_compress` false (the exact count a request just under B_short gets).
 
-Also prints how many results differ between the two (they should not: a speed change
+`--hf qwen3` (or `llama3.1`) counts with that served model's tokenizer and chat template
+(tests/served_models.py; chats only); `--less 6000` aims far under T_c, so most requests
+cannot fit (the cost of that answer). Also prints how many results differ between the two (they should not: a speed change
 keeps outputs byte-identical, bench/compressor_identity.py checks it on more requests).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import os
 import re
@@ -86,22 +89,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="warm passes")
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--cpu", type=int, default=None, help="pin to this CPU")
+    ap.add_argument(
+        "--hf", choices=("qwen3", "llama3.1"), default=None,
+        help="count with that served model's tokenizer and template (chats only)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--less", type=int, default=0,
+        help="aim this many tokens under T_c (large: requests that cannot fit)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     samples = shapes.shape_set(args.per_shape, seed=args.seed, b_short=B_SHORT)
+    if args.hf:
+        samples = [s for s in samples if s.messages is not None]
     with tempfile.TemporaryDirectory() as tmp:
         base = export_base(args.base, Path(tmp))
         mods = {"base": base, "new": new_compress}
+        templates: dict[str, Any] = {"base": None, "new": None}
+        if args.hf:
+            from tests.served_models import llama31_dir, qwen3_dir
+
+            folder = qwen3_dir() if args.hf == "qwen3" else llama31_dir(Path(tmp))
+            for k, pkg in (("base", "compressor_base"), ("new", "compressor")):
+                hf = importlib.import_module(f"{pkg}.hf_template")
+                templates[k] = hf.HFTemplate(folder)
         times: dict[str, dict[str, list[float]]] = {"base": {}, "new": {}}
         differ = 0
 
         def call(k: str, s: Any, may: bool = True) -> tuple[float, Any]:
             t0 = time.thread_time()
             r = mods[k].fit_request(
-                B_SHORT - s.max_tokens, prompt=s.prompt, messages=s.messages, may_compress=may
-            )
+                B_SHORT - s.max_tokens - args.less, prompt=s.prompt, messages=s.messages,
+                may_compress=may, template=templates[k],
+            )  # fmt: skip
             return (time.thread_time() - t0) * 1e3, r
+
+        def analyzer_of(k: str) -> Any:
+            if templates[k] is None:
+                return mods[k].default_analyzer()
+            return mods[k].analyzer_for(templates[k])
 
         def add(k: str, name: str, ms: float) -> None:
             times[k].setdefault(name, []).append(ms)
@@ -118,13 +145,13 @@ def main(argv: list[str] | None = None) -> int:
             analyses[i] = b.units > 0  # 0 units: no analysis ran (nothing editable)
         for s in samples:  # unmeasured: each counter's memo meets the texts as a whole too
             for k in ("base", "new"):
-                mods[k].default_analyzer().forget_texts()
+                analyzer_of(k).forget_texts()
                 call(k, s)
                 call(k, s, may=False)
         for rep in range(args.repeat):
             for i, s in enumerate(samples):
                 for k in ("base", "new") if (i + rep) % 2 == 0 else ("new", "base"):
-                    analyzer = mods[k].default_analyzer()
+                    analyzer = analyzer_of(k)
                     analyzer.forget_texts()
                     ms, r = call(k, s)
                     add(k, "warm (text new)", ms)
@@ -137,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                     add(k, "count only (may_compress false)", ms)
     print(
         f"# {len(samples)} borderline requests (bench/shapes.py), base {args.base} vs working "
-        f"tree; results differ: {differ}; load average {os.getloadavg()[0]:.2f}"
+        f"tree, counted with {args.hf or 'cl100k'}; results differ: {differ}; "
+        f"load average {os.getloadavg()[0]:.2f}"
     )
     print("# CPU ms per request (thread time), one core")
     print()

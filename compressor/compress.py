@@ -34,7 +34,8 @@ refill if well under → assemble in the original order.
 
 A request with nothing shortenable (every text protected, code, empty, or with less than
 `MIN_SHORTENABLE_CHARS` outside its fenced blocks) is known before any analysis: it is
-only counted.
+only counted. One whose mandatory units alone exceed the target is known right after the
+split, before scoring.
 
 Counting is the served model's (`template`: its vocabulary and chat template,
 compressor/template.py; default cl100k in the emulator's Llama-3.0 layout). A template
@@ -224,12 +225,14 @@ def _compress(
     mandatory = _mandatory(doc, editable, config, question)
     if bool(mandatory.all()):
         return _Outcome(texts, before, before, n, detail="nothing to shorten")
-    score = scores(doc, config.scoring)
     room = target - fixed
+    detail = "the units kept whole exceed the target"
+    if int(doc.tokens[mandatory].sum()) > room:  # no selection fits: known before scoring
+        return _Outcome(texts, before, before, n, detail=detail)
+    score = scores(doc, config.scoring)
     keep = greedy_select(doc.tokens, score, mandatory, room - config.select_margin)
     if keep is None:
         keep = greedy_select(doc.tokens, score, mandatory, room)
-    detail = "the units kept whole exceed the target"
     if keep is not None:
         for _ in range(max(config.max_rounds, 1)):
             spans = _spans(doc, keep)
