@@ -4,8 +4,9 @@ A document is one or more texts, each encoded on its own (the template's message
 compressor/template.py), analysed together. One pass over every text's space-delimited
 pieces gives each unit its tokens and terms at once: each distinct piece is analysed
 once per process and memoised as one packed integer (token count, length, term id,
-sentence flags), so a warm 10K-token prompt costs one `dict` lookup per word plus a few
-vectorised numpy operations, never a per-word Python loop.
+sentence flags); a warm 10K-token prompt's pieces are looked up all at once by their bytes
+(compressor/piecetable.py, the `dict` memo answering only misses and long pieces), plus a
+few vectorised numpy operations, never a per-word Python loop.
 
 - Token counts: the pieces form the exact counter's chunks (compressor/counting.py), so
   their counts add up to each text's exact count. A unit gets F(end) − F(start) of the
