@@ -18,7 +18,8 @@ gateway sees a vocabulary it has met before, with the analyzer's per-text cache 
 before each call (the text itself is new: only its words are known); "repeat" compresses
 each prompt right after itself, as the next turn of a chat resends its history or a
 client retries (the texts are in that cache). Latency = wall time (perf_counter) and CPU
-time (process_time) of the call on one core (`--cpu` pins the process).
+time (process_time) of the call on one core (`--cpu` pins the process). On a shared
+machine, compare two versions with bench/compressor_ab.py (both in one run, interleaved).
 
 The hot-path table times what every request pays before dispatch — category
 (compressor/content.py), byte size, EMA estimate, placement — for the baseline

@@ -34,7 +34,8 @@ refill if well under → assemble in the original order.
 
 A request with nothing shortenable (every text protected, code, empty, or with less than
 `MIN_SHORTENABLE_CHARS` outside its fenced blocks) is known before any analysis: it is
-only counted.
+only counted. One whose mandatory units alone exceed the target is known right after the
+split, before scoring.
 
 Counting is the served model's (`template`: its vocabulary and chat template,
 compressor/template.py; default cl100k in the emulator's Llama-3.0 layout). A template
@@ -61,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from compressor.content import protect_as_code, unfenced
+from compressor.content import code_outside_fences, unfenced
 from compressor.counting import default_counter
 from compressor.document import Analyzer, Document
 from compressor.exact import kept_tokens
@@ -224,12 +225,14 @@ def _compress(
     mandatory = _mandatory(doc, editable, config, question)
     if bool(mandatory.all()):
         return _Outcome(texts, before, before, n, detail="nothing to shorten")
-    score = scores(doc, config.scoring)
     room = target - fixed
+    detail = "the units kept whole exceed the target"
+    if int(doc.tokens[mandatory].sum()) > room:  # no selection fits: known before scoring
+        return _Outcome(texts, before, before, n, detail=detail)
+    score = scores(doc, config.scoring)
     keep = greedy_select(doc.tokens, score, mandatory, room - config.select_margin)
     if keep is None:
         keep = greedy_select(doc.tokens, score, mandatory, room)
-    detail = "the units kept whole exceed the target"
     if keep is not None:
         for _ in range(max(config.max_rounds, 1)):
             spans = _spans(doc, keep)
@@ -262,8 +265,9 @@ def compress_prompt(
     config = config or _DEFAULT
     template = template or default_template()
     analyzer = analyzer or analyzer_for(template)
-    code = config.skip_code and protect_as_code(prompt)
-    editable = not code and len(unfenced(prompt)) >= MIN_SHORTENABLE_CHARS
+    rest = unfenced(prompt)
+    code = config.skip_code and code_outside_fences(rest)
+    editable = not code and len(rest) >= MIN_SHORTENABLE_CHARS
     bos = template.completion_tokens("")
     out = _compress(bos, [prompt], [editable], target, config, analyzer, question=0)
     detail = "code is not compressed" if code and out.before > target else out.detail
@@ -369,9 +373,12 @@ def _compress_chat(
             return False
         if i == last_user and config.protect_last_user:
             return False
-        if len(unfenced(text)) < MIN_SHORTENABLE_CHARS:
+        if len(text) < MIN_SHORTENABLE_CHARS:
+            return False
+        rest = unfenced(text)
+        if len(rest) < MIN_SHORTENABLE_CHARS:
             return False  # short, or fenced code and a question: nothing to shorten
-        return not (config.skip_code and protect_as_code(text))
+        return not (config.skip_code and code_outside_fences(rest))
 
     fixed, texts, slots = template.chat_segments(original, editable, tools)
     question = last_user if last_user >= 0 else None

@@ -122,7 +122,11 @@ def protect_as_code(text: str) -> bool:
     blocks — those are kept whole anyway, so a README or an answer with code examples
     is shortened around them, while a message that is only a fenced program has nothing
     else to shorten. Logs are not code (`is_log`)."""
-    rest = unfenced(text)
+    return code_outside_fences(unfenced(text))
+
+
+def code_outside_fences(rest: str) -> bool:
+    """`protect_as_code` of a text given as its `unfenced` part."""
     return code_score(rest, 4 * _SAMPLE) >= CODE_THRESHOLD and not is_log(rest, 4 * _SAMPLE)
 
 

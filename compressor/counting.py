@@ -38,12 +38,14 @@ never changes a result, only its cost.
 from __future__ import annotations
 
 import re
+import threading
 from functools import lru_cache
 from itertools import islice, pairwise
 
 import numpy as np
 import numpy.typing as npt
 
+from compressor.piecetable import PieceTable, lookup_pieces
 from compressor.tokenizer import Tokenizer, cl100k
 
 IntArray = npt.NDArray[np.int64]
@@ -51,6 +53,7 @@ IntArray = npt.NDArray[np.int64]
 _SPACE_AFTER_WS = re.compile(r"\s ")  # present → some cuts of str.split(" ") must be glued
 _CUT = re.compile(r"(?<=\S) ")  # the safe cuts themselves (a lookbehind: slow on long texts)
 _SHORT = 2000  # below this many characters _CUT beats str.split + gluing in numpy
+_LONG = 10000  # from this many characters, counting looks the pieces up in bulk (piecetable.py)
 _LINE_START = re.compile(r"\n(?=\S)")  # the other safe cut: a line that starts with a non-space
 
 DEFAULT_MAX_ENTRIES = 1 << 17  # per memo: ~50 B an entry, a long tail of vocabulary, bounded
@@ -119,7 +122,7 @@ class TokenCounter:
     (the compressor) that attribute tokens to parts of a text.
     """
 
-    __slots__ = ("_head", "_max_entries", "_packed", "_spaced", "tokenizer")
+    __slots__ = ("_head", "_lock", "_max_entries", "_packed", "_spaced", "_table", "tokenizer")
 
     def __init__(self, tokenizer: Tokenizer, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.tokenizer = tokenizer
@@ -127,6 +130,8 @@ class TokenCounter:
         self._head = _Counts(tokenizer, "")
         self._spaced = _Counts(tokenizer, " ", lines=self._head)
         self._packed = _Packed(self._spaced)
+        self._table: PieceTable | None = None  # `_packed` of short pieces, for long texts
+        self._lock = threading.Lock()  # around the table (callers may be threads)
 
     def trim_memo(self) -> None:
         """Bound the memo (call between texts, never while a caller holds packed values)."""
@@ -135,12 +140,18 @@ class TokenCounter:
             self._packed.clear()
         if len(self._head) > self._max_entries:
             self._head.clear()
+        table = self._table
+        if table is not None and table.full():
+            with self._lock:
+                table.clear()
 
     def count(self, text: str) -> int:
         """Exact number of tokens of `text`."""
         if not text:
             return 0
         self.trim_memo()
+        if len(text) >= _LONG:
+            return self._count_long(text)
         if _SPACE_AFTER_WS.search(text) is None:
             pieces = text.split(" ")
         elif len(text) < _SHORT:
@@ -152,6 +163,14 @@ class TokenCounter:
         rest = sum(map(self._spaced.__getitem__, islice(pieces, 1, None)))
         return self.head(pieces[0]) + rest
 
+    def _count_long(self, text: str) -> int:
+        """count(text) with the pieces' memo values looked up all at once (piecetable.py)."""
+        with self._lock:
+            if self._table is None:
+                self._table = PieceTable()
+            packed = lookup_pieces(self._table, text, self._packed.__getitem__)
+        return int(self.piece_counts_in(text, packed, [0])[0].sum())
+
     def count_all(self, texts: list[str]) -> int:
         """Σ count(text) over `texts` (many short strings: one memo check, lean loop)."""
         self.trim_memo()
@@ -160,7 +179,7 @@ class TokenCounter:
         search = _SPACE_AFTER_WS.search
         total = 0
         for text in texts:
-            if search(text) is not None:
+            if len(text) >= _LONG or search(text) is not None:
                 total += self.count(text)
                 continue
             pieces = text.split(" ")
@@ -188,41 +207,75 @@ class TokenCounter:
         docstring) start at the other pieces; a chunk is charged to its first piece.
         `heads` (sorted piece indices, 0 included) start texts encoded on their own: the
         pieces of several texts split one after the other, never glued across."""
-        counts: IntArray = packed & COUNT_MASK
         first = [0] if heads is None else heads.tolist()
+        empty = [not pieces[h] for h in first]
+        counts, starts, stops, glued = _glue(packed, first, empty)
         head = self._head
         counts[first] = [head[p] if p else 0 for p in map(pieces.__getitem__, first)]
-        none = np.zeros(0, dtype=np.int64)
-        if len(pieces) < 2:
-            return counts, none
-        unsafe = (packed[:-1] & WS_BIT) != 0  # unsafe[j - 1]: the cut before piece j
-        unsafe[[h - 1 for h in first if h > 0]] = False  # a new text: nothing to glue to
-        last = len(pieces) - 1
-        # a space at a text's start has no left neighbour
-        unsafe[[h for h in first if h < last and pieces[h] == ""]] = False
-        if not unsafe.any():
-            return counts, none
-        glued = np.flatnonzero(unsafe) + 1  # piece j joins piece j - 1's chunk
-        run_first = np.flatnonzero(np.diff(glued, prepend=-2) != 1)  # each run's first glued j
-        starts = (glued[run_first] - 1).tolist()
-        stops = glued[np.append(run_first[1:], len(glued)) - 1].tolist()
-        join = " ".join
-        chunks = [join(pieces[a : b + 1]) for a, b in zip(starts, stops, strict=True)]
-        is_head = set(first)
-        if is_head.isdisjoint(starts):
-            values = list(map(self._spaced.__getitem__, chunks))
-        else:
-            spaced = self._spaced
-            values = [
-                self.head(c) if a in is_head else spaced[c]
-                for a, c in zip(starts, chunks, strict=True)
-            ]
-        counts[glued] = 0
-        counts[starts] = values
+        if len(starts):
+            join = " ".join
+            chunks = [join(pieces[a : b + 1]) for a, b in zip(starts, stops, strict=True)]
+            counts[starts] = self._chunk_values(chunks, starts, first)
         return counts, glued
+
+    def piece_counts_in(
+        self, text: str, packed: IntArray, heads: list[int]
+    ) -> tuple[IntArray, IntArray]:
+        """`piece_counts` of the pieces of `text` = " ".join(texts) (one text per head),
+        taking each piece's length from `packed` and its string from `text` (no split)."""
+        lengths = (packed >> LEN_SHIFT) & LEN_MASK
+        at = np.cumsum(lengths + 1) - (lengths + 1)  # each piece's first character
+        head_at = at[heads].tolist()
+        head_len = lengths[heads].tolist()
+        counts, starts, stops, glued = _glue(packed, heads, [n == 0 for n in head_len])
+        head = self._head
+        counts[heads] = [
+            head[text[a : a + n]] if n else 0 for a, n in zip(head_at, head_len, strict=True)
+        ]
+        if len(starts):
+            lo = at[starts].tolist()
+            hi = (at[stops] + lengths[stops]).tolist()
+            chunks = [text[a:b] for a, b in zip(lo, hi, strict=True)]
+            counts[starts] = self._chunk_values(chunks, starts, heads)
+        return counts, glued
+
+    def _chunk_values(self, chunks: list[str], starts: list[int], heads: list[int]) -> list[int]:
+        """Counts of glued chunks: spaced, or as a text's start when a head opens one."""
+        is_head = set(heads)
+        if is_head.isdisjoint(starts):
+            return list(map(self._spaced.__getitem__, chunks))
+        spaced = self._spaced
+        return [
+            self.head(c) if a in is_head else spaced[c] for a, c in zip(starts, chunks, strict=True)
+        ]
 
     def memo_size(self) -> int:
         return len(self._spaced) + len(self._head)
+
+
+def _glue(
+    packed: IntArray, first: list[int], empty: list[bool]
+) -> tuple[IntArray, list[int], list[int], IntArray]:
+    """Per-piece counts before the heads and glued chunks are charged, the first and last
+    piece of each glued run (a chunk), and the glued pieces' indices. `first`: the pieces
+    that start a text; `empty[k]`: piece first[k] is empty."""
+    counts: IntArray = packed & COUNT_MASK
+    none = np.zeros(0, dtype=np.int64)
+    if len(packed) < 2:
+        return counts, [], [], none
+    unsafe = (packed[:-1] & WS_BIT) != 0  # unsafe[j - 1]: the cut before piece j
+    unsafe[[h - 1 for h in first if h > 0]] = False  # a new text: nothing to glue to
+    last = len(packed) - 1
+    # a space at a text's start has no left neighbour
+    unsafe[[h for h, e in zip(first, empty, strict=True) if h < last and e]] = False
+    if not unsafe.any():
+        return counts, [], [], none
+    glued = np.flatnonzero(unsafe) + 1  # piece j joins piece j - 1's chunk
+    run_first = np.flatnonzero(np.diff(glued, prepend=-2) != 1)  # each run's first glued j
+    starts = (glued[run_first] - 1).tolist()
+    stops = glued[np.append(run_first[1:], len(glued)) - 1].tolist()
+    counts[glued] = 0
+    return counts, starts, stops, glued
 
 
 @lru_cache(maxsize=1)

@@ -4,8 +4,9 @@ A document is one or more texts, each encoded on its own (the template's message
 compressor/template.py), analysed together. One pass over every text's space-delimited
 pieces gives each unit its tokens and terms at once: each distinct piece is analysed
 once per process and memoised as one packed integer (token count, length, term id,
-sentence flags), so a warm 10K-token prompt costs one `dict` lookup per word plus a few
-vectorised numpy operations, never a per-word Python loop.
+sentence flags); a warm 10K-token prompt's pieces are looked up all at once by their bytes
+(compressor/piecetable.py, the `dict` memo answering only misses and long pieces), plus a
+few vectorised numpy operations, never a per-word Python loop.
 
 - Token counts: the pieces form the exact counter's chunks (compressor/counting.py), so
   their counts add up to each text's exact count. A unit gets F(end) − F(start) of the
@@ -37,6 +38,7 @@ from compressor.counting import (
     TokenCounter,
     default_counter,
 )
+from compressor.piecetable import PieceTable, lookup_pieces
 from compressor.sentences import (
     DEFAULT_MAX_UNIT_CHARS,
     NONEMPTY_FLAG,
@@ -269,8 +271,8 @@ class Analyzer:
     fresh pass computes); it is emptied with the chunk memo, whose term ids it holds."""
 
     __slots__ = (
-        "_cached_pieces", "_epoch", "_lock", "_max_cached", "_max_entries", "_memo", "_texts",
-        "counter",
+        "_cached_pieces", "_epoch", "_lock", "_max_cached", "_max_entries", "_memo", "_table",
+        "_texts", "counter",
     )  # fmt: skip
 
     def __init__(
@@ -281,6 +283,7 @@ class Analyzer:
     ) -> None:
         self.counter = counter or default_counter()
         self._memo = _ChunkMemo(self.counter)
+        self._table = PieceTable()  # the memo's values of short pieces, keyed by their bytes
         self._max_entries = max_entries
         self._texts: dict[str, _Tokens] = {}
         self._cached_pieces = 0
@@ -300,8 +303,12 @@ class Analyzer:
                 self._epoch += 1
                 self._texts.clear()
                 self._cached_pieces = 0
+                self._table.clear()  # it holds the memo's values (term ids)
             self._memo.clear()  # between documents only: term ids stay consistent within one
             self._memo.terms.clear()
+        elif self._table.full():
+            with self._lock:
+                self._table.clear()
         self.counter.trim_memo()
 
     def _tokenise(self, texts: Sequence[str]) -> tuple[list[_Tokens], _Tokens | None]:
@@ -313,16 +320,18 @@ class Analyzer:
         missing = [k for k, hit in enumerate(out) if hit is None]
         whole = None
         if missing:
-            pieces: list[str] = []
+            # each text is encoded on its own: joined by one space, the texts' pieces
+            # are those of each text split on its own, one after the other
+            joined = " ".join([texts[k] for k in missing])
             heads: list[int] = []
-            for k in missing:  # each text is encoded on its own: split it on its own
-                heads.append(len(pieces))
-                pieces.extend(texts[k].split(" "))
-            packed = self.counter.packed(pieces, self._memo)
-            counts, glued = self.counter.piece_counts(
-                pieces, packed, np.asarray(heads, dtype=np.int64)
-            )
-            ends = [*heads[1:], len(pieces)]
+            n_pieces = 0
+            for k in missing:
+                heads.append(n_pieces)
+                n_pieces += texts[k].count(" ") + 1
+            with self._lock:
+                packed = lookup_pieces(self._table, joined, self._memo.__getitem__)
+            counts, glued = self.counter.piece_counts_in(joined, packed, heads)
+            ends = [*heads[1:], n_pieces]
             cut = np.searchsorted(glued, ends, side="left").tolist()
             g0 = 0
             for arr in (packed, counts, glued):

@@ -37,14 +37,25 @@ def code_spans(text: str) -> list[tuple[int, int]]:
     """Fenced blocks as [start of the fence line, end of the closing fence line)."""
     spans: list[tuple[int, int]] = []
     pos = 0
+    # the next "```" and "~~~" at or after pos (found again only once pos passes them:
+    # a text with many rules or underlines is scanned once, not once per candidate)
+    ahead = {"```": text.find("```"), "~~~": text.find("~~~")}
     while True:
-        opens = [i for i in (text.find("```", pos), text.find("~~~", pos)) if i >= 0]
+        for marker, at in ahead.items():
+            if 0 <= at < pos:
+                ahead[marker] = text.find(marker, pos)
+        opens = [i for i in ahead.values() if i >= 0]
         if not opens:
             return spans
         at = min(opens)
         fence = _fence_at(text, at)
         if fence is None or (fence[0] == "~" and _underlines(text, at, len(fence))):
-            pos = at + 3
+            # no fence opens inside this run of the same character either (the text
+            # before such a position on its line holds the run's start)
+            run = at + 3
+            while run < len(text) and text[run] == text[at]:
+                run += 1
+            pos = run
             continue
         search = text.find("\n", at)
         end = len(text)
