@@ -449,11 +449,10 @@ class Pipeline:
         name = header_value(info.entitlement)
         headers: Headers = [] if name is None else [(b"x-fleetgate-entitlement", name)]
         if labels is not None:
-            m = self.metrics
             if refused is None:
-                m.admitted.labels(*labels).inc()
+                self.metrics.count_admitted(labels)
             else:
-                m.refused.labels(*labels, refused.code).inc()
+                self.metrics.count_refused(labels, refused.code)
         charge = charge_of(ticket.reservation)
         if charge is not None:
             headers.append((b"x-fleetgate-priority", b"%.6g" % charge.priority))
@@ -815,7 +814,7 @@ class Pipeline:
             if used and self.tenancy is not None and att.admission == "admitted":
                 labels = self.tenancy.labels(info.entitlement)
                 if labels is not None:
-                    self.metrics.entitlement_tokens.labels(*labels).inc(used)
+                    self.metrics.count_entitlement_tokens(labels, used)
         m = self.metrics
         pool = att.pool
         if att.status != 499:
