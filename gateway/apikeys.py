@@ -66,7 +66,8 @@ class KeyedHash:
         inner.update(key.encode())
         outer = self.outer.copy()
         outer.update(inner.digest())
-        return HASH_PREFIX + outer.hexdigest()
+        digest: str = outer.hexdigest()
+        return HASH_PREFIX + digest
 
 
 @dataclass(slots=True)

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from policies.admission import ADMITTERS, AdmissionRefused, Reservation
-from policies.registry import config_from
 from policies.tenancy.config import TokenPoolsConfig
 from policies.tenancy.control import priorities, step
 from policies.tenancy.entitlement import Entitlement, EntitlementState
@@ -271,4 +270,4 @@ class TokenPoolsAdmitter:
 
 @ADMITTERS.register("token_pools")
 def _token_pools(params: Mapping[str, Any]) -> TokenPoolsAdmitter:
-    return TokenPoolsAdmitter(config_from(TokenPoolsConfig, params))
+    return TokenPoolsAdmitter(TokenPoolsConfig.from_params(params))
