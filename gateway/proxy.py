@@ -256,6 +256,9 @@ class Pipeline:
             self.core, metrics, traffic, compress_executor, served, compressor, engine
         )
         self.auth_required = config.auth_required
+        # without a key secret no key can name an entitlement (the admin API refuses keys
+        # then too; `auth` changes need a restart): an open gateway reads no header
+        self.keys_name_entitlements = bool(config.auth.key_secret)
         self.tenancy: Tenancy | None = None  # token pools: set by the Gateway at start
         # admitted preemptible requests, by hold id: their handler task, to cancel on eviction
         self._evictable: dict[str, tuple[asyncio.Task[Any], _Attempt]] = {}
@@ -423,7 +426,7 @@ class Pipeline:
         """Step 2: the entitlement the request's API key names (None: a key of
         `auth.api_keys`, or no key). Without authentication configured a key is optional,
         but one created through /admin/entitlements still names its entitlement."""
-        if not self.auth_required and self.tenancy is None:
+        if not self.auth_required and (self.tenancy is None or not self.keys_name_entitlements):
             return None  # the common open gateway: nothing to read
         auth = (authorization or b"").decode("latin-1")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""

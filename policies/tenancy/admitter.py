@@ -80,9 +80,7 @@ class _LedgerFinisher:
     now: float = 0.0  # the admitter's latest clock reading (settlement's refill time)
 
     def finish(self, pool: str, hold: str, used_tokens: int | None, latency: float | None) -> None:
-        if used_tokens is not None:
-            self.ledger.settle(pool, hold, used_tokens, latency, self.now)
-        self.ledger.release(pool, hold)
+        self.ledger.finish(pool, hold, used_tokens, latency, self.now)
 
 
 class AsyncFinisher(Protocol):

@@ -92,20 +92,20 @@ class _EntitlementParams:
     def entitlement(self, name: str, path: str) -> Entitlement:
         service_class = _choice(ServiceClass, self.service_class, f"{path}.class")
         state = _choice(EntitlementState, self.state, f"{path}.state")
-        for name in ("tokens_per_s", "kv_bytes", "concurrency"):
-            value = getattr(self, name)
+        for key in ("tokens_per_s", "kv_bytes", "concurrency"):
+            value = getattr(self, key)
             if value < 0:
-                raise ParamError(f"{path}.{name}", f"cannot be negative, got {value!r}")
+                raise ParamError(f"{path}.{key}", f"cannot be negative, got {value!r}")
             if value == 0 and RULES[service_class].has_baseline:
                 raise ParamError(
-                    f"{path}.{name}",
+                    f"{path}.{key}",
                     f"a {service_class} entitlement needs a positive baseline "
                     "(tokens_per_s, kv_bytes and concurrency)",
                 )
-        for name in ("window_s", "slo_target_ms"):
-            value = getattr(self, name)
+        for key in ("window_s", "slo_target_ms"):
+            value = getattr(self, key)
             if value is not None and value <= 0:
-                raise ParamError(f"{path}.{name}", f"must be positive, got {value!r}")
+                raise ParamError(f"{path}.{key}", f"must be positive, got {value!r}")
         return _valid(
             lambda: Entitlement(
                 name,

@@ -276,14 +276,42 @@ class Ledger:
                 )
         return self._take(pool, led, claim, cost, kv, bursting, evict, now_us)
 
+    def finish(
+        self,
+        pool_name: str,
+        hold_id: str,
+        used_tokens: int | None,
+        latency: float | None,
+        now: float,
+    ) -> None:
+        """`settle` (unless `used_tokens` is None) then `release`: a request's end, in one
+        call (the in-memory finisher's)."""
+        pool = self.pools.get(pool_name)
+        if pool is None:
+            return
+        if used_tokens is not None:
+            self._settle(pool, pool.holds.get(hold_id), used_tokens, latency, now)
+        self.release_hold(pool, hold_id)
+
     def settle(
         self, pool_name: str, hold_id: str, used_tokens: int, latency: float | None, now: float
     ) -> bool:
         """Charge what the request really used (refund the rest of its reservation, or
         charge the overrun down to an empty bucket); once per hold."""
         pool = self.pools.get(pool_name)
-        hold = pool.holds.get(hold_id) if pool is not None else None
-        if pool is None or hold is None or hold.settled:
+        if pool is None:
+            return False
+        return self._settle(pool, pool.holds.get(hold_id), used_tokens, latency, now)
+
+    def _settle(
+        self,
+        pool: PoolLedger,
+        hold: Hold | None,
+        used_tokens: int,
+        latency: float | None,
+        now: float,
+    ) -> bool:
+        if hold is None or hold.settled:
             return False
         hold.settled = True
         now_us = to_us(now)
