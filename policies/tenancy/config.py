@@ -277,7 +277,7 @@ def checked(cls: Any, params: Any, path: str) -> Any:
             alias = {f.metadata.get("alias"): n for n, f in fields.items()}.get(key)
             known = sorted(f.metadata.get("alias", n) for n, f in fields.items())
             if alias is None:
-                raise ParamError(f"{prefix}{key}", f"unknown key; known: {', '.join(known)}")
+                raise ParamError(f"{prefix}{key}", f"unknown parameter; known: {', '.join(known)}")
             key, f = alias, fields[alias]
         name = f.metadata.get("alias", key)
         values[key] = _check_value(str(f.type), value, f"{prefix}{name}")
