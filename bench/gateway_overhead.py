@@ -163,7 +163,9 @@ def _post(url: str, stream: bool, model: str) -> bytes:
     body = json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
     ).encode()
-    req = urllib.request.Request(url + PATH, body, {"content-type": "application/json"})
+    # the key bench/loadgen.lua sends (a target may require it)
+    headers = {"content-type": "application/json", "authorization": "Bearer sk-bench"}
+    req = urllib.request.Request(url + PATH, body, headers)
     with urllib.request.urlopen(req, timeout=5) as r:
         return bytes(r.read()) if r.status == 200 else b""
 

@@ -22,6 +22,16 @@ Three parts, one run:
 
     python bench/token_pools_overhead.py [--reps 3] [--requests 2000] [--concurrency 1,16]
         [--modes nonstream] [--monitor-requests 300] [--cpu-requests 200000] [--unpinned]
+        [--no-redis] [--keyed] [--baseline REV]
+
+`--keyed` adds `pools-memory-key`: the in-memory store with the request's API key
+(`Bearer sk-bench`, bench/loadgen.lua's) naming the entitlement — the HMAC lookup, the
+per-entitlement metrics and the `x-fleetgate-entitlement` header on every request
+(`pools-memory` admits on `default_entitlement`, which skips all three).
+`--baseline REV` adds the same in-memory target(s) running the code of git revision REV
+(`<name>@base`, extracted to a temporary directory), measured in the same rounds, so a
+change's effect is read against the plain gateway of the same round, before and after.
+`--no-redis` leaves out the Redis-backed gateway and part 3.
 
 Needs Linux, wrk, taskset and redis-server; only 127.0.0.1.
 """
@@ -113,10 +123,17 @@ def config(mock_url: str, admission: dict[str, Any] | None) -> dict[str, Any]:
     }
     if admission is not None:
         cfg["admission"] = admission
+        if any("keys" in e for e in admission["params"]["entitlements"].values()):
+            cfg["auth"] = {"key_secret": KEY_SECRET}
     return cfg
 
 
-def pools_admission(**store: Any) -> dict[str, Any]:
+def pools_admission(keyed: bool = False, **store: Any) -> dict[str, Any]:
+    """`keyed`: the entitlement has bench/loadgen.lua's API key instead of being the
+    default one."""
+    if keyed:
+        ents: dict[str, Any] = {"bench": {**ENTITLEMENT, "keys": [BENCH_KEY]}}
+        return {"policy": "token_pools", "params": {"pools": {"p": POOL}, "entitlements": ents}}
     return {
         "policy": "token_pools",
         "params": {
@@ -126,6 +143,21 @@ def pools_admission(**store: Any) -> dict[str, Any]:
             **store,
         },
     }
+
+
+BENCH_KEY = "sk-bench"  # what bench/loadgen.lua sends
+KEY_SECRET = "bench-secret-0123456789"
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """The repository at `rev`, extracted (git archive) under `into`."""
+    out = into / "base"
+    out.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(go.ROOT), "archive", rev], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out
 
 
 def start_redis(logdir: Path, cpu: int | None) -> tuple[subprocess.Popen[bytes], int]:
@@ -188,11 +220,12 @@ def added_table(runs: list[dict[str, Any]], w: Any) -> None:
     w.write(
         "\n### token-pool admission over the plain gateway (same round; medians)\n\n"
         "| mode | conc | target | added p50 ms | added p99 ms | added CPU ms/req "
-        "| Redis CPU ms/req |\n|---|---|---|---|---|---|---|\n"
+        "| added CPU min–max | Redis CPU ms/req |\n|---|---|---|---|---|---|---|---|\n"
     )
+    targets = sorted({r["target"] for r in runs} - {GATEWAY, "direct"})
     for mode, conc in points:
         reps = sorted({r["rep"] for r in runs if (r["mode"], r["conc"]) == (mode, conc)})
-        for target in ("pools-memory", "pools-redis"):
+        for target in targets:
             d50, d99, dcpu, rcpu = [], [], [], []
             for rep in reps:
                 base, t = by.get((mode, conc, rep, GATEWAY)), by.get((mode, conc, rep, target))
@@ -208,10 +241,8 @@ def added_table(runs: list[dict[str, Any]], w: Any) -> None:
             med = statistics.median
             w.write(
                 f"| {mode} | {conc} | {target} | {med(d50):+.3f} | {med(d99):+.3f} | "
-                f"{med(dcpu):+.4f} | {med(rcpu):.4f} |\n"
-                if rcpu
-                else f"| {mode} | {conc} | {target} | {med(d50):+.3f} | {med(d99):+.3f} | "
-                f"{med(dcpu):+.4f} | - |\n"
+                f"{med(dcpu):+.4f} | {min(dcpu):+.4f} – {max(dcpu):+.4f} | "
+                + (f"{med(rcpu):.4f} |\n" if rcpu else "- |\n")
             )
 
 
@@ -289,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
         "pinned cores' other tenants can add milliseconds to every Redis round trip)",
     )
     p.add_argument("--out", help="append the wrk runs as JSON lines to this file")
+    p.add_argument("--no-redis", action="store_true", help="no Redis-backed gateway, no part 3")
+    p.add_argument("--keyed", action="store_true", help="add pools-memory-key (see above)")
+    p.add_argument("--baseline", metavar="REV", help="add the in-memory targets at git REV")
     a = p.parse_args(argv)
 
     cpu = cpu_per_request(a.cpu_requests)
@@ -316,17 +350,28 @@ def main(argv: list[str] | None = None) -> int:
         mock_url = f"http://127.0.0.1:{mock_port}"
         py = sys.executable
         cmds = {}
-        for name, adm in (
+        variants: list[tuple[str, dict[str, Any] | None]] = [
             (GATEWAY, None),
             ("pools-memory", pools_admission()),
-            ("pools-redis", pools_admission(store="redis", redis_url=redis_url)),
-        ):
+        ]
+        if a.keyed:
+            variants.append(("pools-memory-key", pools_admission(keyed=True)))
+        if a.baseline:  # the same in-memory targets, on the code of another revision
+            base = baseline_tree(a.baseline, logdir)
+            variants += [(f"{n}@base", adm) for n, adm in variants[1:]]
+        if not a.no_redis:
+            variants.append(("pools-redis", pools_admission(store="redis", redis_url=redis_url)))
+        for name, adm in variants:
             path = logdir / f"{name}.yaml"
             path.write_text(yaml.safe_dump(config(mock_url, adm)))
+            # `python -m` puts the working directory first on the path: a baseline target
+            # runs in its own tree (env -C) with only that tree on PYTHONPATH
+            where = f"env -C {base} PYTHONPATH={base} " if name.endswith("@base") else ""
             cmds[name] = (
-                f"{py} -m fleetgate serve --config {path} --port {{port}} --log-level warning"
+                f"{where}{py} -m fleetgate serve --config {path} --port {{port}} "
+                "--log-level warning"
             )
-        ports = {n: go.free_port() for n in ("pools-memory", "pools-redis")}
+        ports = {n: go.free_port() for n, _ in variants[1:]}
         wrk_args = [
             "--reps", str(a.reps), "--requests", str(a.requests),
             "--concurrency", a.concurrency, "--modes", a.modes, "--mock-port", str(mock_port),
@@ -361,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         for proc in [p for p in go._running if p is not redis_proc]:  # part 2's processes
             go.stop(proc)
             go._running.remove(proc)
+        if a.no_redis:
+            return _report(runs, None, 0, Counter(), 0)
         time.sleep(1.0)  # a replica's holds from part 2 stay in Redis: expired later
         # part 3 needs the Redis-backed gateway again (part 2 stopped it): start it alone
         t = go.Target("pools-redis", f"http://127.0.0.1:{ports['pools-redis']}",
@@ -382,9 +429,21 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(json.dumps(r) + "\n")
         shutil.rmtree(logdir, ignore_errors=True)
 
+    return _report(runs, (seen, window), a.monitor_requests, calls, redis_requests)
+
+
+def _report(
+    runs: list[dict[str, Any]],
+    monitored: tuple[Counter[str], float] | None,
+    n: int,
+    calls: Counter[str],
+    redis_requests: int,
+) -> int:
     report(runs, sys.stdout)
     added_table(runs, sys.stdout)
-    n = a.monitor_requests
+    if monitored is None:
+        return 0
+    seen, window = monitored
     print(
         f"\n### 3. Redis commands while the gateway answered {n} requests one at a time "
         f"({window:.1f} s, MONITOR)\n\n| command | calls | per request |\n|---|---|---|"

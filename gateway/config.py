@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from dataclasses import field as dc_field
@@ -20,8 +21,31 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from compressor.served import load_served, parse_spec
+from policies.registry import ParamError
 
 ENV_PREFIX = "FLEETGATE_"
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading numbers in exponent notation as YAML 1.2 does.
+
+    PyYAML follows YAML 1.1, whose float needs a dot and a signed exponent: `1.0e+12` is a
+    float but `1e12` and `1.0e12` are strings, which a policy's parameters would then
+    compare with numbers. A plain scalar that is a decimal with an exponent is a float here
+    (integers, `.inf`, `.nan` and sexagesimal values resolve as before; a quoted value
+    stays a string)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str) -> Any:
+    """One YAML document, with `_Loader` (exponent notation reads as a number)."""
+    return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
 class ConfigError(ValueError):
@@ -310,6 +334,8 @@ def _check_builds(names: list[str], policy: str, build: Any) -> None:
         raise ValueError(f"policy: unknown {policy!r}; known: {', '.join(names)}")
     try:
         build()
+    except ParamError as exc:  # names its key: the error reads <section>.params.<path>
+        raise ValueError(f"params.{exc.path}: {exc.detail}") from None
     except (TypeError, ValueError) as exc:
         raise ValueError(f"params: {exc}") from None
 
@@ -526,7 +552,7 @@ def load_config(
         except OSError as exc:
             raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
         try:
-            loaded = yaml.safe_load(text)
+            loaded = yaml_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
         if loaded is not None and not isinstance(loaded, dict):
@@ -657,7 +683,7 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
                 raise ConfigError(f"{name}: {k} is not a section")
         if not isinstance(node, dict):
             raise ConfigError(f"{name}: the parent of {keys[-1]} is not a section")
-        node[keys[-1]] = yaml.safe_load(value) if value else value
+        node[keys[-1]] = yaml_load(value) if value else value
 
 
 def _describe(exc: ValidationError, path: str | Path | None) -> str:
@@ -673,5 +699,7 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
             head, sep, rest = msg.partition(": ")
             if loc == "(top level)" and sep and " " not in head:  # a check across sections
                 loc, msg = head, rest  # names its own key path
+            elif sep and head.startswith("params.") and " " not in head:  # a policy's key
+                loc, msg = f"{loc}.{head}", rest
         lines.append(f"  {loc}: {msg}")
     return f"{where} is invalid:\n" + "\n".join(lines)

@@ -508,6 +508,10 @@ class GatewayMetrics:
         r.register(self.tenancy)
         self._requests_children: dict[tuple[str, int], Counter] = {}
         self._pools: dict[str, PoolSeries] = {}
+        # (entitlement, class, pool) → its admitted / tokens children; + reason → refused
+        self._admitted: dict[tuple[str, str, str], Counter] = {}
+        self._tokens: dict[tuple[str, str, str], Counter] = {}
+        self._refused: dict[tuple[str, str, str, str], Counter] = {}
 
     def count_request(self, pool: str, status: int) -> None:
         child = self._requests_children.get((pool, status))
@@ -516,6 +520,28 @@ class GatewayMetrics:
                 pool, str(status)
             )
         child.inc()
+
+    # per entitlement (token pools): children bound once per label set, as `pool` does
+    # (labels are (entitlement, class, pool): an entitlement changed at run time to
+    # another class gets its own)
+    def count_admitted(self, labels: tuple[str, str, str]) -> None:
+        child = self._admitted.get(labels)
+        if child is None:
+            child = self._admitted[labels] = self.admitted.labels(*labels)
+        child.inc()
+
+    def count_refused(self, labels: tuple[str, str, str], reason: str) -> None:
+        key = (*labels, reason)
+        child = self._refused.get(key)
+        if child is None:
+            child = self._refused[key] = self.refused.labels(*key)
+        child.inc()
+
+    def count_entitlement_tokens(self, labels: tuple[str, str, str], tokens: int) -> None:
+        child = self._tokens.get(labels)
+        if child is None:
+            child = self._tokens[labels] = self.entitlement_tokens.labels(*labels)
+        child.inc(tokens)
 
     def pool(self, name: str) -> PoolSeries:
         """The per-pool series, bound once (a `labels()` lookup costs more than the update)."""

@@ -256,6 +256,9 @@ class Pipeline:
             self.core, metrics, traffic, compress_executor, served, compressor, engine
         )
         self.auth_required = config.auth_required
+        # without a key secret no key can name an entitlement (the admin API refuses keys
+        # then too; `auth` changes need a restart): an open gateway reads no header
+        self.keys_name_entitlements = bool(config.auth.key_secret)
         self.tenancy: Tenancy | None = None  # token pools: set by the Gateway at start
         # admitted preemptible requests, by hold id: their handler task, to cancel on eviction
         self._evictable: dict[str, tuple[asyncio.Task[Any], _Attempt]] = {}
@@ -423,7 +426,7 @@ class Pipeline:
         """Step 2: the entitlement the request's API key names (None: a key of
         `auth.api_keys`, or no key). Without authentication configured a key is optional,
         but one created through /admin/entitlements still names its entitlement."""
-        if not self.auth_required and self.tenancy is None:
+        if not self.auth_required and (self.tenancy is None or not self.keys_name_entitlements):
             return None  # the common open gateway: nothing to read
         auth = (authorization or b"").decode("latin-1")
         key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
@@ -449,11 +452,10 @@ class Pipeline:
         name = header_value(info.entitlement)
         headers: Headers = [] if name is None else [(b"x-fleetgate-entitlement", name)]
         if labels is not None:
-            m = self.metrics
             if refused is None:
-                m.admitted.labels(*labels).inc()
+                self.metrics.count_admitted(labels)
             else:
-                m.refused.labels(*labels, refused.code).inc()
+                self.metrics.count_refused(labels, refused.code)
         charge = charge_of(ticket.reservation)
         if charge is not None:
             headers.append((b"x-fleetgate-priority", b"%.6g" % charge.priority))
@@ -815,7 +817,7 @@ class Pipeline:
             if used and self.tenancy is not None and att.admission == "admitted":
                 labels = self.tenancy.labels(info.entitlement)
                 if labels is not None:
-                    self.metrics.entitlement_tokens.labels(*labels).inc(used)
+                    self.metrics.count_entitlement_tokens(labels, used)
         m = self.metrics
         pool = att.pool
         if att.status != 499:

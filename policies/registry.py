@@ -51,6 +51,16 @@ class Registry(Generic[T]):
             load()
 
 
+class ParamError(ValueError):
+    """A policy parameter that cannot be used, at `path` (its key path under the policy's
+    `params`, e.g. `entitlements.team-a.tokens_per_s`): the gateway's configuration error
+    names `<section>.params.<path>`."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path, self.detail = path, detail
+
+
 def config_from(cls: Any, params: Mapping[str, Any]) -> Any:
     """Build a frozen config dataclass from a mapping, naming any unknown key."""
     fields = set(getattr(cls, "__dataclass_fields__", {}))

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from policies.admission import ADMITTERS, AdmissionRefused, Reservation
-from policies.registry import config_from
 from policies.tenancy.config import TokenPoolsConfig
 from policies.tenancy.control import priorities, step
 from policies.tenancy.entitlement import Entitlement, EntitlementState
@@ -81,9 +80,7 @@ class _LedgerFinisher:
     now: float = 0.0  # the admitter's latest clock reading (settlement's refill time)
 
     def finish(self, pool: str, hold: str, used_tokens: int | None, latency: float | None) -> None:
-        if used_tokens is not None:
-            self.ledger.settle(pool, hold, used_tokens, latency, self.now)
-        self.ledger.release(pool, hold)
+        self.ledger.finish(pool, hold, used_tokens, latency, self.now)
 
 
 class AsyncFinisher(Protocol):
@@ -271,4 +268,4 @@ class TokenPoolsAdmitter:
 
 @ADMITTERS.register("token_pools")
 def _token_pools(params: Mapping[str, Any]) -> TokenPoolsAdmitter:
-    return TokenPoolsAdmitter(config_from(TokenPoolsConfig, params))
+    return TokenPoolsAdmitter(TokenPoolsConfig.from_params(params))

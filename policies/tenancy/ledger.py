@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 from policies.tenancy.bucket import MILLI, Bucket, to_us
 from policies.tenancy.capacity import PoolCapacity
+from policies.tenancy.classes import ClassRules
 from policies.tenancy.control import Dynamics, PoolView, Usage
 from policies.tenancy.entitlement import Entitlement, EntitlementState
 from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
@@ -94,6 +95,9 @@ class EntitlementLedger:
     definition: Entitlement
     bucket: Bucket
     priority: float
+    # the definition's class rules, read on every reserve and release (kept in step with
+    # `definition` by `Ledger.put_entitlement`)
+    rules: ClassRules = field(init=False, repr=False)
     in_flight: int = 0
     kv: int = 0
     debt: float = 0.0
@@ -105,14 +109,17 @@ class EntitlementLedger:
     admitted_count: int = 0
     refusals: Counter[str] = field(default_factory=Counter)
 
+    def __post_init__(self) -> None:
+        self.rules = self.definition.rules
+
     def idle_slots(self) -> int:
         """Its unused baseline slots, if its class holds them even when idle."""
         d = self.definition
-        return max(0, d.concurrency - self.in_flight) if d.rules.holds_idle else 0
+        return max(0, d.concurrency - self.in_flight) if self.rules.holds_idle else 0
 
     def idle_kv(self) -> int:
         d = self.definition
-        return max(0, d.kv_bytes - self.kv) if d.rules.holds_idle else 0
+        return max(0, d.kv_bytes - self.kv) if self.rules.holds_idle else 0
 
 
 @dataclass(slots=True)
@@ -174,6 +181,7 @@ class Ledger:
             led.bucket.refill(now_us)
             bucket.level = min(bucket.depth, led.bucket.level)
             led.definition, led.bucket, led.priority = ent, bucket, priority
+            led.rules = ent.rules
         pool.idle_slots += led.idle_slots()
         pool.idle_kv += led.idle_kv()
 
@@ -229,7 +237,7 @@ class Ledger:
     def reserve(self, claim: Claim, now: float) -> Verdict:
         now_us = to_us(now)
         pool = self.pools.get(claim.pool)
-        if pool is not None:
+        if pool is not None and (pool.replicas or _oldest_expired(pool.holds, now_us)):
             self._sweep(pool, now_us, SWEEP_MAX)
         led = pool.entitlements.get(claim.entitlement) if pool is not None else None
         if pool is None or led is None:
@@ -250,7 +258,7 @@ class Ledger:
         evict: tuple[str, ...] = ()
         if not self._room(pool, cost, kv, now_us):
             threshold = pool.threshold()
-            if ent.rules.reserved and not bursting:
+            if led.rules.reserved and not bursting:
                 evict = self._victims(pool, kv, claim.replica)
             elif bursting or (threshold is not None and not led.priority > threshold):
                 led.refused += cost
@@ -268,14 +276,42 @@ class Ledger:
                 )
         return self._take(pool, led, claim, cost, kv, bursting, evict, now_us)
 
+    def finish(
+        self,
+        pool_name: str,
+        hold_id: str,
+        used_tokens: int | None,
+        latency: float | None,
+        now: float,
+    ) -> None:
+        """`settle` (unless `used_tokens` is None) then `release`: a request's end, in one
+        call (the in-memory finisher's)."""
+        pool = self.pools.get(pool_name)
+        if pool is None:
+            return
+        if used_tokens is not None:
+            self._settle(pool, pool.holds.get(hold_id), used_tokens, latency, now)
+        self.release_hold(pool, hold_id)
+
     def settle(
         self, pool_name: str, hold_id: str, used_tokens: int, latency: float | None, now: float
     ) -> bool:
         """Charge what the request really used (refund the rest of its reservation, or
         charge the overrun down to an empty bucket); once per hold."""
         pool = self.pools.get(pool_name)
-        hold = pool.holds.get(hold_id) if pool is not None else None
-        if pool is None or hold is None or hold.settled:
+        if pool is None:
+            return False
+        return self._settle(pool, pool.holds.get(hold_id), used_tokens, latency, now)
+
+    def _settle(
+        self,
+        pool: PoolLedger,
+        hold: Hold | None,
+        used_tokens: int,
+        latency: float | None,
+        now: float,
+    ) -> bool:
+        if hold is None or hold.settled:
             return False
         hold.settled = True
         now_us = to_us(now)
@@ -309,20 +345,25 @@ class Ledger:
             if not theirs:
                 del pool.by_replica[hold.replica]
         led = pool.entitlements[hold.entitlement]
-        pool.idle_slots -= led.idle_slots()
-        pool.idle_kv -= led.idle_kv()
+        holds_idle = led.rules.holds_idle
+        if holds_idle:
+            pool.idle_slots -= led.idle_slots()
+            pool.idle_kv -= led.idle_kv()
         led.in_flight -= 1
         led.kv -= hold.kv
-        pool.idle_slots += led.idle_slots()
-        pool.idle_kv += led.idle_kv()
+        if holds_idle:
+            pool.idle_slots += led.idle_slots()
+            pool.idle_kv += led.idle_kv()
         pool.in_flight -= 1
         pool.kv -= hold.kv
-        left = pool.admitted[hold.priority] - 1
+        admitted = pool.admitted
+        left = admitted[hold.priority] - 1
         if left:
-            pool.admitted[hold.priority] = left
+            admitted[hold.priority] = left
         else:
-            del pool.admitted[hold.priority]
-        pool.evictable.pop(hold_id, None)
+            admitted.pop(hold.priority)
+        if hold.evictable:
+            pool.evictable.pop(hold_id, None)
         if hold.named:
             pool.named_slots -= 1
             pool.named_kv -= hold.kv
@@ -383,7 +424,7 @@ class Ledger:
         self, pool: PoolLedger, led: EntitlementLedger, cost: int, kv: int, now_us: int
     ) -> Denied | bool:
         """Checks 1, 3, 4: a refusal, or whether the request bursts above baseline."""
-        ent, rules = led.definition, led.definition.rules
+        ent, rules = led.definition, led.rules
         if ent.state is not EntitlementState.BOUND:
             return Denied(
                 Check.STATE,
@@ -487,13 +528,15 @@ class Ledger:
         evict: tuple[str, ...],
         now_us: int,
     ) -> Granted:
-        ent = led.definition
-        pool.idle_slots -= led.idle_slots()
-        pool.idle_kv -= led.idle_kv()
+        ent, rules = led.definition, led.rules
+        if rules.holds_idle:
+            pool.idle_slots -= led.idle_slots()
+            pool.idle_kv -= led.idle_kv()
         led.in_flight += 1
         led.kv += kv
-        pool.idle_slots += led.idle_slots()
-        pool.idle_kv += led.idle_kv()
+        if rules.holds_idle:
+            pool.idle_slots += led.idle_slots()
+            pool.idle_kv += led.idle_kv()
         pool.in_flight += 1
         pool.kv += kv
         own = led.bucket.take(cost)
@@ -511,14 +554,15 @@ class Ledger:
             own,
             pooled,
             led.priority,
-            ent.rules.evictable,
+            rules.evictable,
             claim.replica,
             now_us + to_us(self.config.hold_ttl_s),
         )
         pool.holds[hid] = hold
         if claim.replica:
             pool.by_replica.setdefault(claim.replica, {})[hid] = None
-        pool.admitted[led.priority] += 1
+        admitted = pool.admitted  # plain dict calls: Counter's `+=` and `del` are Python
+        admitted[led.priority] = admitted.get(led.priority, 0) + 1
         if hold.evictable:
             pool.evictable[hid] = led.priority
         return Granted(hid, led.priority, bursting, evict)
@@ -528,3 +572,10 @@ class Ledger:
             return self.pools[name]
         except KeyError:
             raise ValueError(f"no pool {name!r}; define it first") from None
+
+
+def _oldest_expired(holds: dict[str, Hold], now_us: int) -> bool:
+    """The oldest hold (holds are kept in admission order) is past its TTL."""
+    for hold in holds.values():
+        return hold.expires <= now_us
+    return False

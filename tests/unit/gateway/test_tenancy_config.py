@@ -35,9 +35,9 @@ def test_store_settings_split_from_the_policy_params():
 @pytest.mark.parametrize(
     ("params", "top", "where"),
     [
-        (TP | {"redis_url": "http://x"}, {}, "admission: params.redis_url: must be a redis://"),
-        (TP | {"store": "disk"}, {}, "admission: params.store:"),
-        (TP | {"fail_open": {"gold": True}}, {}, "admission: params.fail_open.gold:"),
+        (TP | {"redis_url": "http://x"}, {}, "admission.params.redis_url: must be a redis://"),
+        (TP | {"store": "disk"}, {}, "admission.params.store:"),
+        (TP | {"fail_open": {"gold": True}}, {}, "admission.params.fail_open.gold:"),
         (TP | {"nonsense": 1}, {}, "nonsense"),
         (TP, {"auth": {"keys": {"zz": ["k" * 10]}, "key_secret": SECRET}}, "auth.keys.zz: no such entitlement"),
         (TP, {"auth": {"keys": {"a": ["k" * 10]}}}, "key_secret: required"),
