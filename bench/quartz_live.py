@@ -98,8 +98,12 @@ METHODS = {
         Method("TokenFair", "least_loaded", "token_fair"),
         Method("PointPred", "point_pred", "quartz", {"point": True}, trained=True),
         Method("QUARTZ", "quartz", "quartz", trained=True),
+        # ablations (Table 5), not in the default run
+        Method("Routing-only", "quartz", "fifo", trained=True),
+        Method("Queueing-only", "least_loaded", "quartz", trained=True),
     )
 }
+DEFAULT_METHODS = ("FIFO-LL", "FIFO-P2C", "Locality-aware", "TokenFair", "PointPred", "QUARTZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +359,7 @@ def run_one(
     seed: int,
     model: Path | None = None,
     log: Path | None = None,
+    records: Path | None = None,
 ) -> dict[str, Any]:
     """Fresh engines and gateway; the seeded trace; the numbers. `method` None: warm-up."""
     with procs() as ps:
@@ -376,6 +381,14 @@ def run_one(
         time.sleep(0.3)
         gauges = quartz_gauges(httpx.get(gw.url + "/metrics", timeout=10).text)
         cpu = {p.name: round(cpu_seconds(p) - cpu0[p.name], 1) for p in everyone}
+    if records is not None:  # one line per request, for a look beyond the table
+        with records.open("w") as f:
+            for o in outcomes:
+                f.write(json.dumps({"i": o.req.i, "arrival": o.req.arrival,
+                                    "class": o.req.slo_class, "client": o.req.client,
+                                    "prompt_tokens": o.req.prompt_tokens,
+                                    "max_tokens": o.req.max_tokens, "ttft": o.ttft,
+                                    "status": o.status}) + "\n")  # fmt: skip
     result = summarize(outcomes)
     result.update(
         method="warm-up" if method is None else method.name,
@@ -456,7 +469,7 @@ def main() -> None:
     D = Setup()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="out/quartz-live")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=", ".join(METHODS))
     ap.add_argument("--reps", type=int, default=2, help="seeds 1..reps, every method on each")
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=D.workers)
@@ -494,7 +507,8 @@ def main() -> None:
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.reps):
         for m in methods:
-            r = run_one(setup, m, seed, model if m.trained else None)
+            r = run_one(setup, m, seed, model if m.trained else None,
+                        records=out / f"records-{m.name}-{seed}.jsonl")  # fmt: skip
             rows.append(r)
             print(table([r]).splitlines()[-1], flush=True)
             (out / "rows.json").write_text(json.dumps(rows, indent=1, default=str))
