@@ -76,6 +76,12 @@ def parser() -> argparse.ArgumentParser:
         default=d.prefill_chunk,
     )
     e.add_argument("--no-prefix-caching", action="store_true")
+    e.add_argument("--prefill-token-s", type=float, default=d.prefill_token_s,
+                   help="seconds per prompt token a step computes (compute-bound prefill; "
+                   "default 0: FleetOpt's W + H·n step)")  # fmt: skip
+    e.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens,
+                   help="tokens one step computes at most, shared by prefill chunks "
+                   "(default: no budget)")  # fmt: skip
     e.add_argument(
         "--time-scale",
         type=float,
@@ -136,6 +142,8 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
         w=args.w,
         h=args.h,
         enable_prefix_caching=not args.no_prefix_caching,
+        prefill_token_s=args.prefill_token_s,
+        max_num_batched_tokens=args.max_num_batched_tokens,
     )
     if engine.num_kv_blocks * engine.block_size < engine.max_model_len:
         # vLLM refuses to start when one max-length request cannot fit the KV cache.

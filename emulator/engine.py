@@ -8,6 +8,11 @@ Model (FleetOpt §3.1, Eq. 3–4, 7):
 - Continuous batching. Each iteration ("step") runs every scheduled request once and
   lasts t_iter = W + H·n_active seconds (W = 8 ms, H = 0.65 ms/slot), n_active being the
   number of requests in the step's batch.
+- Optional compute-bound prefill: with `prefill_token_s` > 0 a step also lasts
+  `prefill_token_s` per prompt token it computes, and with `max_num_batched_tokens` the
+  step's token budget is shared (decoders one token each first, then prefill chunks in
+  admission order), so a long prefill delays the prompts behind it. Both are off by
+  default (FleetOpt's model above).
 - Chunked prefill: a request in prefill advances by at most `prefill_chunk` (512) prompt
   tokens per step; a decoding request produces one token per step. The first output
   token comes in the step after the last prefill chunk (TTFT = queue + ⌈L_in/512⌉·t_iter +
@@ -81,6 +86,13 @@ class EngineConfig:
     w: float = 0.008  # W: seconds per step regardless of batch (Llama-3-70B on A100, FleetOpt §3.1)
     h: float = 0.00065  # H: seconds per step per request in the batch (memory bandwidth)
     enable_prefix_caching: bool = True
+    # Compute-bound prefill (off by default: FleetOpt's W + H·n step, which its tables are
+    # calibrated on). A real engine's step grows with the prompt tokens it computes, and its
+    # scheduler shares one token budget per step among the prefill chunks (vLLM's
+    # max_num_batched_tokens), so a long prefill delays the prompts admitted after it —
+    # the head-of-line blocking QUARTZ (seed 003) is about.
+    prefill_token_s: float = 0.0  # seconds per prompt token computed in a step
+    max_num_batched_tokens: int | None = None  # per-step token budget; None: no budget
 
     def __post_init__(self) -> None:
         for name in ("max_model_len", "block_size", "num_kv_blocks", "max_num_seqs"):
@@ -90,6 +102,11 @@ class EngineConfig:
             raise ValueError("EngineConfig.prefill_chunk must be >= 1")
         if self.w < 0 or self.h < 0 or self.w + self.h <= 0:
             raise ValueError("EngineConfig: w and h must be >= 0 and a step must take time")
+        if self.prefill_token_s < 0:
+            raise ValueError("EngineConfig.prefill_token_s must be >= 0")
+        budget = self.max_num_batched_tokens
+        if budget is not None and budget < self.max_num_seqs:  # as vLLM refuses it
+            raise ValueError("EngineConfig.max_num_batched_tokens must be >= max_num_seqs")
 
 
 @dataclass(slots=True)
@@ -289,9 +306,11 @@ class Engine:
             self._admit(now)
         # -- run the batch -------------------------------------------------------------
         n = len(running)
-        duration = self.config.w + self.config.h * n
-        end = now + duration
-        chunk = self.config.prefill_chunk
+        config = self.config
+        chunk = config.prefill_chunk
+        budget = config.max_num_batched_tokens
+        if budget is not None:  # decoders take one token each first, as vLLM schedules
+            budget -= sum(1 for s in running if not s.todo)
         prefill_tokens = 0
         tokens: list[str] = []
         emit = tokens.append
@@ -300,8 +319,11 @@ class Engine:
         self._needs = needs = []
         for s in running:
             todo = s.todo
-            if todo:
+            if todo:  # a prefill chunk, in admission order within the step's budget
                 c = chunk if todo > chunk else todo
+                if budget is not None:
+                    c = c if c < budget else (budget if budget > 0 else 0)
+                    budget -= c
                 s.todo = todo - c
                 prefill_tokens += c
                 if s.registered < len(s.hashes):
@@ -318,6 +340,8 @@ class Engine:
                     done.append(s)
                 elif room < 0:
                     needs.append(s)
+        duration = config.w + config.h * n + config.prefill_token_s * prefill_tokens
+        end = now + duration
         for s in firsts:
             s.first_token = end
             self._prompt_tokens += s.prompt

@@ -397,6 +397,11 @@ class Quartz(_Section):
     engine_w: float = Field(0.008, ge=0)
     engine_h: float = Field(0.00065, ge=0)
     prefill_chunk: int = Field(512, ge=1)
+    # compute-bound prefill, when the engines are modelled with it (emulator flags of the
+    # same names; a real engine: seconds per prompt token at full batch, and its
+    # --max-num-batched-tokens)
+    prefill_token_s: float = Field(0.0, ge=0)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
 
     @field_validator("alpha")
     @classmethod

@@ -79,6 +79,8 @@ def predictor_for(config: GatewayConfig) -> Predictor | None:
         q.engine_h if q is not None else 0.00065,
         q.prefill_chunk if q is not None else 512,
         min(seqs) if seqs else 256,
+        q.prefill_token_s if q is not None else 0.0,
+        q.max_num_batched_tokens if q is not None else None,
     )
     model = load_model(q.model) if q is not None and q.model else None
     return build_predictor(s, model, shape)

@@ -342,7 +342,9 @@ def _predictor_for(
         return None
     settings = config_from(QuartzSettings, scenario.policy.quartz or {})
     e = scenario.engine_config(scenario.fleet.pools[0])
-    shape = EngineShape(e.w, e.h, e.prefill_chunk, e.max_num_seqs)
+    shape = EngineShape(
+        e.w, e.h, e.prefill_chunk, e.max_num_seqs, e.prefill_token_s, e.max_num_batched_tokens
+    )
     return build_predictor(settings, model, shape)
 
 

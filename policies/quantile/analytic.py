@@ -19,6 +19,13 @@ requests run side by side in one step, so another request's backlog costs this o
 through n (the batch's width), which is how the engine model behaves; a real engine with a
 per-step token budget serialises prefills more, which the online calibration absorbs.
 
+With the engine's compute-bound prefill configured (`prefill_token_s` = c,
+`max_num_batched_tokens` = B; both off by default, as in the engine model):
+
+    mean  += c · (backlog + max(p − ℓ, 0)) + (backlog / B) · t_iter
+
+backlog being the prompt tokens already sent to the worker without a first token.
+
 Quantiles from a documented spread: q90 = mean · spread90, q95 = mean · spread95
 (defaults 1.3 and 1.5: the engine-queue estimate is the uncertain part). Online residual
 calibration (calibration.py) then corrects each regime's quantile to its observed
@@ -29,7 +36,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.quantile.features import LOCALITY, PROMPT, RUNNING, WAITING, Quantiles, Vector
+from policies.quantile.features import (
+    BACKLOG,
+    LOCALITY,
+    PROMPT,
+    RUNNING,
+    WAITING,
+    Quantiles,
+    Vector,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +56,11 @@ class AnalyticModel:
     mean_output_tokens: float = 256.0  # decode steps a running request holds its slot
     spread90: float = 1.3
     spread95: float = 1.5
+    # compute-bound prefill (EngineConfig's, off by default): a step lasts c per prompt
+    # token it computes, and with a per-step token budget B the prompt tokens already sent
+    # to the worker without a first token (the backlog feature) are computed first
+    prefill_token_s: float = 0.0
+    max_num_batched_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.w < 0 or self.h < 0 or self.w + self.h <= 0:
@@ -71,6 +91,8 @@ class AnalyticModel:
             mean = queue * t_iter * self.mean_output_tokens / cap + steps * t_iter
         else:
             mean = steps * t_iter
+        if self.prefill_token_s or self.max_num_batched_tokens:
+            mean += self._compute(x, todo, t_iter)
         return mean, mean * self.spread90, mean * self.spread95
 
     def mean(self, x: Vector) -> float:
@@ -81,6 +103,20 @@ class AnalyticModel:
         chunk = self.prefill_chunk
         steps = (-(-todo // chunk) if todo > 1.0 else 1.0) + 1.0  # ⌈max(todo, 1)/C⌉ + 1
         queue = ahead - cap
+        mean = steps * t_iter
         if queue > 0:
-            return queue * t_iter * self.mean_output_tokens / cap + steps * t_iter
-        return steps * t_iter
+            mean += queue * t_iter * self.mean_output_tokens / cap
+        if self.prefill_token_s or self.max_num_batched_tokens:
+            mean += self._compute(x, todo, t_iter)
+        return mean
+
+    def _compute(self, x: Vector, todo: float, t_iter: float) -> float:
+        """The compute-bound terms: every prompt token computed before this one's first
+        token costs `prefill_token_s`; under a budget B, the backlog ahead takes
+        backlog / B more steps."""
+        backlog = x[BACKLOG]
+        extra = self.prefill_token_s * (backlog + (todo if todo > 0.0 else 0.0))
+        budget = self.max_num_batched_tokens
+        if budget:
+            extra += backlog / budget * t_iter
+        return extra

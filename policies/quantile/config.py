@@ -66,6 +66,8 @@ class EngineShape:
     h: float = 0.00065
     prefill_chunk: int = 512
     max_num_seqs: int = 256
+    prefill_token_s: float = 0.0
+    max_num_batched_tokens: int | None = None
 
 
 def analytic_model(s: QuartzSettings, engine: EngineShape) -> AnalyticModel:
@@ -77,6 +79,8 @@ def analytic_model(s: QuartzSettings, engine: EngineShape) -> AnalyticModel:
         s.mean_output_tokens,
         s.spread90,
         s.spread95,
+        engine.prefill_token_s,
+        engine.max_num_batched_tokens,
     )
 
 

@@ -339,3 +339,42 @@ def test_counters() -> None:
     assert stats.generation_tokens == 30 == sum(len(s.tokens) for s in steps)
     assert stats.prompt_tokens == 300
     assert stats.prefix_queries_tokens == 300 and stats.prefix_hits_tokens == 0
+
+
+# --- compute-bound prefill (prefill_token_s, max_num_batched_tokens), off by default ---------
+def test_a_step_lasts_longer_by_the_prompt_tokens_it_computes() -> None:
+    engine, clock = make(prefill_token_s=0.0001)
+    engine.submit(req("a", 1200, 2))
+    durations = [s.duration for s in run(engine, clock)]
+    # chunks of 512, 512, 176 prompt tokens, then two decode steps
+    expected = [W + H + 0.0001 * c for c in (512, 512, 176, 0, 0)]
+    assert durations == pytest.approx(expected)
+
+
+def _first_tokens(**kw: object) -> dict[str, float]:
+    engine, clock = make(**kw)
+    engine.submit(req("long", 8000, 1))
+    engine.submit(req("short", 100, 1))
+    return {f.id: f.first_token for f in finished_by_id(run(engine, clock)).values()}
+
+
+def test_a_token_budget_puts_a_short_prompt_behind_a_long_prefill() -> None:
+    """Head-of-line blocking: with a per-step budget the long prompt admitted first takes
+    it, and the short one's first token waits for the long prefill; without a budget each
+    request prefills its own chunk side by side, as FleetOpt's model has it."""
+    free = _first_tokens()
+    budget = _first_tokens(max_num_batched_tokens=512)
+    assert free["short"] < free["long"]
+    assert budget["short"] > free["short"]
+    # the short prompt's chunk runs once the long prompt's 16 chunks of 512 are done
+    steps_before = math.ceil(8000 / 512)
+    assert budget["short"] >= steps_before * (W + 2 * H)
+
+
+def test_defaults_keep_fleetopts_step() -> None:
+    config = EngineConfig()
+    assert config.prefill_token_s == 0.0 and config.max_num_batched_tokens is None
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        EngineConfig(max_num_seqs=64, max_num_batched_tokens=32)
+    with pytest.raises(ValueError, match="prefill_token_s"):
+        EngineConfig(prefill_token_s=-1.0)

@@ -42,6 +42,31 @@ def test_analytic_model_is_the_engine_models_prefill():
     assert q.mean < q.q90 < q.q95
 
 
+def test_analytic_model_follows_the_engines_compute_bound_prefill():
+    """With the engine's prefill_token_s and token budget, the model charges this prompt's
+    and the backlog's tokens, and the backlog's steps under the budget; it agrees with the
+    engine model on a lone prompt behind nothing, and ignores both terms when they are off."""
+    from emulator.engine import Engine, EngineRequest
+    from policies.clock import ManualClock
+
+    c, budget = 0.0001, 2048
+    m = AnalyticModel(prefill_token_s=c, max_num_batched_tokens=budget)
+    plain = AnalyticModel()
+    assert m.mean(x(prompt=1000)) == pytest.approx(plain.mean(x(prompt=1000)) + c * 1000)
+    behind = m.mean(x(prompt=1000, backlog=4096)) - m.mean(x(prompt=1000))
+    t_iter = m.w + m.h
+    assert behind == pytest.approx(c * 4096 + 4096 / budget * t_iter)
+    assert m.predict_tuple(x(prompt=1000, backlog=4096))[0] == pytest.approx(
+        m.mean(x(prompt=1000, backlog=4096))
+    )
+    clock = ManualClock()
+    engine = Engine(EngineConfig(prefill_token_s=c, max_num_batched_tokens=budget), clock)
+    engine.submit(EngineRequest("a", 1000, 1, 1))
+    while engine.has_work():
+        clock.advance(engine.step().duration)
+    assert m.mean(x(prompt=1000)) == pytest.approx(clock.now(), rel=1e-9)
+
+
 def test_calibration_brings_coverage_to_alpha_per_regime():
     """A model that under-predicts by 2× in one regime: corrected, coverage ≈ α there."""
     cal = Calibration(alpha=0.95, window=256, min_samples=32)
