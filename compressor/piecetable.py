@@ -28,27 +28,10 @@ compresses on a thread pool).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
-
-
-def _load_fast() -> ModuleType | None:
-    """The compiled split + key + probe (compressor/_fast.c), unless it was not built or
-    FLEETGATE_PURE=1 asks for the numpy path (the tests run both)."""
-    if os.environ.get("FLEETGATE_PURE", "") not in ("", "0"):
-        return None
-    try:
-        from compressor import _fast  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _fast  # type: ignore[no-any-return]
-
-
-_fast = _load_fast()
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -138,16 +121,6 @@ class PieceTable:
     def capacity(self) -> int:
         return self._mask + 1
 
-    @property
-    def rows(self) -> U64Array:
-        """The slots, row after row (read by compressor/_fast.c)."""
-        return self._rows
-
-    @property
-    def shift(self) -> int:
-        """64 − bits: a hash's top bits are its home slot."""
-        return int(self._shift)
-
     def clear(self) -> None:
         self._rows.fill(0)
         self.size = 0
@@ -224,13 +197,6 @@ class PieceTable:
 def lookup_pieces(table: PieceTable, text: str, memo: Callable[[str], int]) -> IntArray:
     """Memo values of `text.split(" ")`'s pieces: through the table, and the dict `memo`
     for the rest (whose short keys are then added to the table)."""
-    if _fast is not None:
-        return lookup_pieces_fast(_fast, table, text, memo)
-    return lookup_pieces_numpy(table, text, memo)
-
-
-def lookup_pieces_numpy(table: PieceTable, text: str, memo: Callable[[str], int]) -> IntArray:
-    """lookup_pieces in numpy (the fallback, and the reference for the C path)."""
     raw, data, starts, ends = split_bytes(text)
     lengths = ends - starts
     keys = piece_keys(data, starts, lengths)
@@ -238,43 +204,6 @@ def lookup_pieces_numpy(table: PieceTable, text: str, memo: Callable[[str], int]
     rest = np.flatnonzero(~found)
     if len(rest) == 0:
         return values
-    _resolve(table, text, memo, raw, starts, ends, values, rest, keys)
-    return values
-
-
-def lookup_pieces_fast(
-    fast: ModuleType, table: PieceTable, text: str, memo: Callable[[str], int]
-) -> IntArray:
-    """lookup_pieces with the split, the keys and the probes in C (one pass, the same table
-    and the same results); the misses go through the same `_resolve`."""
-    raw = text.encode("utf-8", "surrogatepass")
-    n = raw.count(b" ") + 1
-    values = np.empty(n, dtype=np.int64)
-    found = np.empty(n, dtype=np.bool_)
-    starts = np.empty(n, dtype=np.int64)
-    ends = np.empty(n, dtype=np.int64)
-    fast.probe_pieces(raw, table.rows, table.capacity - 1, table.shift, values, found, starts, ends)
-    rest = np.flatnonzero(~found)
-    if len(rest):
-        _resolve(table, text, memo, raw, starts, ends, values, rest, None)
-    return values
-
-
-def _resolve(
-    table: PieceTable,
-    text: str,
-    memo: Callable[[str], int],
-    raw: bytes,
-    starts: IntArray,
-    ends: IntArray,
-    values: IntArray,
-    rest: IntArray,
-    keys: Keys | None,
-) -> None:
-    """The pieces at `rest` (not found in the table) from the dict `memo`, written into
-    `values`; their short keys are then added to the table (`keys`: all pieces' keys, or
-    None to compute only the new ones')."""
-    lengths = ends - starts
     at = rest.tolist()
     piece_at: Callable[[int], str]
     if 8 * len(rest) > len(starts):  # many misses (a cold table): split the text once
@@ -292,8 +221,5 @@ def _resolve(
     # one index per distinct piece (its first occurrence: later ones are overwritten)
     new = list(dict(zip(map(piece_at, keyed), keyed, strict=True)).values())
     if new:
-        if keys is None:
-            data = np.frombuffer(raw + bytes(8 * WORDS), dtype=np.uint8)
-            table.insert(piece_keys(data, starts[new], lengths[new]), values[new])
-        else:
-            table.insert([k[new] for k in keys], values[new])
+        table.insert([k[new] for k in keys], values[new])
+    return values
