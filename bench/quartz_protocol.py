@@ -197,6 +197,7 @@ def metrics(result: RunResult) -> dict[str, Any]:
         for r in ok
         if r.slo_class == "long"
     ]
+    classes = rep["slo"]["classes"]
     out: dict[str, Any] = {
         "requests": len(recs),
         "completed": len(ok),
@@ -204,10 +205,10 @@ def metrics(result: RunResult) -> dict[str, Any]:
         "p95_ttft": _p(ttft, 95),
         "p99_ttft": _p(ttft, 99),
         "violation": rep["slo"]["violation_rate"],
-        "violation_by_class": {
-            c: e.get("violation_rate") for c, e in rep["slo"]["classes"].items()
-        },
-        "p99_ttft_by_class": {c: e["ttft"].get("p99") for c, e in rep["slo"]["classes"].items()},
+        "violation_chat": classes.get("interactive", {}).get("violation_rate", float("nan")),
+        "violation_rag": classes.get("long", {}).get("violation_rate", float("nan")),
+        "p99_chat": classes.get("interactive", {}).get("ttft", {}).get("p99", float("nan")),
+        "p99_rag": classes.get("long", {}).get("ttft", {}).get("p99", float("nan")),
         "throughput": tokens / max(t1 - t0, 1e-9),
         "jain": rep["fairness"]["jain"],
         "jain_ttft": _jain_ttft(ok, cfg),
