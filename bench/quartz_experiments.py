@@ -55,16 +55,16 @@ METHODS: tuple[Method, ...] = (
     Method("FIFO-P2C", "power_of_two"),
     Method("Locality-aware", "locality"),
     Method("TokenFair", "least_loaded", "token_fair"),
-    Method("PointPred", "point_pred", "quartz", dispatch_params={"alpha": "mean"}),
+    Method("PointPred", "point_pred", "quartz", dispatch_params={"point": True}),
     Method("QUARTZ", "quartz", "quartz"),
     Method("Oracle", "quartz", "quartz"),
 )
 ABLATIONS: tuple[Method, ...] = (
     Method("Routing-only", "quartz", "fifo"),
     Method("Queueing-only", "least_loaded", "quartz"),
-    Method("No Calibration", "quartz", "quartz", {"calibrate": False}, {"calibrate": False}),
-    Method("No Fairness", "quartz", "quartz", dispatch_params={"beta": 0.0}),
-    Method("No Locality", "quartz", "quartz", {"locality": False}, {"locality": False}),
+    Method("No Calibration", "quartz", "quartz", quartz={"calibration": False}),
+    Method("No Fairness", "quartz", "quartz", dispatch_params={"fairness": False}),
+    Method("No Locality", "quartz", "quartz", quartz={"locality": False}),
 )
 BY_NAME = {m.name: m for m in (*METHODS, *ABLATIONS)}
 

@@ -61,6 +61,7 @@ class Method:
     dispatch: str = "fifo"
     routing_params: Mapping[str, Any] = field(default_factory=dict)
     dispatch_params: Mapping[str, Any] = field(default_factory=dict)
+    quartz: Mapping[str, Any] | None = None  # the predictor's settings (policy.quartz)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,8 @@ def scenario_for(
         "policy": method.dispatch,
         **({"params": dict(method.dispatch_params)} if method.dispatch_params else {}),
     }
+    if method.quartz is not None:
+        doc["policy"]["quartz"] = dict(method.quartz)
     doc["report"] = {"plots": False, "sample_interval": 5.0}
     return parse(doc, f"{BASE}[{method.name}, {variant.name}, {rate}/s]")
 
