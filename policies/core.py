@@ -36,7 +36,7 @@ from policies.admission import AdmissionRefused, AdmitAll, Admitter, Reservation
 from policies.dispatch import Dispatcher, FifoDispatcher, QueuePosition, Waiter
 from policies.hooks import Hook
 from policies.intake import Intake, Intaken, Prompt, Refusal
-from policies.leases import Leases, Load, WorkerSlot
+from policies.leases import Leases, Load, PrefillLoad, PrefillWork, WorkerSlot
 from policies.routing import Router
 from policies.types import Outcome, PoolSpec, RequestInfo, Status, WorkerView
 
@@ -51,6 +51,7 @@ class Ticket:
     leases: Leases = field(default_factory=Leases)
     reservation: Reservation | None = None
     waiter: Waiter | None = None
+    prefill: PrefillWork | None = None  # its prompt in the worker's prefill backlog
     completed: bool = False
     token: object = None  # the driver's handle (the gateway: a future its waiter awaits)
 
@@ -93,6 +94,12 @@ class Core:
     # a waiting request was given a freed slot: the driver routes it again
     on_woken: Callable[[Ticket], object] = _nobody_woken
     routers: dict[str, Router] = field(default_factory=dict)
+    # count each dispatched prompt in its worker's prefill backlog until its first token
+    # (`WorkerView.prefill_tokens`): on when a prefill room is configured or QUARTZ's
+    # features are wanted; off, the default path takes no extra lease
+    track_prefill: bool = False
+    # a first token frees room (`dispatch.prefill_room`): wake a waiter of the pool then
+    prefill_room: bool = False
 
     # --- steps 3–4 ------------------------------------------------------------------
     def arrive(
@@ -180,7 +187,7 @@ class Core:
 
     def wait(self, ticket: Ticket, now: float) -> Waiter | None:
         """Queue for room in any of its pools; None when the queue is full (refuse)."""
-        waiter = self.dispatcher.wait(ticket.info.id, ticket.pools, now)
+        waiter = self.dispatcher.wait(ticket.info, ticket.pools, now)
         if waiter is None:
             return None
         waiter.token = ticket
@@ -195,19 +202,38 @@ class Core:
         until the slot is released: by the driver when this attempt ends (a retry gives it
         back first), or by `complete`."""
         slot = ticket.leases.take(WorkerSlot(load, tokens, self._released))
+        if self.track_prefill:
+            # the load carries `prefill_tokens` whenever the driver turned tracking on
+            on = self._prefilled if self.prefill_room else None
+            if ticket.prefill is not None:
+                ticket.prefill.release()  # a retry's earlier attempt
+            ticket.prefill = ticket.leases.take(
+                PrefillWork(load, ticket.info.prompt_tokens, on)  # type: ignore[arg-type]
+            )
         for h in self.hooks:
             h.on_dispatch(ticket.info, worker, now)
         return slot
 
     def _released(self, load: Load) -> None:
         self.on_released(load)
+        self._wake(load.pool)
+
+    def _prefilled(self, load: PrefillLoad) -> None:
+        self._wake(load.pool)
+
+    def _wake(self, pool: str) -> None:
         if len(self.dispatcher):
-            waiter = self.dispatcher.wake(load.pool)
+            waiter = self.dispatcher.wake(pool)
             if waiter is not None and isinstance(waiter.token, Ticket):
                 self.on_woken(waiter.token)
 
     # --- step 9 ---------------------------------------------------------------------
     def first_token(self, ticket: Ticket, now: float) -> None:
+        prefill = ticket.prefill
+        if prefill is not None:
+            ticket.prefill = None
+            prefill.release()  # out of the backlog (and, with a prefill room, room frees)
+        self.dispatcher.served(ticket.info, now)
         for h in self.hooks:
             h.on_first_token(ticket.info, now)
 

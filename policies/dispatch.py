@@ -14,6 +14,22 @@ calls `wake(pool)` whenever a slot in `pool` is released and `expire(now)` as ti
 passes; `cancel` removes a waiter whose client left. Each waiter leaves the queue exactly
 once: woken, expired or cancelled.
 
+The order is the dispatcher's: `fifo` (this file) serves first come first served;
+`quartz` (policies/queue/quartz.py) orders by predicted tail prefill with aging and
+per-client fairness; `token_fair` (policies/queue/token_fair.py) serves the client with
+the least recent service first. `wait` is given the request itself (its size, its
+client), and `served` tells the dispatcher a request it ordered had its first token
+(the fair dispatchers' service counters).
+
+Room (what makes the order matter, for every dispatcher alike): a worker takes another
+request while its in-flight count is below `capacity` (`dispatch.capacity: engine`: the
+engine's max_num_seqs), its outstanding tokens below `token_capacity`
+(`dispatch.kv_overcommit`), and — with `dispatch.prefill_room` set — its prefill backlog
+(prompt tokens dispatched without a first token yet, `WorkerView.prefill_tokens`) below
+that many tokens. The last keeps a long prompt from being pushed into an engine already
+busy prefilling: the request stays here, where the order is ours, and a first token
+frees room as a completion does.
+
 Failure posture: a full queue (`max_waiting`) refuses at once (the driver answers 429
 with Retry-After); a waiter past `timeout_s` is expired (503 `queue_timeout`).
 """
@@ -27,6 +43,7 @@ from typing import Any, Protocol
 
 from policies.leases import Releasing
 from policies.registry import Registry, config_from
+from policies.types import RequestInfo
 
 
 @dataclass(slots=True, eq=False)
@@ -39,11 +56,16 @@ class Waiter:
     deadline: float
     done: bool = False  # woken, expired or cancelled: out of the queue
     token: object = None  # the driver's handle (the gateway: a future to resolve)
+    request: RequestInfo | None = None
 
 
 class Dispatcher(Protocol):
-    def wait(self, key: str, pools: tuple[str, ...], now: float) -> Waiter | None:
+    def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
         """Queue a request; None when the queue is full."""
+        ...
+
+    def served(self, request: RequestInfo, now: float) -> None:
+        """A request had its first token (fair dispatchers count the client's service)."""
         ...
 
     def wake(self, pool: str) -> Waiter | None:
@@ -70,13 +92,16 @@ class FifoDispatcher:
     _queue: deque[Waiter] = field(default_factory=deque)
     _live: int = 0
 
-    def wait(self, key: str, pools: tuple[str, ...], now: float) -> Waiter | None:
+    def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
         if self._live >= self.max_waiting:
             return None
-        waiter = Waiter(key, pools, now, now + self.timeout_s)
+        waiter = Waiter(request.id, pools, now, now + self.timeout_s, request=request)
         self._queue.append(waiter)
         self._live += 1
         return waiter
+
+    def served(self, request: RequestInfo, now: float) -> None:
+        pass
 
     def wake(self, pool: str) -> Waiter | None:
         queue = self._queue
@@ -139,7 +164,11 @@ class FifoConfig:
             raise ValueError("timeout_s: must be positive")
 
 
-DISPATCHERS: Registry[Dispatcher] = Registry("dispatch policy")
+def _load_builtins() -> None:
+    from policies.queue import quartz, token_fair  # noqa: F401
+
+
+DISPATCHERS: Registry[Dispatcher] = Registry("dispatch policy", _load_builtins)
 
 
 @DISPATCHERS.register("fifo")

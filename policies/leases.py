@@ -78,6 +78,38 @@ class WorkerSlot(Releasing):
                 self.on_release(self.load)
 
 
+class PrefillLoad(Protocol):
+    """What prefill work counts on: the prompt tokens a worker was sent that have not
+    had their first token yet (its prefill backlog)."""
+
+    pool: str
+    prefill_tokens: int
+
+
+class PrefillWork(Releasing):
+    """One request's prompt in its worker's prefill backlog, from dispatch until its
+    first token (or until the attempt ends without one). `on_release(load)` runs once
+    it is given back: with a prefill room configured, a request waiting for room may go."""
+
+    __slots__ = ("load", "on_release", "released", "tokens")
+
+    def __init__(
+        self, load: PrefillLoad, tokens: int, on_release: Callable[[PrefillLoad], object] | None
+    ) -> None:
+        self.load = load
+        self.tokens = tokens
+        self.on_release = on_release
+        self.released = False
+        load.prefill_tokens += tokens
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.load.prefill_tokens -= self.tokens
+            if self.on_release is not None:
+                self.on_release(self.load)
+
+
 L = TypeVar("L", bound=Lease)
 
 

@@ -36,6 +36,8 @@ class RequestInfo:
     stream: bool = False
     prefix_hashes: tuple[int, ...] = ()
     slo_class: str = "standard"
+    temperature: float = 1.0  # decoding parameters (QUARTZ's θ_r); 1.0 when not given
+    top_p: float = 1.0
 
     @property
     def total_tokens(self) -> int:
@@ -69,10 +71,17 @@ class WorkerView:
     # outstanding tokens (Σ L_total of this gateway's requests on it) below which it takes
     # another: its KV cache in tokens × `dispatch.kv_overcommit`; None: not considered
     token_capacity: int | None = None
+    # prompt tokens this gateway sent it that have no first token yet (the prefill
+    # backlog, `policies.leases.PrefillWork`), and the bound below which it takes another
+    # (`dispatch.prefill_room`, policies/dispatch.py); None: not considered
+    prefill_tokens: int = 0
+    prefill_capacity: int | None = None
 
     @property
     def has_room(self) -> bool:
         if self.capacity is not None and self.in_flight >= self.capacity:
+            return False
+        if self.prefill_capacity is not None and self.prefill_tokens >= self.prefill_capacity:
             return False
         # `<`, not `+ request <=`: an empty worker takes even a request larger than it
         return self.token_capacity is None or self.outstanding_tokens < self.token_capacity

@@ -48,6 +48,7 @@ from policies.core import Core, Ticket
 from policies.dispatch import Waiter
 from policies.intake import CHAT, Prompt, Refusal
 from policies.leases import WorkerSlot
+from policies.quantile.predictor import Predictor
 from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.compression import CompressionModel
@@ -70,6 +71,7 @@ class Gateway:
         compression: CompressionModel | None = None,
         bytes_per_token: dict[Category, float] | None = None,
         retries: Mapping[str, Retry] | None = None,
+        predictor: Predictor | None = None,
     ) -> None:
         self.kernel = kernel
         self.cluster = cluster
@@ -80,6 +82,7 @@ class Gateway:
         # None: the budget is exact; else a prompt's bytes per token, by category
         self.bytes_per_token = bytes_per_token
         self.recorder = recorder
+        self.predictor = predictor  # QUARTZ's: records get its features and prediction
         self.scrape_interval = scrape_interval
         # clients that retry an admission refusal (429) after its Retry-After, by client
         self.retries = dict(retries or {})
@@ -250,12 +253,19 @@ class Gateway:
             return
         slot = self.core.dispatch(ticket, worker.id, worker.view, now, sent + spec.max_tokens)
         self._live[spec.id] = (ticket, record, spec, slot)
+        if self.predictor is not None:
+            p = self.predictor.pending(spec.id)
+            if p is not None:
+                record.features = p.features
+                record.predicted = p.q
 
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
         now = self.kernel.now()
         ticket, record, _, _ = self._live[request_id]
         record.first_token = now
+        if record.dispatch is not None:
+            record.prefill_s = now - record.dispatch
         self.core.first_token(ticket, now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:

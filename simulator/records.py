@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from policies.quantile.features import Quantiles
 from simulator.cluster import Cluster
 from simulator.kernel import PRIO_SAMPLE, Kernel
 from simulator.workloads import RequestSpec
@@ -38,13 +39,16 @@ class RequestRecord:
         "completion_tokens",
         "compressed_to",
         "dispatch",
+        "features",
         "finish",
         "first_arrival",
         "first_token",
         "id",
         "output_tokens",
         "pool",
+        "predicted",
         "preemptions",
+        "prefill_s",
         "prompt_tokens",
         "refusal",
         "refusal_reason",
@@ -77,6 +81,12 @@ class RequestRecord:
         self.status = "pending"
         self.refusal: str | None = None  # an admission refusal's code (the refusing check)
         self.refusal_reason: str | None = None  # ... and its message
+        # QUARTZ (when the run has a predictor): the feature vector at dispatch for the
+        # worker chosen (policies/quantile/features.py FEATURES), the calibrated predicted
+        # prefill quantiles routing used, and the observed prefill (first token − dispatch)
+        self.features: list[float] | None = None
+        self.predicted: Quantiles | None = None
+        self.prefill_s: float | None = None
 
 
 class Recorder:

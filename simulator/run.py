@@ -17,6 +17,10 @@ from policies.dispatch import make_dispatcher
 from policies.hooks import Hook
 from policies.intake import Intake
 from policies.pools import make_placement
+from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
+from policies.quantile.features import PrefillModel
+from policies.quantile.predictor import Predictor, attach
+from policies.registry import config_from
 from policies.routing import Router, make_router
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, default_engine
@@ -74,6 +78,7 @@ class RunResult:
     end: float  # virtual time of the last event
     engine_stats: dict[str, dict[str, float]] = field(default_factory=dict)
     core: Core | None = None  # the pipeline core as the run left it (its admitter's state)
+    predictor: Predictor | None = None  # QUARTZ's, when the run had one (its calibration)
 
 
 def _arrivals(model: object) -> Arrivals:
@@ -156,7 +161,9 @@ def core_for(
         intake_for(scenario),
         router_for,
         make_admitter(policy.admission.policy, policy.admission.params),
-        make_dispatcher(d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s}),
+        make_dispatcher(
+            d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
+        ),
         hooks,
     )
 
@@ -177,10 +184,13 @@ def run(
     specs: list[RequestSpec] | None = None,
     routers: dict[str, Router] | None = None,
     probe: Probe | None = None,
+    prefill_model: PrefillModel | None = None,
 ) -> RunResult:
     """Run `scenario` to completion. `specs` replaces its workload and `routers` its
     per-pool routing policies (any object with the `Router` protocol), for experiments;
-    `probe` is called at every sampling instant."""
+    `probe` is called at every sampling instant. `prefill_model` replaces QUARTZ's
+    predictor model (default: the analytic model of the scenario's engine, or none when
+    nothing uses a predictor) — e.g. a trained tree model, or an oracle."""
     seed = scenario.seed if seed is None else seed
     if specs is None:
         specs = build_workload(scenario, seed, requests)
@@ -190,12 +200,26 @@ def run(
     pool_specs = [PoolSpec(p.name, p.max_model_len) for p in scenario.fleet.pools]
     pool_routing = {p.name: p.routing or scenario.policy.routing for p in scenario.fleet.pools}
 
+    predictor: Predictor | None = None
+
     def router_for(pool: str) -> Router:
         rm = pool_routing.get(pool, scenario.policy.routing)
-        return make_router(rm.policy, rm.params)
+        router = make_router(rm.policy, rm.params)
+        if predictor is not None:
+            attach(router, predictor)
+        return router
 
     core = core_for(scenario, router_for, hooks)
     core.routers.update(routers or {})
+    predictor = _predictor_for(scenario, core, pool_routing, prefill_model)
+    if predictor is not None:
+        attach(core.dispatcher, predictor)
+        for r in core.routers.values():
+            attach(r, predictor)
+        core.hooks = (predictor, *core.hooks)
+    prefill_room = scenario.policy.dispatch.prefill_room
+    core.track_prefill = predictor is not None or prefill_room is not None
+    core.prefill_room = prefill_room is not None
     gateway = Gateway(
         kernel,
         cluster,
@@ -214,6 +238,7 @@ def run(
             for t in scenario.workload.tenants
             if t.retry.max_attempts > 1
         },
+        predictor=predictor,
     )
     for p in scenario.fleet.pools:
         cluster.add_pool(
@@ -226,6 +251,12 @@ def run(
             if dispatch.kv_overcommit is not None:
                 kv = w.config.num_kv_blocks * w.config.block_size
                 w.view.token_capacity = int(kv * dispatch.kv_overcommit)
+    if prefill_room is not None:
+        for w in cluster.workers.values():
+            w.view.prefill_capacity = prefill_room
+    if predictor is not None:
+        workers = cluster.workers
+        predictor.view_of = lambda wid: workers[wid].view if wid in workers else None
     gateway.bind()
     for ev in sorted(scenario.events, key=lambda e: e.at):
         kernel.at(ev.at, PRIO_STEP, _apply_event, (ev, cluster, core, kernel))
@@ -285,7 +316,34 @@ def run(
         kernel.now(),
         engine_stats,
         core,
+        predictor,
     )
+
+
+def _predictor_for(
+    scenario: Scenario,
+    core: Core,
+    pool_routing: dict[str, object],
+    model: PrefillModel | None,
+) -> Predictor | None:
+    """QUARTZ's predictor when the scenario configures one, a policy uses one, or a model
+    is given; the analytic model reads the first pool's engine."""
+    uses = (
+        scenario.policy.quartz is not None
+        or model is not None
+        or hasattr(core.dispatcher, "bind_predictor")
+        or any(
+            hasattr(make_router(rm.policy, rm.params), "bind_predictor")  # type: ignore[attr-defined]
+            for rm in pool_routing.values()
+        )
+        or any(hasattr(r, "bind_predictor") for r in core.routers.values())
+    )
+    if not uses:
+        return None
+    settings = config_from(QuartzSettings, scenario.policy.quartz or {})
+    e = scenario.engine_config(scenario.fleet.pools[0])
+    shape = EngineShape(e.w, e.h, e.prefill_chunk, e.max_num_seqs)
+    return build_predictor(settings, model, shape)
 
 
 def _apply_event(arg: tuple[object, Cluster, Core, Kernel]) -> None:

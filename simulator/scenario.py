@@ -147,6 +147,10 @@ class DispatchModel(_Strict):
     kv_overcommit: float | None = Field(default=None, gt=0)
     max_waiting: int = Field(default=1_000_000, ge=0)
     timeout_s: float = Field(default=3600.0, gt=0)
+    # a worker takes new requests only while the prompt tokens sent it without a first
+    # token yet are below this (every dispatch policy alike); None: not considered
+    prefill_room: int | None = Field(default=None, gt=0)
+    params: dict[str, Any] = Field(default_factory=dict)  # the dispatch policy's own
 
 
 class AdmissionModel(_Strict):
@@ -164,6 +168,10 @@ class PolicyModel(_Strict):
     routing: RoutingModel = RoutingModel()
     budget: BudgetModel = BudgetModel()
     compression: CompressionSpecModel = CompressionSpecModel()
+    # QUARTZ's predictor (policies/quantile/config.py QuartzSettings' fields); also built
+    # when a routing or dispatch policy uses it. Records then carry features, prefill_s
+    # and the predicted quantiles.
+    quartz: dict[str, Any] | None = None
 
 
 class TelemetryModel(_Strict):
@@ -355,6 +363,13 @@ class Scenario(_Strict):
 PoolModel.model_rebuild()
 
 
+def _quartz_settings(params: dict[str, Any]) -> Any:
+    from policies.quantile.config import QuartzSettings
+    from policies.registry import config_from
+
+    return config_from(QuartzSettings, params)
+
+
 def _check_policies(sc: Scenario) -> None:
     """Every step's policy builds from its name and parameters; an error names its key."""
     from policies.admission import make_admitter
@@ -364,7 +379,8 @@ def _check_policies(sc: Scenario) -> None:
     p = sc.policy
     checks: list[tuple[str, Any]] = [
         ("policy.admission", lambda: make_admitter(p.admission.policy, p.admission.params)),
-        ("policy.dispatch", lambda: make_dispatcher(p.dispatch.policy)),
+        ("policy.dispatch", lambda: make_dispatcher(p.dispatch.policy, p.dispatch.params)),
+        ("policy.quartz", lambda: _quartz_settings(p.quartz or {})),
         ("policy.routing", lambda: make_router(p.routing.policy, p.routing.params)),
     ]
     for pool in sc.fleet.pools:

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from policies.types import RequestInfo
+
 FEATURES: tuple[str, ...] = (
     "prompt_tokens",  # p_r: the gateway's estimate (or exact count) of the prompt
     "max_tokens",  # m_r: the generation budget
@@ -65,3 +67,50 @@ class PrefillModel(Protocol):
         ...
 
     def predict(self, x: Vector) -> Quantiles: ...
+
+
+CATEGORY_INDEX: dict[str, float] = {c: float(i) for i, c in enumerate(CATEGORY_CODES)}
+# positions in the vector, for the parts that read it (analytic model, calibration)
+PROMPT, MAX_TOKENS, LOCALITY, BUCKET, RUNNING, WAITING, BACKLOG, KV = (
+    FEATURES.index(n)
+    for n in (
+        "prompt_tokens",
+        "max_tokens",
+        "locality_tokens",
+        "locality_bucket",
+        "running",
+        "waiting",
+        "prefill_backlog_tokens",
+        "kv_usage",
+    )
+)
+
+
+def vector(
+    request: RequestInfo,
+    locality_tokens: int,
+    locality_bucket: int,
+    running: int,
+    waiting: int,
+    backlog_tokens: int,
+    kv_usage: float,
+) -> list[float]:
+    """The feature vector in `FEATURES` order, from the request and one worker's state.
+
+    The worker's part is what routing sees *before* the request is sent: `running` is
+    max(engine running, this gateway's in flight), `backlog_tokens` the prompt tokens
+    sent it with no first token yet (`WorkerView.prefill_tokens`)."""
+    return [
+        float(request.prompt_tokens),
+        float(request.max_tokens),
+        request.temperature,
+        request.top_p,
+        CATEGORY_INDEX.get(request.category, 0.0),
+        1.0 if request.stream else 0.0,
+        float(locality_tokens),
+        float(locality_bucket),
+        float(running),
+        float(waiting),
+        float(backlog_tokens),
+        kv_usage,
+    ]

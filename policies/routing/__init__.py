@@ -46,7 +46,13 @@ _ANY = RequestInfo(id="", model="", arrival=0.0, prompt_tokens=0, max_tokens=0)
 
 
 def _load_builtins() -> None:
-    from policies.routing import least_loaded, power_of_two, round_robin  # noqa: F401
+    from policies.routing import (  # noqa: F401
+        least_loaded,
+        locality,
+        power_of_two,
+        quartz,
+        round_robin,
+    )
 
 
 ROUTERS: Registry[Router] = Registry("router", _load_builtins)

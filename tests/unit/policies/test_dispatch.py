@@ -9,6 +9,11 @@ from hypothesis import strategies as st
 
 from policies.dispatch import DISPATCHERS as REGISTRY
 from policies.dispatch import FifoDispatcher, QueuePosition, make_dispatcher
+from policies.types import RequestInfo
+
+
+def _req(rid: str, client: str = "default", prompt: int = 100) -> RequestInfo:
+    return RequestInfo(rid, "m", 0.0, prompt, 16, entitlement=client)
 
 
 def _registered(name):
@@ -25,10 +30,10 @@ NAMES = REGISTRY.names()
 @pytest.mark.parametrize("make", DISPATCHERS, ids=NAMES)
 def test_dispatcher_conformance(make):
     d = make(max_waiting=3, timeout_s=10.0)
-    a = d.wait("a", ("short", "long"), 0.0)
-    b = d.wait("b", ("long",), 1.0)
-    c = d.wait("c", ("short",), 2.0)
-    assert len(d) == 3 and d.wait("d", ("short",), 3.0) is None  # full: refused at once
+    a = d.wait(_req("a"), ("short", "long"), 0.0)
+    b = d.wait(_req("b"), ("long",), 1.0)
+    c = d.wait(_req("c"), ("short",), 2.0)
+    assert len(d) == 3 and d.wait(_req("d"), ("short",), 3.0) is None  # full: refused at once
     assert d.waiting("short") == 2 and d.waiting("long") == 2
     assert d.wake("short") is a  # first come, first served, among those that can use it
     assert d.wake("short") is c
@@ -36,7 +41,7 @@ def test_dispatcher_conformance(make):
     d.cancel(b)
     d.cancel(b)  # twice: no effect
     assert len(d) == 0 and d.wake("long") is None
-    e = d.wait("e", ("short",), 5.0)
+    e = d.wait(_req("e"), ("short",), 5.0)
     assert d.expire(14.9) == [] and d.expire(15.0) == [e] and len(d) == 0
     assert d.expire(99.0) == []
 
@@ -59,7 +64,7 @@ def test_no_waiter_is_lost_or_served_twice(ops):
     queued, out = [], []
     for op, arg in ops:
         if op == "wait":
-            w = d.wait(f"r{len(queued)}", arg, now)
+            w = d.wait(_req(f"r{len(queued)}"), arg, now)
             if w is not None:
                 queued.append(w)
         elif op == "wake":
@@ -88,7 +93,7 @@ def test_no_waiter_is_lost_or_served_twice(ops):
 @pytest.mark.parametrize("make", DISPATCHERS, ids=NAMES)
 def test_a_queue_position_is_a_lease(make):
     d = make(max_waiting=3, timeout_s=10.0)
-    waiter = d.wait("a", ("short",), 0.0)
+    waiter = d.wait(_req("a"), ("short",), 0.0)
     with QueuePosition(d, waiter) as position:
         assert len(d) == 1
     assert len(d) == 0 and waiter.done

@@ -1,0 +1,70 @@
+"""The analytic prefill model: QUARTZ's predictor when no trained model file is configured.
+
+It evaluates the engine model (emulator/engine.py; FleetOpt §3.1 Eq. 3–4, 7) on the
+feature vector of Table 2 (../shared/seeds/003), the worker's state included:
+
+    n      = min(running + waiting + 1, max_num_seqs)         the batch it will join
+    t_iter = W + H · n                                        seconds per engine step
+    steps  = ⌈max(p − ℓ, 1) / C_chunk⌉ + 1                    its prefill chunks, then the
+                                                              step that emits token one
+    queue  = max(0, running + waiting + 1 − max_num_seqs)     requests ahead of a free slot
+    wait   = queue · t_iter · mean_output_tokens / max_num_seqs
+                                                              a slot frees every
+                                                              (mean decode steps / n) steps
+    mean   = wait + steps · t_iter
+
+p is the prompt, ℓ the tokens the gateway's prefix index says the worker already holds
+(prefix-cache hits skip prefill), C_chunk the chunked-prefill size. Chunks of different
+requests run side by side in one step, so another request's backlog costs this one only
+through n (the batch's width), which is how the engine model behaves; a real engine with a
+per-step token budget serialises prefills more, which the online calibration absorbs.
+
+Quantiles from a documented spread: q90 = mean · spread90, q95 = mean · spread95
+(defaults 1.3 and 1.5: the engine-queue estimate is the uncertain part). Online residual
+calibration (calibration.py) then corrects each regime's quantile to its observed
+coverage, so the spread only matters until observations arrive.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from policies.quantile.features import LOCALITY, PROMPT, RUNNING, WAITING, Quantiles, Vector
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyticModel:
+    w: float = 0.008  # W: seconds per step (the engine's EngineConfig.w)
+    h: float = 0.00065  # H: seconds per step per sequence in the batch
+    prefill_chunk: int = 512  # C_chunk
+    max_num_seqs: int = 256
+    mean_output_tokens: float = 256.0  # decode steps a running request holds its slot
+    spread90: float = 1.3
+    spread95: float = 1.5
+
+    def __post_init__(self) -> None:
+        if self.w < 0 or self.h < 0 or self.w + self.h <= 0:
+            raise ValueError("analytic model: w and h must be >= 0 and a step must take time")
+        if self.prefill_chunk < 1 or self.max_num_seqs < 1 or self.mean_output_tokens < 0:
+            raise ValueError("analytic model: prefill_chunk, max_num_seqs must be >= 1")
+        if not 1.0 <= self.spread90 <= self.spread95:
+            raise ValueError("analytic model: need 1 <= spread90 <= spread95")
+
+    @property
+    def name(self) -> str:
+        return "analytic"
+
+    def predict(self, x: Vector) -> Quantiles:
+        mean = self.mean(x)
+        return Quantiles(mean, mean * self.spread90, mean * self.spread95)
+
+    def mean(self, x: Vector) -> float:
+        todo = max(x[PROMPT] - x[LOCALITY], 1.0)
+        ahead = x[RUNNING] + x[WAITING] + 1.0
+        cap = self.max_num_seqs
+        t_iter = self.w + self.h * min(ahead, cap)
+        steps = math.ceil(todo / self.prefill_chunk) + 1
+        queue = ahead - cap
+        wait = queue * t_iter * self.mean_output_tokens / cap if queue > 0 else 0.0
+        return wait + steps * t_iter

@@ -1,0 +1,129 @@
+"""The gateway's own prefix index: which prompt blocks it sent to which worker (QUARTZ's
+prefix-locality proxy ℓ_r, Table 2 of ../shared/seeds/003, §3.1).
+
+A request brings the chained hashes of its prompt's full blocks (`RequestInfo.
+prefix_hashes`, block i's hash covers blocks 0..i), so "worker w was sent block i" means
+w was sent the whole prefix up to i. The locality of r on w is the longest such prefix,
+in tokens (`block_tokens` per block), found by binary search over r's hashes: O(log n)
+dictionary lookups per worker.
+
+The engine's prefix cache is not visible to the gateway (other replicas' traffic, its
+own evictions): this index is a proxy, and QUARTZ only uses it coarsely — its bucket
+none / partial / high (`high` when at least `high_fraction` of the prompt matched) and
+as one feature the calibration absorbs the drift of (§3.1, "cache state drift").
+
+Bounds: an entry (block hash → the workers sent it, with when) expires `ttl_s` after it
+was last sent, and the index holds at most `max_entries` (hash, worker) pairs, evicting
+the least recently sent block first. A request's blocks are touched from the last to the
+first, so the first blocks of a prefix are the most recent and evicted last: what
+remains of a prefix is still a prefix, which is what the binary search assumes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+NONE, PARTIAL, HIGH = 0, 1, 2
+
+
+@dataclass(slots=True)
+class PrefixIndex:
+    block_tokens: int = 16  # tokens per hashed block (the engines' block size)
+    ttl_s: float = 300.0  # an entry not sent again for this long is forgotten
+    max_entries: int = 200_000  # (block, worker) pairs held at most: the memory bound
+    high_fraction: float = 0.5  # ℓ_r / p_r at or above this is `high` locality
+    _blocks: OrderedDict[int, dict[str, float]] = field(default_factory=OrderedDict)
+    _pairs: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_tokens < 1 or self.max_entries < 1 or self.ttl_s <= 0:
+            raise ValueError("prefix index: block_tokens, max_entries, ttl_s must be positive")
+        if not 0.0 < self.high_fraction <= 1.0:
+            raise ValueError("prefix index: high_fraction must be in (0, 1]")
+
+    def __len__(self) -> int:
+        """(block, worker) pairs held."""
+        return self._pairs
+
+    def add(self, worker: str, hashes: tuple[int, ...], now: float) -> None:
+        """`worker` was sent a prompt with these block hashes at `now`."""
+        if not hashes:
+            return
+        blocks = self._blocks
+        for h in reversed(hashes):  # the first blocks end up the most recent
+            sent = blocks.get(h)
+            if sent is None:
+                blocks[h] = {worker: now}
+                self._pairs += 1
+            else:
+                if worker not in sent:
+                    self._pairs += 1
+                sent[worker] = now
+                blocks.move_to_end(h)
+        while self._pairs > self.max_entries:
+            _, sent = blocks.popitem(last=False)
+            self._pairs -= len(sent)
+
+    def matched_blocks(self, worker: str | None, hashes: tuple[int, ...], now: float) -> int:
+        """How many leading blocks of `hashes` this gateway sent `worker` (None: any
+        worker) within the TTL."""
+        if not hashes or not self._blocks:
+            return 0
+        blocks = self._blocks
+        oldest = now - self.ttl_s
+
+        def sent(i: int) -> bool:
+            at = blocks.get(hashes[i])
+            if at is None:
+                return False
+            if worker is None:
+                return max(at.values()) >= oldest
+            t = at.get(worker)
+            return t is not None and t >= oldest
+
+        if not sent(0):
+            return 0
+        lo, hi = 0, len(hashes) - 1  # sent(lo) holds; find the last i with sent(i)
+        if sent(hi):
+            return hi + 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if sent(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1
+
+    def best_locality(self, hashes: tuple[int, ...], prompt_tokens: int, now: float) -> int:
+        """The longest prefix of the prompt sent to any worker, in tokens."""
+        return min(self.matched_blocks(None, hashes, now) * self.block_tokens, prompt_tokens)
+
+    def locality(self, worker: str, hashes: tuple[int, ...], prompt_tokens: int, now: float) -> int:
+        """ℓ_r on `worker`, in tokens (never more than the prompt)."""
+        if not hashes:
+            return 0
+        return min(self.matched_blocks(worker, hashes, now) * self.block_tokens, prompt_tokens)
+
+    def bucket(self, locality_tokens: int, prompt_tokens: int) -> int:
+        """The coarse class: NONE (0), PARTIAL (1) or HIGH (2)."""
+        if locality_tokens <= 0:
+            return NONE
+        if locality_tokens >= self.high_fraction * max(prompt_tokens, 1):
+            return HIGH
+        return PARTIAL
+
+    def sweep(self, now: float) -> int:
+        """Forget blocks not sent to anyone within the TTL (oldest first); returns how many
+        pairs went. Called now and then by the predictor, never per request."""
+        blocks = self._blocks
+        oldest = now - self.ttl_s
+        gone = 0
+        while blocks:
+            h, sent = next(iter(blocks.items()))
+            if max(sent.values()) >= oldest:
+                break
+            del blocks[h]
+            gone += len(sent)
+        self._pairs -= gone
+        return gone

@@ -1,0 +1,182 @@
+"""QUARTZ's admission queue (../shared/seeds/003 §3.4, §4.3, Eq. 6–8, Algorithm 1 lines
+9–12): a heap per pool keyed by
+
+    k_fair(r) = ŝα(r) + λ · a_r + β · u(c(r))                                 (Eq. 6–8)
+
+ŝα(r) the request's predicted α-quantile prefill (the predictor's `size`: r alone on an
+idle worker holding its best prefix — see policies/quantile/predictor.py for why not on
+w(r)); a_r its arrival (seconds); u(c) its client's decayed service counter at arrival
+(counters.py), updated when a request of the client has its first token (`served`).
+Lower keys go first. Aging without priority updates (Eq. 7): a request arriving Δ seconds
+later carries λ·Δ more, so r is served before any request arriving more than
+(ŝα(r) + β·u(c)) / λ seconds after it — no request waits forever while room keeps freeing.
+
+A request that can use several pools is in each of their heaps; each waiter leaves the
+queue exactly once (woken, expired or cancelled) and stale heap entries are skipped when
+popped (compacted when they outnumber live ones). Expiry walks an arrival-ordered deque:
+every waiter has the same timeout, so deadlines come in arrival order.
+
+Fallback (§3.5): while the predictor's calibration reports degraded coverage — or no
+predictor is bound — wake takes the oldest waiter (FIFO), and new keys carry ŝα = 0.
+`point` keys by the predicted mean instead of the quantile (PointPred);
+`fairness: false` drops β·u (the "no fairness" ablation).
+
+Bounds: `max_waiting` (full: refused at once, 429) and `timeout_s` (503 queue_timeout).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.dispatch import DISPATCHERS, Dispatcher, Waiter
+from policies.quantile.predictor import Predictor
+from policies.queue.counters import ClientCounters
+from policies.registry import config_from
+from policies.types import RequestInfo
+
+
+@dataclass(frozen=True)
+class QuartzQueueConfig:
+    max_waiting: int = 1024
+    timeout_s: float = 30.0
+    alpha: float = 0.95
+    lam: float = 0.02  # λ: aging, key seconds per second of arrival
+    beta: float = 0.10  # β: fairness weight, key seconds per unit of client service
+    point: bool = False  # ŝ = the predicted mean (PointPred)
+    fairness: bool = True
+    half_life_s: float = 10.0  # client counters (counters.py)
+    unit_tokens: float = 1000.0
+    idle_s: float = 60.0
+    max_clients: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.max_waiting < 0:
+            raise ValueError("max_waiting: must not be negative")
+        if self.timeout_s <= 0:
+            raise ValueError("timeout_s: must be positive")
+        if self.alpha not in (0.9, 0.95):
+            raise ValueError("alpha: must be 0.9 or 0.95")
+        if self.lam < 0 or self.beta < 0:
+            raise ValueError("lam, beta: must not be negative")
+
+
+@dataclass(slots=True)
+class QuartzDispatcher:
+    config: QuartzQueueConfig = field(default_factory=QuartzQueueConfig)
+    predictor: Predictor | None = None
+    counters: ClientCounters = field(init=False)
+    _heaps: dict[str, list[tuple[float, int, Waiter]]] = field(default_factory=dict)
+    _arrivals: deque[Waiter] = field(default_factory=deque)
+    _per_pool: dict[str, int] = field(default_factory=dict)
+    _live: int = 0
+    _seq: int = 0
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.counters = ClientCounters(c.half_life_s, c.unit_tokens, c.idle_s, c.max_clients)
+
+    @property
+    def max_waiting(self) -> int:
+        return self.config.max_waiting
+
+    @property
+    def timeout_s(self) -> float:
+        return self.config.timeout_s
+
+    def bind_predictor(self, predictor: Predictor) -> None:
+        self.predictor = predictor
+
+    def key(self, request: RequestInfo, now: float) -> float:
+        """k_fair(r) at arrival `now` (Eq. 6–8)."""
+        c = self.config
+        p = self.predictor
+        size = 0.0
+        if p is not None and not p.calibration.degraded:
+            q = p.size(request)
+            size = q.mean if c.point else q.at(c.alpha)
+        k = size + c.lam * now
+        if c.fairness and c.beta:
+            k += c.beta * self.counters.value(request.entitlement, now)
+        return k
+
+    def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
+        if self._live >= self.config.max_waiting:
+            return None
+        waiter = Waiter(request.id, pools, now, now + self.config.timeout_s, request=request)
+        k = self.key(request, now)
+        self._seq += 1
+        entry = (k, self._seq, waiter)
+        for pool in pools:
+            heapq.heappush(self._heaps.setdefault(pool, []), entry)
+            self._per_pool[pool] = self._per_pool.get(pool, 0) + 1
+        self._arrivals.append(waiter)
+        self._live += 1
+        return waiter
+
+    def served(self, request: RequestInfo, now: float) -> None:
+        self.counters.add(request.entitlement, request.prompt_tokens, now)
+
+    def wake(self, pool: str) -> Waiter | None:
+        if not self._per_pool.get(pool):
+            return None
+        p = self.predictor
+        if p is None or p.calibration.degraded:
+            return self._oldest(pool)
+        heap = self._heaps[pool]
+        while heap:
+            _, _, waiter = heapq.heappop(heap)
+            if not waiter.done:
+                self._leave(waiter)
+                return waiter
+        return None
+
+    def _oldest(self, pool: str) -> Waiter | None:
+        arrivals = self._arrivals
+        while arrivals and arrivals[0].done:
+            arrivals.popleft()
+        for waiter in arrivals:
+            if not waiter.done and pool in waiter.pools:
+                self._leave(waiter)
+                return waiter
+        return None
+
+    def expire(self, now: float) -> list[Waiter]:
+        gone = []
+        arrivals = self._arrivals
+        while arrivals and (arrivals[0].done or arrivals[0].deadline <= now):
+            waiter = arrivals.popleft()
+            if not waiter.done:
+                self._leave(waiter)
+                gone.append(waiter)
+        return gone
+
+    def cancel(self, waiter: Waiter) -> None:
+        if not waiter.done:
+            self._leave(waiter)
+
+    def waiting(self, pool: str) -> int:
+        return self._per_pool.get(pool, 0)
+
+    def _leave(self, waiter: Waiter) -> None:
+        waiter.done = True
+        self._live -= 1
+        for pool in waiter.pools:
+            self._per_pool[pool] -= 1
+            heap = self._heaps[pool]
+            if len(heap) > 4 * max(self._per_pool[pool], 16):
+                self._heaps[pool] = [e for e in heap if not e[2].done]
+                heapq.heapify(self._heaps[pool])
+        if len(self._arrivals) > 4 * max(self._live, 16):
+            self._arrivals = deque(w for w in self._arrivals if not w.done)
+
+    def __len__(self) -> int:
+        return self._live
+
+
+@DISPATCHERS.register("quartz")
+def _factory(params: Mapping[str, Any]) -> Dispatcher:
+    return QuartzDispatcher(config_from(QuartzQueueConfig, params))

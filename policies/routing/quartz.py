@@ -1,0 +1,110 @@
+"""QUARTZ's quantile-aware routing (../shared/seeds/003 §3.3, Eq. 4–5, Algorithm 1 lines 2–8).
+
+Over K candidates sampled (seeded) from the eligible workers with room — the power of two
+choices at K = 2 (Mitzenmacher) — pick the lowest
+
+    S_α(r, w) = Ŵ(w) + Q̂α(r, w) + ψ(r, w)                                      (Eq. 4)
+
+Ŵ(w) is the predictor's expected backlog (Σ predicted mean prefill of requests sent to w
+without a first token: expected work, never summed quantiles); Q̂α(r, w) the calibrated
+α-quantile of r's prefill on w (policies/quantile/predictor.py); ψ(r, w) = `kv_penalty_s`
+· max(0, kv_usage − `kv_threshold`) / (1 − `kv_threshold`), seconds of penalty that grow as
+w's KV cache nears full (a preemption risk the prefill quantile does not see).
+
+`point_pred` is the same router with Q̂α replaced by the predicted mean (the PointPred
+baseline). Without a predictor bound (`bind_predictor`, done by the drivers), or while the
+predictor's calibration reports degraded coverage (§3.5), it routes least-loaded over all
+eligible workers: the safe baseline.
+
+Reads: `healthy`, `stale`, `running`, `waiting`, `in_flight`, `kv_usage`,
+`prefill_tokens`, and the capacity fields through `has_room`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.quantile.predictor import Prediction, Predictor
+from policies.routing import config_from, register
+from policies.routing.least_loaded import least_loaded
+from policies.routing.profile import DEFAULT_FILTERS, Profile
+from policies.types import RequestInfo, WorkerView
+
+
+@dataclass(frozen=True, slots=True)
+class QuartzConfig:
+    alpha: float = 0.95  # the quantile routed by (0.9 or 0.95)
+    k: int = 2  # candidates sampled per decision
+    kv_threshold: float = 0.8  # ψ starts above this KV usage
+    kv_penalty_s: float = 1.0  # ψ at a full KV cache, seconds
+    seed: int = 0  # the candidate sampler's (simulated runs are reproducible)
+
+    def __post_init__(self) -> None:
+        if self.alpha not in (0.9, 0.95):
+            raise ValueError("alpha: must be 0.9 or 0.95")
+        if self.k < 1:
+            raise ValueError("k: must be >= 1")
+        if not 0.0 <= self.kv_threshold < 1.0:
+            raise ValueError("kv_threshold: must be in [0, 1)")
+        if self.kv_penalty_s < 0:
+            raise ValueError("kv_penalty_s: must not be negative")
+
+
+@dataclass(slots=True)
+class QuartzRouter:
+    name: str
+    config: QuartzConfig
+    point: bool = False  # score with the mean (PointPred)
+    predictor: Predictor | None = None
+    fallback: Profile = field(default_factory=least_loaded)
+    _rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.config.seed)
+
+    def bind_predictor(self, predictor: Predictor) -> None:
+        self.predictor = predictor
+
+    def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
+        predictor = self.predictor
+        if predictor is None or predictor.calibration.degraded:
+            return self.fallback.choose(request, candidates)
+        workers = list(candidates)
+        for keep in DEFAULT_FILTERS:
+            workers = keep(request, workers)
+            if not workers:
+                return None
+        c = self.config
+        if len(workers) > c.k:
+            workers = self._rng.sample(workers, c.k)
+        best: WorkerView | None = None
+        best_p: Prediction | None = None
+        best_s = 0.0
+        alpha, point = c.alpha, self.point
+        for w in workers:
+            p = predictor.predict(request, w)
+            q = p.q.mean if point else p.q.at(alpha)
+            s = predictor.backlog(w.id) + q + self._psi(w)
+            if best is None or s < best_s:
+                best, best_p, best_s = w, p, s
+        assert best_p is not None
+        predictor.chose(request, best_p)
+        return best
+
+    def _psi(self, w: WorkerView) -> float:
+        c = self.config
+        over = w.kv_usage - c.kv_threshold
+        return c.kv_penalty_s * over / (1.0 - c.kv_threshold) if over > 0 else 0.0
+
+
+@register("quartz")
+def _quartz(params: Mapping[str, Any]) -> QuartzRouter:
+    return QuartzRouter("quartz", config_from(QuartzConfig, params))
+
+
+@register("point_pred")
+def _point_pred(params: Mapping[str, Any]) -> QuartzRouter:
+    return QuartzRouter("point_pred", config_from(QuartzConfig, params), point=True)
