@@ -27,9 +27,15 @@ privilege, which is the point.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from emulator.engine import Engine, EngineConfig, StepResult
+from policies.quantile.features import Quantiles
+from policies.quantile.predictor import Prediction, Predictor
+from policies.routing import make_router
+from policies.types import RequestInfo, WorkerView
 from simulator.kernel import Kernel
 
 
@@ -95,3 +101,83 @@ class EngineOracle:
         todo = max(prompt_tokens - hit * bs, 1)
         rest = max(eng.step_end - eng.clock.now(), 0.0)
         return rest + (slot + math.ceil(todo / cfg.prefill_chunk) + 1) * t_iter
+
+    def idle_prefill_s(self, prompt_tokens: int, hashes: tuple[int, ...]) -> float:
+        """The request's prefill on an idle worker holding the longest prefix of it any
+        worker's cache holds now: the oracle's ŝ(r) for the queue's key (what QUARTZ's
+        `Predictor.size` estimates)."""
+        best = 0
+        cfg = None
+        for eng in self.engines.values():
+            cfg = eng.config
+            hit = 0
+            cache = eng._cache
+            for h in hashes[: max(prompt_tokens - 1, 0) // cfg.block_size]:
+                if h not in cache:
+                    break
+                hit += 1
+            best = max(best, hit)
+        if cfg is None:
+            return 0.0
+        todo = max(prompt_tokens - best * cfg.block_size, 1)
+        return (math.ceil(todo / cfg.prefill_chunk) + 1) * (cfg.w + cfg.h)
+
+
+def _oracle_predictor(oracle: EngineOracle) -> type[Predictor]:
+    """QUARTZ's predictor with every prediction replaced by the oracle's exact value (all
+    quantiles equal: no spread) and no calibration (nothing to correct). Same slots as
+    `Predictor`, so the run's predictor object can take this class in place."""
+
+    class OraclePredictor(Predictor):
+        __slots__ = ()
+
+        def predict(self, request: RequestInfo, view: WorkerView) -> Prediction:
+            x = self.features(request, view)
+            exact = oracle.prefill_s(
+                view.id, request.prompt_tokens, request.prefix_hashes, request.id
+            )
+            q = Quantiles(exact, exact, exact)
+            return Prediction(view.id, x, q, q, self.calibration.regime(x))
+
+        def size(self, request: RequestInfo) -> Quantiles:
+            exact = oracle.idle_prefill_s(request.prompt_tokens, request.prefix_hashes)
+            return Quantiles(exact, exact, exact)
+
+        def on_first_token(self, request: RequestInfo, now: float) -> None:
+            self._now = now
+            if self._forget(request.id) is not None:
+                self.observed += 1
+
+    return OraclePredictor
+
+
+@dataclass
+class OracleRouter:
+    """QUARTZ's router (`quartz`, its parameters) whose predictor is made the oracle's
+    when the run binds it (simulator.run attaches the run's predictor to every router
+    passed in `routers=`): the hook that puts the oracle in without touching the policies."""
+
+    oracle: EngineOracle
+    params: dict[str, Any] = field(default_factory=dict)
+    name: str = "oracle"
+    inner: Any = None
+
+    def __post_init__(self) -> None:
+        self.inner = make_router("quartz", self.params)
+
+    def bind_predictor(self, predictor: Predictor) -> None:
+        predictor.__class__ = _oracle_predictor(self.oracle)
+        self.inner.bind_predictor(predictor)
+
+    def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
+        chosen: WorkerView | None = self.inner.choose(request, candidates)
+        return chosen
+
+
+def oracle_extras(pools: tuple[tuple[str, int], ...]) -> dict[str, Any]:
+    """Arguments for simulator.run.run that make a QUARTZ run the Oracle."""
+    oracle = EngineOracle(pools)
+    return {
+        "engine_factory": oracle.factory,
+        "routers": {pool: OracleRouter(oracle) for pool, _ in pools},
+    }

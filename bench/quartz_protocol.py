@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from bench.quartz_oracle import oracle_extras
 from simulator import report
 from simulator.families import chain_hashes, mix64
 from simulator.run import RunResult, build_workload, run
@@ -238,17 +239,16 @@ def _jain_ttft(ok: list[Any], cfg: Any) -> float:
     return report.jain([1.0 / float(np.mean(v)) for _, v in sorted(by_client.items())])
 
 
-def coverage(result: RunResult) -> dict[str, Any]:
+def coverage(result: RunResult, alpha: float = 0.95) -> dict[str, Any]:
     """Coverage of the predicted q_α against the observed prefill time, when the records
-    carry both (`predicted_q`, `prefill_s`): the share with observed ≤ predicted, and the
+    carry both (`predicted`, `prefill_s`: runs with QUARTZ's predictor): the share with observed ≤ predicted, and the
     mean signed residual (predicted − observed) over the under-covered requests, i.e. how
     far too optimistic the predictor was when it was wrong, in seconds."""
-    pairs = []
-    for r in result.records:
-        q = getattr(r, "predicted_q", None)
-        obs = getattr(r, "prefill_s", None)
-        if q is not None and obs is not None:
-            pairs.append((float(q), float(obs)))
+    pairs = [
+        (r.predicted.at(alpha), r.prefill_s)
+        for r in result.records
+        if r.predicted is not None and r.prefill_s is not None
+    ]
     if not pairs:
         return {}
     covered = sum(1 for q, o in pairs if o <= q)
@@ -274,7 +274,11 @@ class Job:
 
 # extra arguments to simulator.run.run for a method (the oracle's hooks and routers)
 Extras = Callable[[Job, Scenario, list[RequestSpec]], dict[str, Any]]
-EXTRAS: dict[str, Extras] = {}
+EXTRAS: dict[str, Extras] = {
+    "Oracle": lambda job, sc, specs: oracle_extras(
+        tuple((p.name, p.workers) for p in sc.fleet.pools)
+    ),
+}
 
 
 def run_job(job: Job) -> dict[str, Any]:
