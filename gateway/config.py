@@ -254,21 +254,27 @@ class Admission(_Section):
 
 
 class Dispatch(_Section):
-    """Requests that find every worker of their pools at max_num_seqs wait here (FIFO)."""
+    """Requests that find every worker of their pools without room wait here, in the
+    dispatch policy's order (fifo; quartz; token_fair)."""
 
     policy: str = "fifo"  # policies/dispatch.py's registry
+    params: dict[str, Any] = Field(default_factory=dict)  # the policy's own (quartz: lam, beta…)
     max_waiting: int = Field(1024, ge=0)  # beyond this: 429 at once
     timeout_s: float = Field(30.0, gt=0)  # longer than this without room: 503 queue_timeout
     # a worker takes another request while this gateway's outstanding tokens on it
     # (Σ prompt + max_tokens) are below its KV cache tokens (from its /metrics) × this;
     # None: the KV cache's size is not used (engines preempt or queue past it themselves)
     kv_overcommit: float | None = Field(None, gt=0)
+    # a worker takes another request while the prompt tokens this gateway sent it that
+    # have no first token yet are below this (every dispatch policy alike; QUARTZ's room:
+    # a long prompt waits here, where the order is ours); None: not considered
+    prefill_room: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _builds(self) -> Dispatch:
         from policies.dispatch import DISPATCHERS
 
-        params = {"max_waiting": self.max_waiting, "timeout_s": self.timeout_s}
+        params = {"max_waiting": self.max_waiting, "timeout_s": self.timeout_s, **self.params}
         _check_builds(
             DISPATCHERS.names(), self.policy, lambda: DISPATCHERS.make(self.policy, params)
         )
@@ -339,6 +345,47 @@ class Limits(_Section):
     client_write_timeout_s: float = Field(60.0, gt=0)
 
 
+class Quartz(_Section):
+    """QUARTZ's predictor (policies/quantile/config.py; gateway/quartz.py). Present, or a
+    routing/dispatch policy that uses it: the predictor is built at start."""
+
+    model: str | None = None  # a trained tree model file; None: the analytic model
+    alpha: float = 0.95
+    delta: float = Field(0.05, gt=0, lt=1)
+    calibration: bool = True
+    window: int = Field(256, ge=2)
+    min_samples: int = Field(32, ge=1)
+    locality: bool = True
+    index_ttl_s: float = Field(300.0, gt=0)
+    index_max_entries: int = Field(200_000, ge=1)
+    high_fraction: float = Field(0.5, gt=0, le=1)
+    mean_output_tokens: float = Field(256.0, ge=0)
+    spread90: float = Field(1.3, ge=1)
+    spread95: float = Field(1.5, ge=1)
+    # the engine's step model for the analytic estimate (emulator defaults)
+    engine_w: float = Field(0.008, ge=0)
+    engine_h: float = Field(0.00065, ge=0)
+    prefill_chunk: int = Field(512, ge=1)
+
+    @field_validator("alpha")
+    @classmethod
+    def _alpha(cls, v: float) -> float:
+        if v not in (0.9, 0.95):
+            raise ValueError("must be 0.9 or 0.95")
+        return v
+
+    @model_validator(mode="after")
+    def _builds(self) -> Quartz:
+        self.settings()
+        return self
+
+    def settings(self) -> Any:
+        from policies.quantile.config import QuartzSettings
+
+        names = set(QuartzSettings.__dataclass_fields__)
+        return QuartzSettings(**{k: v for k, v in self.model_dump().items() if k in names})
+
+
 class Traffic(_Section):
     window_s: float = Field(300.0, gt=0)  # the observed-traffic window the planner sees
 
@@ -369,6 +416,7 @@ class GatewayConfig(_Section):
     expose: Expose = Field(default_factory=Expose)
     request_log: RequestLog = Field(default_factory=RequestLog)
     traffic: Traffic = Field(default_factory=Traffic)
+    quartz: Quartz | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:

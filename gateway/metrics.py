@@ -27,6 +27,8 @@ from prometheus_client.registry import Collector
 
 from gateway.workers import Fleet, WorkerState
 from policies.budget import TokenBudget
+from policies.quantile.features import Quantiles
+from policies.quantile.predictor import Predictor
 from policies.tenancy.control import PoolView
 
 # `_created` series double the exposition and no dashboard reads them (prometheus_client
@@ -163,6 +165,66 @@ class _FleetCollector(Collector):
             waiting.add_metric(lv, t.waiting)
             kv.add_metric(lv, t.kv_usage)
         yield from (in_flight, healthy, breaker, stale, age, running, waiting, kv)
+
+
+class _QuartzCollector(Collector):
+    """QUARTZ's state, read at scrape time: which model, the fallback, coverage (pooled
+    and per regime: 27 label values at most), the queue and the expected backlog."""
+
+    def __init__(self, predictor: Predictor, dispatcher: Any) -> None:
+        self.predictor = predictor
+        self.dispatcher = dispatcher
+
+    def collect(self) -> Iterator[Metric]:
+        p = self.predictor
+        cal = p.calibration
+        info = GaugeMetricFamily(
+            "fleetgate_quartz_model",
+            "1 for the prefill model QUARTZ predicts with (analytic, or a model file's name).",
+            labels=["model"],
+        )
+        info.add_metric([p.name], 1.0)
+        fallback = GaugeMetricFamily(
+            "fleetgate_quartz_fallback",
+            "1 while calibrated coverage is below alpha - delta: routing least-loaded, queue FIFO.",
+        )
+        fallback.add_metric([], 1.0 if cal.degraded else 0.0)
+        changes = CounterMetricFamily(
+            "fleetgate_quartz_fallback_changes",
+            "Times the fallback turned on or off.",
+        )
+        changes.add_metric([], cal.changes)
+        coverage = GaugeMetricFamily(
+            "fleetgate_quartz_coverage",
+            "Share of recent first tokens within the calibrated alpha-quantile (all regimes).",
+        )
+        pooled = cal.coverage()
+        coverage.add_metric([], -1.0 if pooled is None else pooled)
+        regimes = GaugeMetricFamily(
+            "fleetgate_quartz_regime_coverage",
+            "Coverage of the calibrated alpha-quantile per regime (prompt/locality/load).",
+            labels=["regime"],
+        )
+        for regime, (cov, _) in cal.coverage_by_regime().items():
+            regimes.add_metric([regime], cov)
+        observed = CounterMetricFamily(
+            "fleetgate_quartz_observations",
+            "First tokens whose prefill time fed the calibration.",
+        )
+        observed.add_metric([], p.observed)
+        queued = GaugeMetricFamily(
+            "fleetgate_dispatch_queue_length",
+            "Requests waiting in the gateway for a worker with room.",
+        )
+        queued.add_metric([], len(self.dispatcher))
+        backlog = GaugeMetricFamily(
+            "fleetgate_quartz_worker_backlog_seconds",
+            "Expected prefill work sent to the worker and not yet at first token (sum of means).",
+            labels=["worker"],
+        )
+        for worker, seconds in list(p._backlog.items()):
+            backlog.add_metric([worker], seconds)
+        yield from (info, fallback, changes, coverage, regimes, observed, queued, backlog)
 
 
 class TenancySource(Protocol):
@@ -460,6 +522,29 @@ class GatewayMetrics:
                 self.completion_tokens.labels(name),
             )
         return series
+
+    def watch_quartz(self, predictor: Predictor, dispatcher: Any) -> None:
+        """QUARTZ is configured: its collector, and predicted-vs-observed prefill."""
+        self.registry.register(_QuartzCollector(predictor, dispatcher))
+        self._quartz_ratio = Histogram(
+            "fleetgate_quartz_prefill_ratio",
+            "Observed prefill time over the calibrated predicted alpha-quantile.",
+            buckets=(0.125, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.5, 2.0, 4.0, 8.0),
+            registry=self.registry,
+        )
+        self._quartz_prefill = Histogram(
+            "fleetgate_quartz_prefill_seconds",
+            "Observed prefill time: dispatch to a worker until its first token.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+            registry=self.registry,
+        )
+        self._quartz_alpha = predictor.alpha
+
+    def quartz_observed(self, prefill_s: float, predicted: Quantiles) -> None:
+        q = predicted.q95 if self._quartz_alpha == 0.95 else predicted.q90
+        if q > 0:
+            self._quartz_ratio.observe(prefill_s / q)
+        self._quartz_prefill.observe(prefill_s)
 
     def watch_budget(self, budget: TokenBudget) -> None:
         """Expose ĉ_k, the learnt bytes per token of each content category."""

@@ -26,7 +26,7 @@ import orjson
 
 from compressor.compress import CompressorConfig
 from compressor.served import ENGINE, load_served
-from gateway import logs
+from gateway import logs, quartz
 from gateway.config import GatewayConfig
 from gateway.errors import (
     AuthenticationFailed,
@@ -58,8 +58,9 @@ from policies.hooks import Hook
 from policies.intake import Intake
 from policies.leases import Load
 from policies.pools import make_placement
+from policies.quantile.predictor import Prediction, attach
 from policies.routing import Router, make_router
-from policies.types import Outcome, Status
+from policies.types import Outcome, Status, WorkerView
 
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
 # an engine's 400 for a request too long for its context (docs/WIRE_SPEC.md §2: vLLM's
@@ -114,10 +115,13 @@ class _Attempt:
         "admission",
         "completion_tokens",
         "context_retried",
+        "dispatched",
         "entitlement",
         "error",
         "extra_headers",
         "pool",
+        "prediction",
+        "prefill_s",
         "prompt_tokens",
         "retries",
         "status",
@@ -144,6 +148,11 @@ class _Attempt:
         self.entitlement: str | None = None  # the key's, when it names one
         self.admission: str | None = None  # "admitted" or the refusing check
         self.tenancy_headers: Headers = []  # x-fleetgate-entitlement, x-fleetgate-priority
+        # QUARTZ (when configured): the prediction routing used on the worker it was
+        # sent to, when it was sent, and the observed prefill (dispatch → first token)
+        self.prediction: Prediction | None = None
+        self.dispatched: float | None = None
+        self.prefill_s: float | None = None
 
 
 class KeyCheck(Protocol):
@@ -187,18 +196,40 @@ class Pipeline:
         )
         metrics.watch_budget(self.budget)
         routing, admission, d = config.routing, config.admission, config.dispatch
+        # QUARTZ's predictor: None unless configured (then no predictor work per request)
+        predictor = self.predictor = quartz.predictor_for(config)
 
         def router_for(pool: str) -> Router:
-            return make_router(routing.policy, routing.params)
+            router = make_router(routing.policy, routing.params)
+            if predictor is not None:
+                attach(router, predictor)
+            return router
 
         self.core = Core(
             Intake(placer, self.budget, classify_prompt),
             router_for,
             make_admitter(admission.policy, admission.policy_params()),
-            make_dispatcher(d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s}),
+            make_dispatcher(
+                d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
+            ),
             on_released=self._released,
             on_woken=_wake,
+            track_prefill=predictor is not None or d.prefill_room is not None,
+            prefill_room=d.prefill_room is not None,
         )
+        if predictor is not None:
+            attach(self.core.dispatcher, predictor)
+            self.core.hooks = (predictor,)
+            stale_after = config.telemetry.stale_after_s
+            workers = fleet.workers
+            loop = self.loop
+
+            def view_of(worker_id: str) -> WorkerView | None:
+                w = workers.get(worker_id)
+                return None if w is None else w.view(loop.time(), stale_after)
+
+            predictor.view_of = view_of
+            metrics.watch_quartz(predictor, self.core.dispatcher)
         short = config.pools.get(p.short_pool)
         served = load_served(short.tokenizer) if short is not None else None
         compressor = CompressorConfig(protect_last_user=p.protect_last_user)
@@ -220,7 +251,9 @@ class Pipeline:
 
     @hooks.setter
     def hooks(self, hooks: tuple[Hook, ...]) -> None:
-        self.core.hooks = tuple(hooks)
+        # QUARTZ's predictor, when configured, always hears the requests first
+        own = () if self.predictor is None else (self.predictor,)
+        self.core.hooks = (*own, *(h for h in hooks if h is not self.predictor))
 
     # --- the pipeline -------------------------------------------------------------------
     async def handle(
@@ -247,6 +280,8 @@ class Pipeline:
             )
             if att.entitlement is not None:
                 ticket.info.entitlement = att.entitlement
+            if self.predictor is not None:
+                quartz.describe(ticket.info, parsed)
             await self.shaper.fit(parsed, ticket)
             core = self.core
             if core.admission_awaits:  # state shared through a store: one round trip
@@ -370,6 +405,9 @@ class Pipeline:
             self.metrics.pool(att.pool).overhead.observe(now - t0)
             # the worker's slot is held for this attempt only: a retry releases it first
             with core.dispatch(ticket, worker.id, worker, now, info.total_tokens):
+                if self.predictor is not None:
+                    att.prediction = self.predictor.pending(info.id)
+                    att.dispatched = now
                 try:
                     up = await self.client.request(
                         worker.endpoint, b"POST", path, headers + worker.extra_headers, body
@@ -571,7 +609,7 @@ class Pipeline:
             if up.status == 200:
                 self._count_usage(usage_of(body), att)
                 if att.ticket is not None:  # a whole answer: its first token comes with it
-                    self.core.first_token(att.ticket, self.loop.time())
+                    self._first_token(att)
         att.status = up.status
         await responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
 
@@ -597,7 +635,7 @@ class Pipeline:
                 if att.ttft is None:
                     att.ttft = self.loop.time() - t0
                     if att.ticket is not None:
-                        self.core.first_token(att.ticket, self.loop.time())
+                        self._first_token(att)
                 out = scanner.feed(chunk)
                 if not out:
                     continue
@@ -620,6 +658,15 @@ class Pipeline:
             await responder.write(sse_error_frame(err))
         self._count_usage(scanner.usage, att)
         await responder.end_stream()
+
+    def _first_token(self, att: _Attempt) -> None:
+        assert att.ticket is not None
+        now = self.loop.time()
+        if att.dispatched is not None:
+            att.prefill_s = now - att.dispatched
+            if att.prediction is not None:
+                self.metrics.quartz_observed(att.prefill_s, att.prediction.q)
+        self.core.first_token(att.ticket, now)
 
     def _count_usage(self, usage: dict[str, Any] | None, att: _Attempt) -> None:
         if usage:
@@ -675,34 +722,44 @@ class Pipeline:
             if att.completion_tokens:
                 series.completion_tokens.inc(att.completion_tokens)
         if self.request_log.enabled:
-            self.request_log.write(
-                {
-                    "ts": round(arrival, 6),
-                    "request_id": rid,
-                    "endpoint": parsed.endpoint if parsed else None,
-                    "model": parsed.model if parsed else None,
-                    "stream": parsed.stream if parsed else None,
-                    "pool": pool,
-                    "worker": att.worker,
-                    "status": att.status,
-                    "est_prompt_tokens": shaped.estimated_prompt_tokens if shaped else None,
-                    "max_tokens": info.max_tokens if info else None,
-                    "category": shaped.info.category.value
-                    if shaped and shaped.classified
-                    else None,
-                    "placement": shaped.placement.reason if shaped else None,
-                    "compressed": compressed_header(ticket) if ticket else None,
-                    "prompt_tokens": att.prompt_tokens,
-                    "completion_tokens": att.completion_tokens,
-                    "ttft_s": None if att.ttft is None else round(att.ttft, 6),
-                    "latency_s": round(latency, 6),
-                    "retries": att.retries,
-                    "retried": "context_length" if att.context_retried else None,
-                    "error": att.error,
-                    "entitlement": info.entitlement if info else att.entitlement,
-                    "admission": att.admission,
-                }
-            )
+            entry = {
+                "ts": round(arrival, 6),
+                "request_id": rid,
+                "endpoint": parsed.endpoint if parsed else None,
+                "model": parsed.model if parsed else None,
+                "stream": parsed.stream if parsed else None,
+                "pool": pool,
+                "worker": att.worker,
+                "status": att.status,
+                "est_prompt_tokens": shaped.estimated_prompt_tokens if shaped else None,
+                "max_tokens": info.max_tokens if info else None,
+                "category": shaped.info.category.value if shaped and shaped.classified else None,
+                "placement": shaped.placement.reason if shaped else None,
+                "compressed": compressed_header(ticket) if ticket else None,
+                "prompt_tokens": att.prompt_tokens,
+                "completion_tokens": att.completion_tokens,
+                "ttft_s": None if att.ttft is None else round(att.ttft, 6),
+                "latency_s": round(latency, 6),
+                "retries": att.retries,
+                "retried": "context_length" if att.context_retried else None,
+                "error": att.error,
+                "entitlement": info.entitlement if info else att.entitlement,
+                "admission": att.admission,
+            }
+            if self.predictor is not None:  # QUARTZ: the training set of the predictor
+                p = att.prediction
+                entry["features"] = None if p is None else quartz.rounded(p.features)
+                entry["prefill_s"] = None if att.prefill_s is None else round(att.prefill_s, 6)
+                entry["predicted"] = (
+                    None
+                    if p is None
+                    else {
+                        "mean": round(p.q.mean, 6),
+                        "q90": round(p.q.q90, 6),
+                        "q95": round(p.q.q95, 6),
+                    }
+                )
+            self.request_log.write(entry)
 
 
 def _wake(ticket: Ticket) -> None:

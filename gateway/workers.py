@@ -60,6 +60,10 @@ class WorkerState:
     outstanding_tokens: int = 0
     capacity: int | None = None  # max_num_seqs from configuration; None: unbounded
     kv_overcommit: float | None = None  # dispatch.kv_overcommit (None: KV size not used)
+    # prompt tokens sent with no first token yet (policies.leases.PrefillWork, counted
+    # only when QUARTZ or a prefill room is configured), and `dispatch.prefill_room`
+    prefill_tokens: int = 0
+    prefill_capacity: int | None = None
     telemetry: Telemetry = field(default_factory=Telemetry)
     healthy: bool = True
     # answered a health check or a scrape since start: until then `healthy` is only the
@@ -100,6 +104,8 @@ class WorkerState:
                 if self.kv_overcommit is None or t.kv_tokens is None
                 else int(t.kv_tokens * self.kv_overcommit)
             ),
+            prefill_tokens=self.prefill_tokens,
+            prefill_capacity=self.prefill_capacity,
         )
 
     # breaker bookkeeping, called on every request outcome
@@ -373,6 +379,7 @@ class Fleet:
             own_max_model_len=w.max_model_len,
             capacity=w.max_num_seqs or pool.max_num_seqs,
             kv_overcommit=self.config.dispatch.kv_overcommit,
+            prefill_capacity=self.config.dispatch.prefill_room,
         )
 
     def _insert(self, state: WorkerState) -> None:

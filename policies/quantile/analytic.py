@@ -27,7 +27,6 @@ coverage, so the spread only matters until observations arrive.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from policies.quantile.features import LOCALITY, PROMPT, RUNNING, WAITING, Quantiles, Vector
@@ -60,11 +59,13 @@ class AnalyticModel:
         return Quantiles(mean, mean * self.spread90, mean * self.spread95)
 
     def mean(self, x: Vector) -> float:
-        todo = max(x[PROMPT] - x[LOCALITY], 1.0)
+        todo = x[PROMPT] - x[LOCALITY]
         ahead = x[RUNNING] + x[WAITING] + 1.0
         cap = self.max_num_seqs
-        t_iter = self.w + self.h * min(ahead, cap)
-        steps = math.ceil(todo / self.prefill_chunk) + 1
+        t_iter = self.w + self.h * (ahead if ahead < cap else cap)
+        chunk = self.prefill_chunk
+        steps = (-(-todo // chunk) if todo > 1.0 else 1.0) + 1.0  # ⌈max(todo, 1)/C⌉ + 1
         queue = ahead - cap
-        wait = queue * t_iter * self.mean_output_tokens / cap if queue > 0 else 0.0
-        return wait + steps * t_iter
+        if queue > 0:
+            return queue * t_iter * self.mean_output_tokens / cap + steps * t_iter
+        return steps * t_iter

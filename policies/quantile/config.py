@@ -13,6 +13,7 @@ in a simulator scenario), and the predictor they build.
     index_ttl_s: 300
     index_max_entries: 200000
     high_fraction: 0.5
+    index_stride: 8          # index every 8th block (locality known to 128 tokens)
     mean_output_tokens: 256  # the analytic model (analytic.py)
     spread90: 1.3
     spread95: 1.5
@@ -45,6 +46,7 @@ class QuartzSettings:
     index_ttl_s: float = 300.0
     index_max_entries: int = 200_000
     high_fraction: float = 0.5
+    index_stride: int = 8
     mean_output_tokens: float = 256.0
     spread90: float = 1.3
     spread95: float = 1.5
@@ -91,7 +93,9 @@ def build_predictor(
             min_samples=s.min_samples,
             enabled=s.calibration,
         ),
-        PrefixIndex(s.block_tokens, s.index_ttl_s, s.index_max_entries, s.high_fraction),
+        PrefixIndex(
+            s.block_tokens, s.index_ttl_s, s.index_max_entries, s.high_fraction, s.index_stride
+        ),
         alpha=s.alpha,
         use_locality=s.locality,
     )

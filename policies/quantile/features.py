@@ -39,10 +39,12 @@ CATEGORY_CODES: tuple[str, ...] = ("chat", "prose", "code", "rag")
 Vector = Sequence[float]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Quantiles:
     """A predicted prefill time (seconds): the mean (for expected backlog Ŵ, and the
-    PointPred baseline) and the α-quantiles QUARTZ routes and orders by."""
+    PointPred baseline) and the α-quantiles QUARTZ routes and orders by. A value, never
+    changed once built (not frozen only because a frozen dataclass costs a setattr call
+    per field to build, several times per routing decision)."""
 
     mean: float
     q90: float

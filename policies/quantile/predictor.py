@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from policies.quantile.calibration import Calibration
-from policies.quantile.features import PrefillModel, Quantiles, vector
+from policies.quantile.features import CATEGORY_INDEX, PrefillModel, Quantiles, vector
 from policies.quantile.prefix_index import PrefixIndex
 from policies.types import Outcome, RequestInfo, WorkerView
 
@@ -106,8 +106,33 @@ class Predictor:
         )
 
     def predict(self, request: RequestInfo, view: WorkerView) -> Prediction:
-        x = self.features(request, view)
-        return self._predict(view.id, x)
+        """`_predict(view.id, features(request, view))`, inlined: routing calls it K times
+        per decision."""
+        prompt = request.prompt_tokens
+        loc = bucket = 0
+        if request.prefix_hashes and self.use_locality:
+            index = self.index
+            loc = index.locality(view.id, request.prefix_hashes, prompt, self._now)
+            bucket = index.bucket(loc, prompt) if loc else 0
+        running = view.running
+        x = [
+            float(prompt),
+            float(request.max_tokens),
+            request.temperature,
+            request.top_p,
+            CATEGORY_INDEX.get(request.category, 0.0),
+            1.0 if request.stream else 0.0,
+            float(loc),
+            float(bucket),
+            float(running if running > view.in_flight else view.in_flight),
+            float(view.waiting),
+            float(view.prefill_tokens),
+            view.kv_usage,
+        ]
+        raw = self.model.predict(x)
+        calibration = self.calibration
+        regime = calibration.regime(x)
+        return Prediction(view.id, x, raw, calibration.correct(raw, regime), regime)
 
     def _predict(self, worker: str, x: list[float]) -> Prediction:
         raw = self.model.predict(x)

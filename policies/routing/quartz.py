@@ -72,14 +72,24 @@ class QuartzRouter:
         predictor = self.predictor
         if predictor is None or predictor.calibration.degraded:
             return self.fallback.choose(request, candidates)
-        workers = list(candidates)
-        for keep in DEFAULT_FILTERS:
-            workers = keep(request, workers)
-            if not workers:
-                return None
+        # the default filters (profile.py); the common case — some healthy, fresh worker
+        # has room — in one pass
+        workers = [w for w in candidates if w.healthy and not w.stale and w.has_room]
+        if not workers:
+            workers = list(candidates)
+            for keep in DEFAULT_FILTERS:
+                workers = keep(request, workers)
+                if not workers:
+                    return None
         c = self.config
-        if len(workers) > c.k:
-            workers = self._rng.sample(workers, c.k)
+        n = len(workers)
+        if n > c.k:
+            if c.k == 2:  # the default: two draws, cheaper than random.sample
+                i = self._rng.randrange(n)
+                j = self._rng.randrange(n - 1)
+                workers = [workers[i], workers[j + 1 if j >= i else j]]
+            else:
+                workers = self._rng.sample(workers, c.k)
         best: WorkerView | None = None
         best_p: Prediction | None = None
         best_s = 0.0

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.admission import ConcurrencyAdmitter, ConcurrencyConfig
 from policies.budget import BudgetConfig, ChatSize, TokenBudget
 from policies.core import Core, Ticket
-from policies.dispatch import FifoDispatcher
+from policies.dispatch import make_dispatcher
 from policies.intake import CHAT, Intake, Prompt
 from policies.leases import WorkerSlot
 from policies.pools import make_placement
-from policies.routing import make_router
+from policies.quantile.config import QuartzSettings, build_predictor
+from policies.quantile.predictor import attach
+from policies.routing import Router, make_router
 from policies.types import Outcome, PoolSpec, Status, WorkerView
 from tests.hook_events import Events
 
@@ -26,35 +29,54 @@ POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, froz
 
 
 class World:
-    """A driver in miniature: two pools of two workers with room for two each."""
+    """A driver in miniature: two pools of two workers with room for two each (and, with
+    `quartz`, a prefill room of 30,000 tokens, QUARTZ's router, queue and predictor)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dispatcher: str = "fifo", quartz: bool = False) -> None:
+        room = 30_000 if quartz else None
         self.views = {
             p.name: [
-                WorkerView(f"{p.name}{i}", p.name, p.max_model_len, capacity=2) for i in range(2)
+                WorkerView(
+                    f"{p.name}{i}", p.name, p.max_model_len, capacity=2, prefill_capacity=room
+                )
+                for i in range(2)
             ]
             for p in POOLS
         }
         self.by_id = {v.id: v for vs in self.views.values() for v in vs}
         self.events = Events()
         self.admitter = ConcurrencyAdmitter(ConcurrencyConfig(limit=5))
+        self.predictor = build_predictor(QuartzSettings(min_samples=2), None)
+        self.predictor.view_of = self.by_id.get
+
+        def router(pool: str) -> Router:
+            r = make_router("quartz" if quartz else "least_loaded")
+            attach(r, self.predictor)
+            return r
+
+        queue = make_dispatcher(dispatcher, {"max_waiting": 4, "timeout_s": 10.0})
+        attach(queue, self.predictor)
         self.core = Core(
             Intake(make_placement("short_long", "short", 8192), TokenBudget(BudgetConfig())),
-            lambda pool: make_router("least_loaded"),
+            router,
             self.admitter,
-            FifoDispatcher(max_waiting=4, timeout_s=10.0),
-            (self.events,),
+            queue,
+            (self.events, self.predictor) if quartz else (self.events,),
             on_woken=self.woken,
+            track_prefill=quartz,
+            prefill_room=quartz,
         )
         self.slots: dict[str, WorkerSlot] = {}  # the current attempt's, by request
         self.tickets: dict[str, Ticket] = {}
         self.waiting: dict[str, Ticket] = {}
+        self.first: set[str] = set()  # had a first token
 
     def dispatch(self, ticket: Ticket, exclude: frozenset[str] = frozenset()) -> bool:
         route = self.core.route(ticket, lambda p: self.views[p], exclude)
         if route is None:
             return False
         v = self.by_id[route.worker.id]
+        self.first.discard(ticket.info.id)  # a new attempt prefills again
         self.slots[ticket.info.id] = self.core.dispatch(
             ticket, v.id, v, 0.0, ticket.info.total_tokens
         )
@@ -83,10 +105,14 @@ OPS = ("arrive", "first_token", "complete", "error", "disconnect", "retry", "tim
 op = st.tuples(st.sampled_from(OPS), st.integers(0, 1_000), st.integers(100, 20_000))
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(op, max_size=120))
-def test_any_interleaving_leaves_every_count_at_zero(ops):
-    w = World()
+SETUPS = [("fifo", False), ("quartz", True), ("token_fair", True), ("fifo", True)]
+
+
+@pytest.mark.parametrize(("dispatcher", "quartz"), SETUPS)
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(op, max_size=120))
+def test_any_interleaving_leaves_every_count_at_zero(dispatcher, quartz, ops):
+    w = World(dispatcher, quartz)
     core = w.core
     n = 0
     for kind, pick, size in ops:
@@ -109,6 +135,7 @@ def test_any_interleaving_leaves_every_count_at_zero(ops):
             rid = ticket.info.id
             if kind == "first_token" and rid in w.slots:
                 core.first_token(ticket, 0.0)
+                w.first.add(rid)
             elif kind == "retry" and rid in w.slots:
                 old = w.slots.pop(rid)
                 old.release()  # the failed attempt's worker is given back first
@@ -125,11 +152,17 @@ def test_any_interleaving_leaves_every_count_at_zero(ops):
             mine = [s for r, s in w.slots.items() if s.load is v]
             assert v.in_flight == len(mine) <= v.capacity  # type: ignore[operator]
             assert v.outstanding_tokens == sum(s.tokens for s in mine)
+            if quartz:  # prompts sent here with no first token yet, and Ŵ(w) their means
+                prefilling = [r for r, s in w.slots.items() if s.load is v and r not in w.first]
+                assert v.prefill_tokens == sum(w.tickets[r].info.prompt_tokens for r in prefilling)
+                assert w.predictor.backlog(v.id) >= 0
         assert len(core.dispatcher) == len(w.waiting)
         assert sum(w.admitter.in_flight.values()) == len(w.tickets)
     for ticket in list(w.tickets.values()):
         w.end(ticket, Status.DISCONNECT)
     assert all(v.in_flight == 0 and v.outstanding_tokens == 0 for v in w.by_id.values())
+    assert all(v.prefill_tokens == 0 for v in w.by_id.values())
+    assert len(w.predictor) == 0 and not w.predictor._backlog
     assert len(core.dispatcher) == 0 and w.admitter.in_flight == {}
     # hooks: one arrival and one completion per placed request, in that order
     per = Counter(e.split(":")[0] for _, e in w.events.seen)

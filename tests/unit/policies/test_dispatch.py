@@ -4,11 +4,14 @@ dispatcher passes, and the property that no waiter is lost or served twice."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.dispatch import DISPATCHERS as REGISTRY
 from policies.dispatch import FifoDispatcher, QueuePosition, make_dispatcher
+from policies.quantile.config import QuartzSettings, build_predictor
+from policies.quantile.predictor import attach
+from policies.queue.counters import ClientCounters
 from policies.types import RequestInfo
 
 
@@ -27,7 +30,22 @@ DISPATCHERS = [_registered(name) for name in REGISTRY.names()]
 NAMES = REGISTRY.names()
 
 
-@pytest.mark.parametrize("make", DISPATCHERS, ids=NAMES)
+def _bound(name):
+    """As configuration builds it, with QUARTZ's predictor bound where it uses one."""
+
+    def make(max_waiting, timeout_s):
+        d = make_dispatcher(name, {"max_waiting": max_waiting, "timeout_s": timeout_s})
+        attach(d, build_predictor(QuartzSettings(), None))
+        return d
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "make",
+    DISPATCHERS + [_bound(n) for n in NAMES],
+    ids=NAMES + [f"{n}+predictor" for n in NAMES],
+)
 def test_dispatcher_conformance(make):
     d = make(max_waiting=3, timeout_s=10.0)
     a = d.wait(_req("a"), ("short", "long"), 0.0)
@@ -52,45 +70,124 @@ ops = st.lists(
         st.tuples(st.just("wake"), st.sampled_from(["s", "l"])),
         st.tuples(st.just("cancel"), st.integers(0, 40)),
         st.tuples(st.just("tick"), st.floats(0.0, 5.0)),
+        st.tuples(st.just("served"), st.integers(0, 40)),
+        st.tuples(st.just("degrade"), st.booleans()),
     ),
     max_size=120,
 )
 
 
-@given(ops)
-def test_no_waiter_is_lost_or_served_twice(ops):
-    d = FifoDispatcher(max_waiting=8, timeout_s=3.0)
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=120, deadline=None)
+@given(ops=ops, sizes=st.lists(st.integers(1, 16_000), min_size=1, max_size=8))
+def test_no_waiter_is_lost_or_served_twice(name, ops, sizes):
+    """Random arrive / wake / cancel / timeout / first-token sequences (and QUARTZ's
+    fallback switching on and off): each waiter leaves exactly once, none vanishes, the
+    count is exact and bounded."""
+    d = _bound(name)(max_waiting=8, timeout_s=3.0)
+    predictor = getattr(d, "predictor", None)
     now = 0.0
     queued, out = [], []
     for op, arg in ops:
         if op == "wait":
-            w = d.wait(_req(f"r{len(queued)}"), arg, now)
+            n = len(queued)
+            r = _req(f"r{n}", client=f"c{n % 3}", prompt=sizes[n % len(sizes)])
+            w = d.wait(r, arg, now)
             if w is not None:
+                assert w.request is r
                 queued.append(w)
         elif op == "wake":
             w = d.wake(arg)
             if w is not None:
                 assert arg in w.pools
-                # FIFO: nobody still waiting for this pool was queued before it
-                assert all(
-                    q.since >= w.since or q.done or arg not in q.pools for q in queued if q is not w
-                )
+                if name == "fifo":  # nobody still waiting for this pool was queued before it
+                    assert all(
+                        q.since >= w.since or q.done or arg not in q.pools
+                        for q in queued
+                        if q is not w
+                    )
                 out.append(w)
         elif op == "cancel" and queued:
             w = queued[arg % len(queued)]
             if not w.done:
                 out.append(w)
             d.cancel(w)
-        else:
+        elif op == "served" and queued:
+            d.served(queued[arg % len(queued)].request, now)
+        elif op == "degrade":
+            if predictor is not None:
+                predictor.calibration.degraded = arg
+        elif op == "tick":
             now += arg
             out.extend(d.expire(now))
         assert len(d) == sum(1 for q in queued if not q.done) <= 8
+        for pool in ("s", "l"):
+            assert d.waiting(pool) == sum(1 for q in queued if not q.done and pool in q.pools)
     assert len(out) == len(set(map(id, out)))  # each left once
     left = [q for q in queued if not q.done]
     assert len(left) + len(out) == len(queued)  # and none vanished
 
 
-@pytest.mark.parametrize("make", DISPATCHERS, ids=NAMES)
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 2.0), st.integers(1, 16_000), st.integers(0, 3), st.booleans()),
+        min_size=1,
+        max_size=150,
+    )
+)
+def test_aging_bounds_how_long_anyone_is_overtaken(arrivals):
+    """QUARTZ's key k = ŝα + λ·a + β·u: a waiter q is never overtaken by a request that
+    arrived more than (ŝα(q) + β·u(q))/λ seconds after it, so with room freeing and a
+    finite arrival rate nobody waits forever (no starvation)."""
+    lam = 0.02
+    d = make_dispatcher("quartz", {"lam": lam, "max_waiting": 10_000, "timeout_s": 1e9})
+    attach(d, build_predictor(QuartzSettings(), None))
+    now = 0.0
+    slack = {}  # waiter → (ŝα + β·u)/λ, its key less the aging term, in seconds of arrival
+    live = []
+    for i, (gap, size, client, serve) in enumerate(arrivals):
+        now += gap
+        r = _req(f"r{i}", client=f"c{client}", prompt=size)
+        k = d.key(r, now)
+        w = d.wait(r, ("p",), now)
+        slack[id(w)] = (k - lam * now) / lam
+        live.append(w)
+        if serve:
+            got = d.wake("p")
+            d.served(got.request, now)
+            for q in live:
+                if not q.done:
+                    assert got.since <= q.since + slack[id(q)] + 1e-6
+    while len(d):
+        got = d.wake("p")
+        assert got is not None
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.1, 30.0), st.integers(0, 20), st.integers(1, 20_000)), max_size=200
+    )
+)
+def test_client_counters_stay_bounded(events):
+    """u(c) ≤ (largest service / unit) / (1 − 2^(−gap_min/half-life)) with arrivals at
+    least gap_min apart; idle clients are forgotten; at most max_clients are held."""
+    c = ClientCounters(half_life_s=10.0, unit_tokens=1000.0, idle_s=60.0, max_clients=8)
+    now = 0.0
+    bound = (20_000 / 1000.0) / (1 - 2 ** (-0.1 / 10.0))
+    for gap, client, tokens in events:
+        now += gap
+        c.add(f"c{client}", tokens, now)
+        assert len(c) <= 8
+        assert all(c.value(k, now) <= bound for k in list(c._u))
+    c.sweep(now + 10_000.0)
+    assert len(c) == 0
+
+
+@pytest.mark.parametrize(
+    "make", DISPATCHERS + [_bound(n) for n in NAMES], ids=NAMES + [f"{n}+predictor" for n in NAMES]
+)
 def test_a_queue_position_is_a_lease(make):
     d = make(max_waiting=3, timeout_s=10.0)
     waiter = d.wait(_req("a"), ("short",), 0.0)

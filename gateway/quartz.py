@@ -1,0 +1,131 @@
+"""QUARTZ in the gateway: the predictor built at start, what a request adds to it, and the
+model file it may load (policies/quantile/; issue 15, ../shared/seeds/003).
+
+Built when the configuration has a `quartz:` section or names a routing or dispatch
+policy that uses the predictor (`quartz`, `point_pred`, `locality`); otherwise nothing
+here runs and the default path (least_loaded + fifo) does no predictor work at all.
+
+- The model: `quartz.model: <path>` loads a trained tree model (a
+  `fleetgate.quantile_trees/v1` JSON file, policies/quantile/trees.py — validated, never a
+  pickle); without it the analytic model of the engine (W + H·n, chunked prefill) from
+  `quartz.engine_w / engine_h / prefill_chunk` and the pool's max_num_seqs.
+- Prefix locality: the gateway does not see the engine's token blocks, so it hashes the
+  prompt itself — chained hashes of `PREFIX_BLOCK_BYTES`-byte blocks of the serialised
+  messages (or the completion prompt), one per ~128 tokens — and its prefix index works
+  on those blocks (stride 1, `block_tokens` = the block's bytes / 4 bytes per token).
+  Costs ~0.5 µs per block, only when QUARTZ is configured.
+- Per request: temperature / top_p and the prefix hashes go into the RequestInfo before
+  routing; the request log gets the feature vector at dispatch, the predicted quantiles
+  and the observed prefill time (dispatch → first token).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from gateway.config import GatewayConfig
+from gateway.openai_request import CHAT, ParsedRequest
+from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
+from policies.quantile.features import PrefillModel
+from policies.quantile.predictor import Predictor
+from policies.routing import make_router
+from policies.types import RequestInfo
+
+PREFIX_BLOCK_BYTES = 512  # one chained hash per this many prompt bytes (~128 tokens)
+_USES = ("quartz", "point_pred", "locality")
+
+
+def wanted(config: GatewayConfig) -> bool:
+    """Whether the configuration needs a predictor at all."""
+    if config.quartz is not None:
+        return True
+    if config.dispatch.policy in ("quartz",):
+        return True
+    router = make_router(config.routing.policy, config.routing.params)
+    return hasattr(router, "bind_predictor")
+
+
+def load_model(path: str) -> PrefillModel:
+    """A trained model file (policies/quantile/trees.py's `loads`, the format's validating
+    loader). ValueError names the file and what is wrong with it."""
+    try:
+        trees: Any = importlib.import_module("policies.quantile.trees")
+    except ImportError:  # the loader lives with `fleetgate train-predictor` (qtrain)
+        raise ValueError(
+            f"quartz.model: {path}: this build has no tree model loader "
+            "(policies/quantile/trees.py)"
+        ) from None
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"quartz.model: cannot read {path}: {exc.strerror}") from None
+    try:
+        model: PrefillModel = trees.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"quartz.model: {path}: {exc}") from None
+    return model
+
+
+def predictor_for(config: GatewayConfig) -> Predictor | None:
+    if not wanted(config):
+        return None
+    q = config.quartz
+    s = q.settings() if q is not None else QuartzSettings()
+    # the gateway's blocks are PREFIX_BLOCK_BYTES of prompt, ~4 bytes a token; indexed all
+    s = QuartzSettings(
+        **{**_fields(s), "block_tokens": PREFIX_BLOCK_BYTES // 4, "index_stride": 1, "model": None}
+    )
+    seqs = [p.max_num_seqs for p in config.pools.values() if p.max_num_seqs is not None]
+    shape = EngineShape(
+        q.engine_w if q is not None else 0.008,
+        q.engine_h if q is not None else 0.00065,
+        q.prefill_chunk if q is not None else 512,
+        min(seqs) if seqs else 256,
+    )
+    model = load_model(q.model) if q is not None and q.model else None
+    return build_predictor(s, model, shape)
+
+
+def _fields(s: QuartzSettings) -> dict[str, Any]:
+    return {name: getattr(s, name) for name in s.__dataclass_fields__}
+
+
+def prompt_hashes(parsed: ParsedRequest) -> tuple[int, ...]:
+    """Chained hashes of the prompt's PREFIX_BLOCK_BYTES-byte blocks (full blocks only)."""
+    body = parsed.body
+    text: bytes
+    if parsed.endpoint == CHAT:
+        text = orjson.dumps(body.get("messages"))
+    else:
+        prompt = body.get("prompt")
+        text = prompt.encode("utf-8", "surrogatepass") if isinstance(prompt, str) else b""
+        if not text and isinstance(prompt, list):
+            text = orjson.dumps(prompt)
+    n = len(text) // PREFIX_BLOCK_BYTES
+    out = []
+    h = 0
+    for i in range(n):
+        h = hash((h, text[i * PREFIX_BLOCK_BYTES : (i + 1) * PREFIX_BLOCK_BYTES]))
+        out.append(h)
+    return tuple(out)
+
+
+def describe(info: RequestInfo, parsed: ParsedRequest) -> None:
+    """What QUARTZ reads of the request beyond the budget: decoding parameters, prefix."""
+    body = parsed.body
+    t = body.get("temperature")
+    if isinstance(t, int | float) and not isinstance(t, bool):
+        info.temperature = float(t)
+    p = body.get("top_p")
+    if isinstance(p, int | float) and not isinstance(p, bool):
+        info.top_p = float(p)
+    info.prefix_hashes = prompt_hashes(parsed)
+
+
+def rounded(values: Sequence[float] | None, digits: int = 6) -> list[float] | None:
+    return None if values is None else [round(v, digits) for v in values]

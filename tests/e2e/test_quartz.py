@@ -1,0 +1,91 @@
+"""QUARTZ in the gateway (issue 15): quartz routing and queueing against real emulators —
+short prompts queued behind a long one go first, the metrics say which model and whether
+it fell back, and the request log carries what the predictor is trained on."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+
+import httpx
+import pytest
+
+from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway
+
+pytestmark = pytest.mark.e2e
+
+
+def first_token_at(url: str, words: int, tokens: int, start: float) -> tuple[int, float]:
+    """Stream a request of about `words` prompt tokens; (status, seconds to first chunk)."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "word " * words}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "temperature": 0.7,
+    }
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
+        chunks = r.iter_raw()
+        next(chunks)
+        at = time.monotonic() - start
+        for _ in chunks:
+            pass
+    return r.status_code, at
+
+
+def test_quartz_serves_short_prompts_first_and_logs_its_features(fresh_procs, tmp_path):
+    emu = emulator(fresh_procs, "q-emu", 8192, "--time-scale", "0.5").wait_ready()
+    log = tmp_path / "requests.jsonl"
+    cfg = gateway_config(
+        [emu.url],
+        [],
+        routing={"policy": "quartz"},
+        dispatch={"policy": "quartz", "prefill_room": 20_000, "timeout_s": 30},
+        quartz={"min_samples": 4},
+        request_log={"path": str(log)},
+    )
+    cfg["pools"]["short"]["max_num_seqs"] = 1  # one at a time: the order is the gateway's
+    gw = start_gateway(fresh_procs, cfg)
+    start = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        busy = pool.submit(first_token_at, gw.url, 10, 150, start)  # holds the only slot
+        time.sleep(0.3)
+        long_ = pool.submit(first_token_at, gw.url, 6000, 4, start)  # queued first
+        time.sleep(0.2)
+        shorts = [pool.submit(first_token_at, gw.url, 20, 4, start) for _ in range(3)]
+        results = [busy.result(), long_.result(), *(s.result() for s in shorts)]
+    assert [s for s, _ in results] == [200] * 5
+    long_at = results[1][1]
+    assert all(at < long_at for _, at in results[2:]), results  # shorts went first
+    text = httpx.get(gw.url + "/metrics").text
+    assert metric(text, "fleetgate_quartz_model", model="analytic") == 1.0
+    assert metric(text, "fleetgate_quartz_fallback") == 0.0
+    assert metric(text, "fleetgate_quartz_observations_total") == 5.0
+    assert metric(text, "fleetgate_dispatch_queue_length") == 0.0
+    assert metric(text, "fleetgate_quartz_prefill_seconds_count") == 5.0
+    # the request log: features at dispatch, the prediction, the observed prefill
+    deadline = time.monotonic() + 5
+    lines: list[dict] = []
+    while time.monotonic() < deadline and len(lines) < 5:
+        lines = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+        time.sleep(0.1)
+    assert len(lines) == 5
+    for entry in lines:
+        assert entry["status"] == 200 and len(entry["features"]) == 12
+        assert entry["features"][2] == 0.7  # temperature
+        assert entry["prefill_s"] > 0 and entry["predicted"]["q95"] >= entry["predicted"]["mean"]
+        assert entry["prefill_s"] <= entry["ttft_s"]
+
+
+def test_default_configuration_builds_no_predictor(fresh_procs):
+    emu = emulator(fresh_procs, "q-emu2", 8192).wait_ready()
+    gw = start_gateway(fresh_procs, gateway_config([emu.url], []))
+    r = httpx.post(
+        gw.url + "/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+        timeout=30,
+    )
+    assert r.status_code == 200
+    assert "fleetgate_quartz" not in httpx.get(gw.url + "/metrics").text

@@ -1,0 +1,123 @@
+"""The ordered admission queues (policies/queue/): QUARTZ's k_fair heap and TokenFair,
+and the client service counters they share."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.dispatch import make_dispatcher
+from policies.quantile.config import QuartzSettings, build_predictor
+from policies.quantile.predictor import attach
+from policies.queue.counters import ClientCounters
+from policies.queue.quartz import QuartzDispatcher, QuartzQueueConfig
+from policies.types import RequestInfo
+
+
+def req(rid, prompt=100, client="c"):
+    return RequestInfo(rid, "m", 0.0, prompt, 16, entitlement=client)
+
+
+def quartz(**kw):
+    d = make_dispatcher("quartz", kw)
+    attach(d, build_predictor(QuartzSettings(), None))
+    return d
+
+
+def test_short_prompts_go_before_a_long_one():
+    d = quartz()
+    long_ = d.wait(req("long", 8000), ("p",), 0.0)
+    a = d.wait(req("a", 100), ("p",), 0.1)
+    b = d.wait(req("b", 200), ("p",), 0.2)
+    assert [d.wake("p"), d.wake("p"), d.wake("p")] == [a, b, long_]
+
+
+def test_aging_serves_the_long_prompt_once_it_waited_long_enough():
+    """k = ŝ + λ·a: a short request arriving more than (ŝ_long − ŝ_short)/λ later
+    goes after the long one."""
+    d = quartz(lam=0.02)
+    long_ = d.wait(req("long", 8000), ("p",), 0.0)
+    gap = (d.key(req("x", 8000), 0.0) - d.key(req("y", 100), 0.0)) / 0.02
+    assert gap > 0
+    late = d.wait(req("late", 100), ("p",), gap + 1.0)
+    assert d.wake("p") is long_ and d.wake("p") is late
+
+
+def test_fairness_puts_a_heavily_served_client_behind():
+    d = quartz(beta=0.1, unit_tokens=1000.0)
+    for i in range(20):
+        d.served(req(f"s{i}", 4000, client="heavy"), 0.0)  # 80k tokens: u = 80
+    h = d.wait(req("h", 100, client="heavy"), ("p",), 0.0)
+    light = d.wait(req("l", 100, client="light"), ("p",), 0.5)
+    assert d.wake("p") is light and d.wake("p") is h
+    nofair = quartz(fairness=False)
+    for i in range(20):
+        nofair.served(req(f"s{i}", 4000, client="heavy"), 0.0)
+    h = nofair.wait(req("h", 100, client="heavy"), ("p",), 0.0)
+    nofair.wait(req("l", 100, client="light"), ("p",), 0.5)
+    assert nofair.wake("p") is h
+
+
+def test_degraded_coverage_falls_back_to_fifo():
+    d = quartz()
+    long_ = d.wait(req("long", 8000), ("p",), 0.0)
+    short = d.wait(req("s", 100), ("p",), 0.1)
+    d.predictor.calibration.degraded = True
+    assert d.wake("p") is long_ and d.wake("p") is short
+
+
+def test_point_keys_by_the_mean():
+    d = quartz(point=True)
+    q = d.predictor.size(req("x", 4000))
+    assert d.key(req("x", 4000), 0.0) == pytest.approx(q.mean)
+
+
+def test_multi_pool_waiters_leave_every_heap_once():
+    d = quartz()
+    a = d.wait(req("a", 5000), ("short", "long"), 0.0)
+    b = d.wait(req("b", 100), ("long",), 0.0)
+    assert d.waiting("short") == 1 and d.waiting("long") == 2
+    assert d.wake("short") is a
+    assert d.waiting("long") == 1 and d.wake("long") is b and d.wake("long") is None
+    assert len(d) == 0
+
+
+def test_expiry_is_in_arrival_order_and_bounded():
+    d = quartz(max_waiting=2, timeout_s=5.0)
+    a = d.wait(req("a", 8000), ("p",), 0.0)
+    b = d.wait(req("b"), ("p",), 1.0)
+    assert d.wait(req("c"), ("p",), 1.0) is None  # full: 429
+    assert d.expire(5.5) == [a] and d.expire(6.0) == [b] and len(d) == 0
+
+
+def test_quartz_without_a_predictor_is_fifo():
+    d = QuartzDispatcher(QuartzQueueConfig())
+    a = d.wait(req("a", 8000), ("p",), 0.0)
+    b = d.wait(req("b", 10), ("p",), 1.0)
+    assert d.wake("p") is a and d.wake("p") is b
+
+
+def test_token_fair_serves_the_least_served_client_first():
+    d = make_dispatcher("token_fair")
+    d.served(req("x", 5000, client="heavy"), 0.0)
+    h1 = d.wait(req("h1", client="heavy"), ("p",), 0.0)
+    h2 = d.wait(req("h2", client="heavy"), ("p",), 0.1)
+    l1 = d.wait(req("l1", client="light"), ("p",), 0.2)
+    assert d.wake("p") is l1 and d.wake("p") is h1 and d.wake("p") is h2
+
+
+def test_counters_decay_and_forget_idle_clients():
+    c = ClientCounters(half_life_s=10.0, unit_tokens=1000.0, idle_s=30.0, sweep_every=1)
+    c.add("a", 2000, 0.0)
+    assert c.value("a", 0.0) == pytest.approx(2.0) and c.value("a", 10.0) == pytest.approx(1.0)
+    c.add("b", 1, 1000.0)  # a sweep: "a" idle for 1000 s, decayed to nothing
+    assert len(c) == 1 and c.value("a", 1000.0) == 0.0
+    bounded = ClientCounters(max_clients=3)
+    for i in range(10):
+        bounded.add(f"c{i}", 10, float(i))
+    assert len(bounded) == 3
+
+
+@pytest.mark.parametrize("params", [{"lam": -1.0}, {"alpha": 0.5}, {"timeout_s": 0}, {"nope": 1}])
+def test_bad_parameters_are_refused(params):
+    with pytest.raises(ValueError):
+        make_dispatcher("quartz", params)
