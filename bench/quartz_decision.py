@@ -159,13 +159,14 @@ def main() -> int:
           f"{args.workers} workers, K={args.k}, analytic model; the clock's own "
           f"{overhead / 1000:.1f} µs per reading taken off)")  # fmt: skip
     print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'queue':>6} {'part':<9} {'p50':>7} {'p99':>7} {'mean':>7}")
+    print(f"{'queue':>6} {'part':<9} {'p50':>7} {'p90':>7} {'p99':>7} {'mean':>7}")
     for queue_len in (10, 1_000, 10_000):
         times = bench(queue_len, args.requests, args.workers, args.k, overhead)
         for part in ("decision", "enqueue", "dequeue", "route", "hooks"):
             xs = times[part]
             print(
-                f"{queue_len:>6} {part:<9} {pct(xs, 0.5):>7.1f} {pct(xs, 0.99):>7.1f} "
+                f"{queue_len:>6} {part:<9} {pct(xs, 0.5):>7.1f} {pct(xs, 0.9):>7.1f} "
+                f"{pct(xs, 0.99):>7.1f} "
                 f"{statistics.fmean(xs) / 1000:>7.1f}"
             )
     return 0

@@ -213,7 +213,7 @@ class _QuartzCollector(Collector):
         )
         observed.add_metric([], p.observed)
         queued = GaugeMetricFamily(
-            "fleetgate_dispatch_queue_length",
+            "fleetgate_quartz_queue_length",
             "Requests waiting in the gateway for a worker with room.",
         )
         queued.add_metric([], len(self.dispatcher))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from compressor.compress import Compression
 from policies.admission import AdmissionRefused, AdmitAll, Admitter, Reservation
@@ -80,6 +81,16 @@ def _nobody(load: Load) -> None:
 
 def _nobody_woken(ticket: Ticket) -> None:
     pass
+
+
+def _has_room(load: object) -> bool:
+    """Room on a worker by this gateway's own counts (with a prefill room configured, the
+    load is a `WorkerView` or the gateway's `WorkerState`: both carry these). Waking a
+    waiter for a worker still full would send it back to the end of the queue."""
+    w: Any = load
+    if w.capacity is not None and w.in_flight >= w.capacity:
+        return False
+    return w.prefill_capacity is None or w.prefill_tokens < w.prefill_capacity
 
 
 @dataclass(slots=True, eq=False)
@@ -216,10 +227,13 @@ class Core:
 
     def _released(self, load: Load) -> None:
         self.on_released(load)
+        if self.prefill_room and not _has_room(load):
+            return  # still full (its prefill backlog): its first tokens will wake
         self._wake(load.pool)
 
     def _prefilled(self, load: PrefillLoad) -> None:
-        self._wake(load.pool)
+        if _has_room(load):  # not still at max_num_seqs: a waiter can go now
+            self._wake(load.pool)
 
     def _wake(self, pool: str) -> None:
         if len(self.dispatcher):

@@ -22,6 +22,16 @@
       clients: 16
     slo: {interactive: 2.0, long: 4.0}    # TTFT targets per class (QUARTZ §5.2)
 
+QUARTZ (issue 15): its routers and queue by name, the room every method shares, and the
+predictor's settings (policies/quantile/config.py); with a predictor each record carries
+`features`, `predicted` and `prefill_s`:
+
+    policy:
+      routing: {policy: quartz, params: {k: 2}}          # or point_pred, locality
+      dispatch: {policy: quartz, capacity: engine, prefill_room: 16384,
+                 params: {lam: 0.02, beta: 0.1}}          # or token_fair, fifo
+      quartz: {alpha: 0.95, delta: 0.05}                  # {} : defaults (Table 3)
+
 Multi-tenant workloads (the token-pools experiments, scenarios/token-pools-*.yaml) list
 tenants instead of one arrival process; a tenant's name is its requests' client, which
 is their entitlement at admission:

@@ -153,7 +153,8 @@ class Predictor:
         if self.use_locality and request.prefix_hashes:
             loc = self.index.best_locality(request.prefix_hashes, request.prompt_tokens, self._now)
         x = vector(request, loc, self.index.bucket(loc, request.prompt_tokens), 0, 0, 0, 0.0)
-        return self._predict("", x).q
+        calibration = self.calibration
+        return calibration.correct(self.model.predict(x), calibration.regime(x))
 
     # --- Hook ---------------------------------------------------------------------
     def on_arrival(self, request: RequestInfo, now: float) -> None:

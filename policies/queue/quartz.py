@@ -5,7 +5,8 @@
 
 ŝα(r) the request's predicted α-quantile prefill (the predictor's `size`: r alone on an
 idle worker holding its best prefix — see policies/quantile/predictor.py for why not on
-w(r)); a_r its arrival (seconds); u(c) its client's decayed service counter at arrival
+w(r)); a_r its arrival at the gateway (`RequestInfo.arrival`, seconds, kept when a woken
+request finds no room and queues again); u(c) its client's decayed service counter at arrival
 (counters.py), updated when a request of the client has its first token (`served`).
 Lower keys go first. Aging without priority updates (Eq. 7): a request arriving Δ seconds
 later carries λ·Δ more, so r is served before any request arriving more than
@@ -91,14 +92,15 @@ class QuartzDispatcher:
         self.predictor = predictor
 
     def key(self, request: RequestInfo, now: float) -> float:
-        """k_fair(r) at arrival `now` (Eq. 6–8)."""
+        """k_fair(r) (Eq. 6–8): a_r is the request's arrival at the gateway, so a request
+        queued again (woken, but the room went elsewhere) keeps its age; u(c) is read `now`."""
         c = self.config
         p = self.predictor
         size = 0.0
         if p is not None and not p.calibration.degraded:
             q = p.size(request)
             size = q.mean if c.point else q.at(c.alpha)
-        k = size + c.lam * now
+        k = size + c.lam * request.arrival
         if c.fairness and c.beta:
             k += c.beta * self.counters.value(request.entitlement, now)
         return k

@@ -72,24 +72,10 @@ class QuartzRouter:
         predictor = self.predictor
         if predictor is None or predictor.calibration.degraded:
             return self.fallback.choose(request, candidates)
-        # the default filters (profile.py); the common case — some healthy, fresh worker
-        # has room — in one pass
-        workers = [w for w in candidates if w.healthy and not w.stale and w.has_room]
-        if not workers:
-            workers = list(candidates)
-            for keep in DEFAULT_FILTERS:
-                workers = keep(request, workers)
-                if not workers:
-                    return None
         c = self.config
-        n = len(workers)
-        if n > c.k:
-            if c.k == 2:  # the default: two draws, cheaper than random.sample
-                i = self._rng.randrange(n)
-                j = self._rng.randrange(n - 1)
-                workers = [workers[i], workers[j + 1 if j >= i else j]]
-            else:
-                workers = self._rng.sample(workers, c.k)
+        workers = self._sample(request, candidates, c.k)
+        if not workers:
+            return None
         best: WorkerView | None = None
         best_p: Prediction | None = None
         best_s = 0.0
@@ -103,6 +89,31 @@ class QuartzRouter:
         assert best_p is not None
         predictor.chose(request, best_p)
         return best
+
+    def _sample(
+        self, request: RequestInfo, candidates: Sequence[WorkerView], k: int
+    ) -> list[WorkerView]:
+        """K candidates drawn uniformly from the eligible workers with room (the default
+        filters of profile.py). Fast path for K = 2: two distinct draws from all
+        candidates, kept when both are healthy, fresh and have room — conditioned on
+        that, a uniform pair of eligible workers; otherwise filter, then draw."""
+        n = len(candidates)
+        rng = self._rng
+        if k == 2 and n > 2:
+            i = rng.randrange(n)
+            j = rng.randrange(n - 1)
+            a, b = candidates[i], candidates[j + 1 if j >= i else j]
+            fresh = a.healthy and b.healthy and not a.stale and not b.stale
+            if fresh and a.has_room and b.has_room:
+                return [a, b]
+        workers = list(candidates)
+        for keep in DEFAULT_FILTERS:
+            workers = keep(request, workers)
+            if not workers:
+                return workers
+        if len(workers) > k:
+            workers = rng.sample(workers, k)
+        return workers
 
     def _psi(self, w: WorkerView) -> float:
         c = self.config

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway
+from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -49,12 +49,16 @@ def test_quartz_serves_short_prompts_first_and_logs_its_features(fresh_procs, tm
     cfg["pools"]["short"]["max_num_seqs"] = 1  # one at a time: the order is the gateway's
     gw = start_gateway(fresh_procs, cfg)
     start = time.monotonic()
+    queued = lambda: metric(httpx.get(gw.url + "/metrics").text, "fleetgate_quartz_queue_length")  # noqa: E731
     with concurrent.futures.ThreadPoolExecutor(5) as pool:
-        busy = pool.submit(first_token_at, gw.url, 10, 150, start)  # holds the only slot
-        time.sleep(0.3)
+        busy = pool.submit(first_token_at, gw.url, 10, 1500, start)  # holds the only slot
+        assert wait_until(lambda: metric(httpx.get(gw.url + "/metrics").text,
+                                         "fleetgate_quartz_observations_total") == 1)  # fmt: skip
         long_ = pool.submit(first_token_at, gw.url, 6000, 4, start)  # queued first
-        time.sleep(0.2)
+        assert wait_until(lambda: queued() == 1)
         shorts = [pool.submit(first_token_at, gw.url, 20, 4, start) for _ in range(3)]
+        assert wait_until(lambda: queued() == 4)
+        assert not busy.done()  # all four wait behind it; then the heap orders them
         results = [busy.result(), long_.result(), *(s.result() for s in shorts)]
     assert [s for s, _ in results] == [200] * 5
     long_at = results[1][1]
@@ -63,7 +67,7 @@ def test_quartz_serves_short_prompts_first_and_logs_its_features(fresh_procs, tm
     assert metric(text, "fleetgate_quartz_model", model="analytic") == 1.0
     assert metric(text, "fleetgate_quartz_fallback") == 0.0
     assert metric(text, "fleetgate_quartz_observations_total") == 5.0
-    assert metric(text, "fleetgate_dispatch_queue_length") == 0.0
+    assert metric(text, "fleetgate_quartz_queue_length") == 0.0
     assert metric(text, "fleetgate_quartz_prefill_seconds_count") == 5.0
     # the request log: features at dispatch, the prediction, the observed prefill
     deadline = time.monotonic() + 5

@@ -15,8 +15,8 @@ from policies.queue.counters import ClientCounters
 from policies.types import RequestInfo
 
 
-def _req(rid: str, client: str = "default", prompt: int = 100) -> RequestInfo:
-    return RequestInfo(rid, "m", 0.0, prompt, 16, entitlement=client)
+def _req(rid: str, client: str = "default", prompt: int = 100, arrival: float = 0.0) -> RequestInfo:
+    return RequestInfo(rid, "m", arrival, prompt, 16, entitlement=client)
 
 
 def _registered(name):
@@ -148,7 +148,7 @@ def test_aging_bounds_how_long_anyone_is_overtaken(arrivals):
     live = []
     for i, (gap, size, client, serve) in enumerate(arrivals):
         now += gap
-        r = _req(f"r{i}", client=f"c{client}", prompt=size)
+        r = _req(f"r{i}", client=f"c{client}", prompt=size, arrival=now)
         k = d.key(r, now)
         w = d.wait(r, ("p",), now)
         slack[id(w)] = (k - lam * now) / lam

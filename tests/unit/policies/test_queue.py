@@ -13,8 +13,8 @@ from policies.queue.quartz import QuartzDispatcher, QuartzQueueConfig
 from policies.types import RequestInfo
 
 
-def req(rid, prompt=100, client="c"):
-    return RequestInfo(rid, "m", 0.0, prompt, 16, entitlement=client)
+def req(rid, prompt=100, client="c", arrival=0.0):
+    return RequestInfo(rid, "m", arrival, prompt, 16, entitlement=client)
 
 
 def quartz(**kw):
@@ -38,7 +38,7 @@ def test_aging_serves_the_long_prompt_once_it_waited_long_enough():
     long_ = d.wait(req("long", 8000), ("p",), 0.0)
     gap = (d.key(req("x", 8000), 0.0) - d.key(req("y", 100), 0.0)) / 0.02
     assert gap > 0
-    late = d.wait(req("late", 100), ("p",), gap + 1.0)
+    late = d.wait(req("late", 100, arrival=gap + 1.0), ("p",), gap + 1.0)
     assert d.wake("p") is long_ and d.wake("p") is late
 
 
@@ -47,7 +47,7 @@ def test_fairness_puts_a_heavily_served_client_behind():
     for i in range(20):
         d.served(req(f"s{i}", 4000, client="heavy"), 0.0)  # 80k tokens: u = 80
     h = d.wait(req("h", 100, client="heavy"), ("p",), 0.0)
-    light = d.wait(req("l", 100, client="light"), ("p",), 0.5)
+    light = d.wait(req("l", 100, client="light", arrival=0.5), ("p",), 0.5)
     assert d.wake("p") is light and d.wake("p") is h
     nofair = quartz(fairness=False)
     for i in range(20):
@@ -63,6 +63,16 @@ def test_degraded_coverage_falls_back_to_fifo():
     short = d.wait(req("s", 100), ("p",), 0.1)
     d.predictor.calibration.degraded = True
     assert d.wake("p") is long_ and d.wake("p") is short
+
+
+def test_a_request_queued_again_keeps_its_age():
+    d = quartz(lam=0.02)
+    old = req("old", 100, arrival=0.0)
+    d.wait(old, ("p",), 0.0)
+    assert d.wake("p").request is old  # woken; the room went elsewhere: queued again
+    newer = d.wait(req("new", 100, arrival=5.0), ("p",), 5.0)
+    again = d.wait(old, ("p",), 6.0)
+    assert d.wake("p") is again and d.wake("p") is newer
 
 
 def test_point_keys_by_the_mean():
@@ -92,7 +102,7 @@ def test_expiry_is_in_arrival_order_and_bounded():
 def test_quartz_without_a_predictor_is_fifo():
     d = QuartzDispatcher(QuartzQueueConfig())
     a = d.wait(req("a", 8000), ("p",), 0.0)
-    b = d.wait(req("b", 10), ("p",), 1.0)
+    b = d.wait(req("b", 10, arrival=1.0), ("p",), 1.0)
     assert d.wake("p") is a and d.wake("p") is b
 
 
