@@ -23,7 +23,7 @@ draw and the protocol needs, added to the generated specs here (`shape`):
 Metrics per run (`metrics`): P95/P99 TTFT, SLO violation rate (a request without a first
 token counts as violated), throughput (prompt + output tokens of completed requests over
 first arrival → last finish), Jain's index over clients of 1/mean slowdown (the
-simulator's report definition), the maximum and P99 wait (arrival → engine admission:
+simulator's report definition, latency-based) and of 1/mean TTFT slowdown, the maximum and P99 wait (arrival → engine admission:
 gateway queue plus engine queue), the mean slowdown of long-class requests, and — when
 the run's records carry predicted quantiles (the QUARTZ predictor's) — coverage.
 """
