@@ -27,6 +27,11 @@ by those (as a live /metrics scrape mid-step would). `WorkerView.load` takes the
 Either way `in_flight` and `outstanding_tokens` are the core's worker-slot leases.
 Views are long-lived objects updated in place: a router must not keep them past `choose`.
 
+With QUARTZ's predictor (simulator/run.py builds it when the scenario or a policy asks)
+each record gets the feature vector and calibrated prediction at dispatch for the worker
+chosen, and the observed prefill (first token − dispatch): the same fields the gateway's
+request log carries.
+
 Clients given a `Retry` (scenario tenants' `retry`) send a request refused at admission
 again after its Retry-After, capped; each attempt is a record of its own (id `r…~2`, …)
 carrying its attempt number and its first attempt's arrival.

@@ -6,8 +6,10 @@
 ŝα(r) the request's predicted α-quantile prefill (the predictor's `size`: r alone on an
 idle worker holding its best prefix — see policies/quantile/predictor.py for why not on
 w(r)); a_r its arrival at the gateway (`RequestInfo.arrival`, seconds, kept when a woken
-request finds no room and queues again); u(c) its client's decayed service counter at arrival
-(counters.py), updated when a request of the client has its first token (`served`).
+request finds no room and queues again); u(c) its client's share of recent service at
+arrival (counters.py: decayed prompt tokens served relative to the average active client,
+dimensionless — see there why not raw tokens), updated when a request of the client has
+its first token (`served`).
 Lower keys go first. Aging without priority updates (Eq. 7): a request arriving Δ seconds
 later carries λ·Δ more, so r is served before any request arriving more than
 (ŝα(r) + β·u(c)) / λ seconds after it — no request waits forever while room keeps freeing.
@@ -44,7 +46,7 @@ from policies.types import RequestInfo
 class QuartzQueueConfig:
     max_waiting: int = 1024
     timeout_s: float = 30.0
-    alpha: float = 0.95
+    alpha: float | None = None  # the quantile keyed by; None: the predictor's
     lam: float = 0.02  # λ: aging, key seconds per second of arrival
     beta: float = 0.10  # β: fairness weight, key seconds per unit of client service
     point: bool = False  # ŝ = the predicted mean (PointPred)
@@ -59,7 +61,7 @@ class QuartzQueueConfig:
             raise ValueError("max_waiting: must not be negative")
         if self.timeout_s <= 0:
             raise ValueError("timeout_s: must be positive")
-        if self.alpha not in (0.9, 0.95):
+        if self.alpha not in (None, 0.9, 0.95):
             raise ValueError("alpha: must be 0.9 or 0.95")
         if self.lam < 0 or self.beta < 0:
             raise ValueError("lam, beta: must not be negative")
@@ -99,10 +101,10 @@ class QuartzDispatcher:
         size = 0.0
         if p is not None and not p.calibration.degraded:
             q = p.size(request)
-            size = q.mean if c.point else q.at(c.alpha)
+            size = q.mean if c.point else q.at(p.alpha if c.alpha is None else c.alpha)
         k = size + c.lam * request.arrival
         if c.fairness and c.beta:
-            k += c.beta * self.counters.value(request.entitlement, now)
+            k += c.beta * self.counters.share(request.entitlement, now)
         return k
 
     def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:

@@ -36,14 +36,16 @@ from policies.types import RequestInfo, WorkerView
 
 @dataclass(frozen=True, slots=True)
 class QuartzConfig:
-    alpha: float = 0.95  # the quantile routed by (0.9 or 0.95)
+    # the quantile routed by (0.9 or 0.95); None: the predictor's (`quartz.alpha`), the one
+    # its calibration corrects and its coverage is judged at
+    alpha: float | None = None
     k: int = 2  # candidates sampled per decision
     kv_threshold: float = 0.8  # ψ starts above this KV usage
     kv_penalty_s: float = 1.0  # ψ at a full KV cache, seconds
     seed: int = 0  # the candidate sampler's (simulated runs are reproducible)
 
     def __post_init__(self) -> None:
-        if self.alpha not in (0.9, 0.95):
+        if self.alpha not in (None, 0.9, 0.95):
             raise ValueError("alpha: must be 0.9 or 0.95")
         if self.k < 1:
             raise ValueError("k: must be >= 1")
@@ -79,7 +81,8 @@ class QuartzRouter:
         best: WorkerView | None = None
         best_p: Prediction | None = None
         best_s = 0.0
-        alpha, point = c.alpha, self.point
+        alpha = predictor.alpha if c.alpha is None else c.alpha
+        point = self.point
         for w in workers:
             p = predictor.predict(request, w)
             q = p.q.mean if point else p.q.at(alpha)
@@ -100,8 +103,9 @@ class QuartzRouter:
         n = len(candidates)
         rng = self._rng
         if k == 2 and n > 2:
-            i = rng.randrange(n)
-            j = rng.randrange(n - 1)
+            draw = rng.random  # C-level; randrange is several Python calls
+            i = int(draw() * n)
+            j = int(draw() * (n - 1))
             a, b = candidates[i], candidates[j + 1 if j >= i else j]
             fresh = a.healthy and b.healthy and not a.stale and not b.stale
             if fresh and a.has_room and b.has_room:

@@ -171,8 +171,9 @@ def test_aging_bounds_how_long_anyone_is_overtaken(arrivals):
     )
 )
 def test_client_counters_stay_bounded(events):
-    """u(c) ≤ (largest service / unit) / (1 − 2^(−gap_min/half-life)) with arrivals at
-    least gap_min apart; idle clients are forgotten; at most max_clients are held."""
+    """S(c) ≤ (largest service / unit) / (1 − 2^(−gap_min/half-life)) with arrivals at
+    least gap_min apart, QUARTZ's share u(c) ∈ [0, clients held]; idle clients are
+    forgotten; at most max_clients are held."""
     c = ClientCounters(half_life_s=10.0, unit_tokens=1000.0, idle_s=60.0, max_clients=8)
     now = 0.0
     bound = (20_000 / 1000.0) / (1 - 2 ** (-0.1 / 10.0))
@@ -180,7 +181,8 @@ def test_client_counters_stay_bounded(events):
         now += gap
         c.add(f"c{client}", tokens, now)
         assert len(c) <= 8
-        assert all(c.value(k, now) <= bound for k in list(c._u))
+        assert all(c.value(k, now) <= bound for k in list(c._w))
+        assert all(0.0 <= c.share(k, now) <= len(c) + 1e-9 for k in list(c._w))
     c.sweep(now + 10_000.0)
     assert len(c) == 0
 

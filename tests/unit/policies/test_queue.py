@@ -43,9 +43,9 @@ def test_aging_serves_the_long_prompt_once_it_waited_long_enough():
 
 
 def test_fairness_puts_a_heavily_served_client_behind():
-    d = quartz(beta=0.1, unit_tokens=1000.0)
+    d = quartz(beta=0.1)
     for i in range(20):
-        d.served(req(f"s{i}", 4000, client="heavy"), 0.0)  # 80k tokens: u = 80
+        d.served(req(f"s{i}", 4000, client="heavy"), 0.0)  # all the service: share 1
     h = d.wait(req("h", 100, client="heavy"), ("p",), 0.0)
     light = d.wait(req("l", 100, client="light", arrival=0.5), ("p",), 0.5)
     assert d.wake("p") is light and d.wake("p") is h
@@ -113,6 +113,19 @@ def test_token_fair_serves_the_least_served_client_first():
     h2 = d.wait(req("h2", client="heavy"), ("p",), 0.1)
     l1 = d.wait(req("l1", client="light"), ("p",), 0.2)
     assert d.wake("p") is l1 and d.wake("p") is h1 and d.wake("p") is h2
+
+
+def test_shares_are_relative_to_the_average_client():
+    c = ClientCounters(half_life_s=10.0)
+    c.add("a", 3000, 0.0)
+    c.add("b", 1000, 0.0)
+    assert c.share("a", 0.0) == pytest.approx(1.5) and c.share("b", 0.0) == pytest.approx(0.5)
+    assert c.share("nobody", 0.0) == 0.0
+    c.add("b", 2000, 10.0)  # a's 3000 decayed to 1500, b's to 500 + 2000
+    assert c.share("a", 10.0) == pytest.approx(2 * 1500 / 4000)
+    # far later: the common scale is moved (no overflow), shares unchanged by it
+    c.add("a", 1, 100_000.0)
+    assert 0.0 <= c.share("b", 100_000.0) <= 2.0 and c.value("b", 100_000.0) == 0.0
 
 
 def test_counters_decay_and_forget_idle_clients():

@@ -123,3 +123,21 @@ def test_quartz_keys_are_validated_with_their_path():
                 },
             }
         )
+
+
+class Optimist:
+    """A model that predicts a tenth of a millisecond for every prefill."""
+
+    name = "optimist"
+
+    def predict(self, x):
+        return Quantiles(0.0001, 0.0001, 0.0001)
+
+
+def test_a_wrong_model_without_calibration_trips_the_fallback_and_calibration_rescues_it():
+    res = run(scenario(quartz={"calibration": False}, requests=300), prefill_model=Optimist())
+    cal = res.predictor.calibration
+    assert cal.degraded and cal.changes >= 1 and cal.coverage() < 0.5
+    res = run(scenario(quartz={}, requests=300), prefill_model=Optimist())
+    cal = res.predictor.calibration
+    assert not cal.degraded and cal.coverage() >= 0.85
