@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import re
 import time
@@ -62,6 +63,7 @@ from policies.quantile.predictor import Prediction, attach
 from policies.routing import Router, make_router
 from policies.types import Outcome, Status, WorkerView
 
+_log = logging.getLogger("fleetgate.quartz")
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
 # an engine's 400 for a request too long for its context (docs/WIRE_SPEC.md §2: vLLM's
 # wordings across versions, SGLang's)
@@ -139,6 +141,11 @@ class _Attempt:
         self.retries = 0
         self.context_retried = False  # sent on to a longer context after an engine's 400
         self.ttft: float | None = None
+        # QUARTZ (when configured): the prediction routing used on the worker it was
+        # sent to, when it was sent, and the observed prefill (dispatch → first token)
+        self.prediction: Prediction | None = None
+        self.dispatched: float | None = None
+        self.prefill_s: float | None = None
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.error: str | None = None
@@ -148,11 +155,6 @@ class _Attempt:
         self.entitlement: str | None = None  # the key's, when it names one
         self.admission: str | None = None  # "admitted" or the refusing check
         self.tenancy_headers: Headers = []  # x-fleetgate-entitlement, x-fleetgate-priority
-        # QUARTZ (when configured): the prediction routing used on the worker it was
-        # sent to, when it was sent, and the observed prefill (dispatch → first token)
-        self.prediction: Prediction | None = None
-        self.dispatched: float | None = None
-        self.prefill_s: float | None = None
 
 
 class KeyCheck(Protocol):
@@ -198,6 +200,7 @@ class Pipeline:
         routing, admission, d = config.routing, config.admission, config.dispatch
         # QUARTZ's predictor: None unless configured (then no predictor work per request)
         predictor = self.predictor = quartz.predictor_for(config)
+        self._fallback_changes = 0  # the calibration's fallback flips already logged
 
         def router_for(pool: str) -> Router:
             router = make_router(routing.policy, routing.params)
@@ -667,6 +670,19 @@ class Pipeline:
             if att.prediction is not None:
                 self.metrics.quartz_observed(att.prefill_s, att.prediction.q)
         self.core.first_token(att.ticket, now)
+        predictor = self.predictor
+        if predictor is not None and predictor.calibration.changes != self._fallback_changes:
+            self._fallback_changes = predictor.calibration.changes
+            cal = predictor.calibration
+            _log.warning(
+                "quartz: %s (coverage %.3f of the last first tokens, alpha %.2f, delta %.2f)",
+                "coverage degraded: falling back to least-loaded routing and a FIFO queue"
+                if cal.degraded
+                else "coverage recovered: quantile-aware routing and queueing again",
+                cal.coverage() or 0.0,
+                cal.alpha,
+                cal.delta,
+            )
 
     def _count_usage(self, usage: dict[str, Any] | None, att: _Attempt) -> None:
         if usage:

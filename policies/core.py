@@ -8,8 +8,11 @@
     route        step 7: the pool's router over the views the driver gives → Route | None
                  (`queued_behind`: first come, first served — others already wait)
     wait         step 6: a queue position (a lease), woken when a slot of its pools frees
-    dispatch     a WorkerSlot lease on the chosen worker   … hooks.on_dispatch
-    first_token                                            … hooks.on_first_token
+    dispatch     a WorkerSlot lease on the chosen worker (and, with `track_prefill`, a
+                 PrefillWork lease: its prompt in the worker's prefill backlog)
+                                                           … hooks.on_dispatch
+    first_token  the PrefillWork lease goes back; the dispatcher hears `served`
+                                                           … hooks.on_first_token
     complete     settle: ĉ_k learns, the admitter settles, every lease is released
                                                            … hooks.on_complete
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from emulator.engine import EngineRequest, FinishedRequest
 from policies.budget import ChatSize
@@ -53,13 +54,15 @@ from policies.core import Core, Ticket
 from policies.dispatch import Waiter
 from policies.intake import CHAT, Prompt, Refusal
 from policies.leases import WorkerSlot
-from policies.quantile.predictor import Predictor
 from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.compression import CompressionModel
 from simulator.kernel import PRIO_ARRIVAL, PRIO_TIMER, Kernel
 from simulator.records import Recorder, RequestRecord
 from simulator.workloads import RequestSpec, Retry
+
+if TYPE_CHECKING:  # only annotated here (simulator/run.py builds it)
+    from policies.quantile.predictor import Predictor
 
 
 class Gateway:

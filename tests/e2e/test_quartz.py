@@ -93,3 +93,28 @@ def test_default_configuration_builds_no_predictor(fresh_procs):
     )
     assert r.status_code == 200
     assert "fleetgate_quartz" not in httpx.get(gw.url + "/metrics").text
+
+
+def test_under_coverage_falls_back_and_says_so(fresh_procs):
+    """A model far too optimistic and calibration off: once `min_samples` first tokens are
+    in, coverage is below alpha − delta, the metric and a log line say so, and requests
+    are still served (least-loaded, FIFO)."""
+    emu = emulator(fresh_procs, "q-emu3", 8192).wait_ready()
+    cfg = gateway_config(
+        [emu.url],
+        [],
+        routing={"policy": "quartz"},
+        dispatch={"policy": "quartz"},
+        # a step of 1 µs: every prediction is far below what the engine takes
+        quartz={"calibration": False, "min_samples": 8, "engine_w": 0.000001, "engine_h": 0.0},
+    )
+    gw = start_gateway(fresh_procs, cfg)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for _ in range(10):
+        r = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200
+    text = httpx.get(gw.url + "/metrics").text
+    assert metric(text, "fleetgate_quartz_fallback") == 1.0
+    assert metric(text, "fleetgate_quartz_fallback_changes_total") == 1.0
+    assert metric(text, "fleetgate_quartz_coverage") < 0.9
+    assert wait_until(lambda: "coverage degraded: falling back" in gw.output())
