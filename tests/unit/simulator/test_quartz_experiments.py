@@ -73,7 +73,7 @@ def test_at_the_knee_quartz_serves_interactive_requests_first(quick: dict) -> No
     strict=True,
     reason="in our engine model a batch slot is held for the decode, not the prefill, so "
     "ordering the queue by predicted prefill reorders waits without shortening them: RAG "
-    "prompts wait until aging (λ) and the client counters (β·u) let them go, and the "
+    "prompts (and their clients, by β·u) wait until aging (λ) lets them go, and the "
     "overall P99 TTFT rises (README, 'QUARTZ: the paper's tables beside ours')",
 )
 def test_at_the_knee_quartz_is_not_worse_than_fifo_ll_on_p99(quick: dict) -> None:
