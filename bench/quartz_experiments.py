@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.quartz_protocol import (
     BURSTY,
+    ENGINES,
     NOMINAL,
     SHIFTS,
     Job,
@@ -123,6 +124,8 @@ class Protocol:
     ablations: bool = True
     shifts: bool = True
     workers: int = 2
+    engine: str = "fleetopt"  # quartz_protocol.ENGINES
+    rates: tuple[float, ...] = ()  # req/s to sweep instead of `loads` × capacity
 
 
 QUICK = Protocol(
@@ -172,14 +175,17 @@ def knee(rows: list[dict[str, Any]], rates: Sequence[float], slo: float = 2.0) -
 def experiment(p: Protocol) -> dict[str, Any]:
     """Run the protocol; everything the tables and plots need."""
     cap = capacity_rps(NOMINAL, requests=p.requests)
-    rates = tuple(round(f * cap, 1) for f in p.loads)
+    # capacity_rps is the W + H·n engine's; the compute-bound engine's knee is lower, so
+    # its sweep names its rates (--rates)
+    rates = p.rates or tuple(round(f * cap, 1) for f in p.loads)
+    engine = ENGINES[p.engine]
     methods = [BY_NAME[n] for n in p.methods]
     skipped = [m.name for m in methods if not available(m)]
     methods = [m for m in methods if available(m)]
     if "FIFO-LL" not in [m.name for m in methods]:
         methods.insert(0, BY_NAME["FIFO-LL"])
     sweep = [
-        Job(m, NOMINAL, rate, seed, p.requests, DISPATCH)
+        Job(m, NOMINAL, rate, seed, p.requests, DISPATCH, engine)
         for rate in rates
         for m in methods
         for seed in p.seeds
@@ -190,7 +196,7 @@ def experiment(p: Protocol) -> dict[str, Any]:
     extra: list[Job] = []
     if p.ablations:
         extra += [
-            Job(m, NOMINAL, k, s, p.requests, DISPATCH)
+            Job(m, NOMINAL, k, s, p.requests, DISPATCH, engine)
             for m in (*ABLATIONS, *SENSITIVITY)
             if available(m)
             for s in p.seeds
@@ -206,7 +212,7 @@ def experiment(p: Protocol) -> dict[str, Any]:
         for v in (*SHIFTS, BURSTY):
             names = T8_METHODS if v is BURSTY else T7_METHODS
             extra += [
-                Job(BY_NAME[n], v, variant_rates[v.name], s, p.requests, DISPATCH)
+                Job(BY_NAME[n], v, variant_rates[v.name], s, p.requests, DISPATCH, engine)
                 for n in names
                 if available(BY_NAME[n])
                 for s in p.seeds
@@ -298,7 +304,9 @@ def tables(res: dict[str, Any]) -> str:
     ) -> dict[str, Any] | None:
         return means.get((method, variant.name, vr.get(variant.name, k) if rate is None else rate))
 
+    engine = ", ".join(f"{k_}={v}" for k_, v in ENGINES[p.engine].items()) or "W + H·n steps"
     out = [
+        f"Engine `{p.engine}` ({engine}). "
         f"Mixed workload, {p.requests} requests × seeds {list(p.seeds)}; capacity "
         f"{cap:.1f} req/s (every slot busy); loads {list(res['rates'])} req/s; "
         f"knee (FIFO-LL P99 TTFT > 2 s) at {k} req/s = {k / cap:.3f} × capacity.",
@@ -443,9 +451,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("out/quartz"))
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--requests", type=int)
+    ap.add_argument("--engine", choices=sorted(ENGINES), default="fleetopt",
+                    help="fleetopt: W + H·n steps (default); compute: compute-bound prefill "
+                    "with a per-step token budget (quartz_protocol.ENGINES)")  # fmt: skip
+    ap.add_argument("--rates", type=lambda t: tuple(float(r) for r in t.split(",")),
+                    default=(), help="req/s to sweep, e.g. 8,12,14,15,15.5 (instead of the "
+                    "loads × capacity)")  # fmt: skip
     args = ap.parse_args(argv)
     p = QUICK if args.quick else Protocol()
-    p = Protocol(**{**p.__dict__, "workers": args.workers})
+    p = Protocol(**{**p.__dict__, "workers": args.workers, "engine": args.engine,
+                    "rates": args.rates})  # fmt: skip
     if args.requests:
         p = Protocol(**{**p.__dict__, "requests": args.requests})
     res = experiment(p)

@@ -93,6 +93,16 @@ SHIFTS = (
 BURSTY = Variant("Mixed Bursty", bursty=True)
 VARIANTS = {v.name: v for v in (NOMINAL, *SHIFTS, BURSTY)}
 
+# The engine the fleet runs (`fleet.engine` of the scenario). `fleetopt`: the engine model's
+# default W + H·n step, where a prefill never slows anyone else down. `compute`: prefill is
+# compute-bound as on a GPU (0.1 ms per prompt token a step computes, ~10k prompt tokens/s,
+# and vLLM's per-step budget of 2,048 tokens shared by prefill chunks in admission order), so
+# a long prompt delays the prompts behind it: the head-of-line blocking QUARTZ is about.
+ENGINES: dict[str, dict[str, Any]] = {
+    "fleetopt": {},
+    "compute": {"prefill_token_s": 0.0001, "max_num_batched_tokens": 2048},
+}
+
 
 def base_doc() -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(resolve(BASE).read_text())
@@ -100,12 +110,19 @@ def base_doc() -> dict[str, Any]:
 
 
 def scenario_for(
-    method: Method, variant: Variant, rate: float, requests: int, dispatch: Mapping[str, Any]
+    method: Method,
+    variant: Variant,
+    rate: float,
+    requests: int,
+    dispatch: Mapping[str, Any],
+    engine: Mapping[str, Any] | None = None,
 ) -> Scenario:
     """quartz-mixed at `rate` req/s with the method's policies; `dispatch` are the
     protocol's shared dispatch settings (capacity, room limit), the method's policy and
-    parameters on top."""
+    parameters on top; `engine` overrides the fleet's engine parameters (ENGINES)."""
     doc = base_doc()
+    if engine:
+        doc["fleet"]["engine"] = {**doc["fleet"].get("engine", {}), **engine}
     doc["workload"]["requests"] = requests
     if variant.bursty:
         doc["workload"]["arrivals"] = {
@@ -270,6 +287,7 @@ class Job:
     seed: int
     requests: int
     dispatch: Mapping[str, Any]
+    engine: Mapping[str, Any] = field(default_factory=dict)
 
 
 # extra arguments to simulator.run.run for a method (the oracle's hooks and routers)
@@ -283,7 +301,7 @@ EXTRAS: dict[str, Extras] = {
 
 def run_job(job: Job) -> dict[str, Any]:
     """Run one (method, variant, load, seed) and return its metrics (picklable)."""
-    sc = scenario_for(job.method, job.variant, job.rate, job.requests, job.dispatch)
+    sc = scenario_for(job.method, job.variant, job.rate, job.requests, job.dispatch, job.engine)
     specs = trace(job.variant, job.rate, job.requests, job.seed)
     extra = EXTRAS[job.method.name](job, sc, specs) if job.method.name in EXTRAS else {}
     result = run(sc, seed=job.seed, specs=specs, **extra)

@@ -110,6 +110,7 @@ class Gateway:
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
         self._waiting = 0  # requests queued for room (they keep the run alive)
+        self._deadlines: dict[int, int] = {}  # id(waiter) → its deadline timer's handle
         self._views: dict[str, list[WorkerView]] = {}
 
     def bind(self) -> None:
@@ -247,6 +248,7 @@ class Gateway:
             if waiter is not None and not waiter.done:
                 self.core.dispatcher.cancel(waiter)
                 self._waiting -= 1
+                self._drop_deadline(waiter)
             self._end(ticket, record, "evicted", now)
             return
         _, _, _, slot = live
@@ -279,9 +281,12 @@ class Gateway:
             self._end(ticket, record, "rejected_429", self.kernel.now())
             return
         self._waiting += 1
-        self.kernel.at(waiter.deadline, PRIO_TIMER, self._expire, waiter)
+        self._deadlines[id(waiter)] = self.kernel.at(
+            waiter.deadline, PRIO_TIMER, self._expire, waiter
+        )
 
     def _expire(self, waiter: Waiter) -> None:
+        self._deadlines.pop(id(waiter), None)
         if not waiter.done:
             self.core.dispatcher.cancel(waiter)
             self._waiting -= 1
@@ -292,8 +297,16 @@ class Gateway:
 
     def _woken(self, ticket: Ticket) -> None:
         self._waiting -= 1
+        self._drop_deadline(ticket.waiter)
         if not self._route(ticket):
             self._wait(ticket)  # the room went elsewhere: wait again
+
+    def _drop_deadline(self, waiter: Waiter | None) -> None:
+        """A waiter that left the queue otherwise than by its deadline: cancel the timer."""
+        if waiter is not None:
+            handle = self._deadlines.pop(id(waiter), None)
+            if handle is not None:
+                self.kernel.cancel(handle)
 
     def _dispatch(self, ticket: Ticket, worker: Worker) -> None:
         now = self.kernel.now()

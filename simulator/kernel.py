@@ -44,12 +44,13 @@ class VirtualClock:
 class Kernel:
     """A discrete-event loop in virtual time."""
 
-    __slots__ = ("_heap", "_seq", "clock", "events")
+    __slots__ = ("_cancelled", "_heap", "_seq", "clock", "events")
 
     def __init__(self, clock: VirtualClock | None = None) -> None:
         self.clock = clock or VirtualClock()
         self._heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self._seq = 0
+        self._cancelled: set[int] = set()  # events dropped unrun (a timer no longer needed)
         self.events = 0  # callbacks run so far
 
     def now(self) -> float:
@@ -57,26 +58,34 @@ class Kernel:
 
     def at(
         self, time: float, priority: int, callback: Callable[[Any], None], arg: Any = None
-    ) -> None:
-        """Run ``callback(arg)`` at virtual `time` (not before now)."""
+    ) -> int:
+        """Run ``callback(arg)`` at virtual `time` (not before now); returns the event's
+        handle for `cancel`."""
         if time < self.clock.t:
             raise ValueError(f"event scheduled in the past: {time} < now {self.clock.t}")
         self._seq += 1
         heapq.heappush(self._heap, (time, priority, self._seq, callback, arg))
+        return self._seq
+
+    def cancel(self, handle: int) -> None:
+        """Drop a scheduled event: it neither runs nor moves the clock (a queue deadline
+        of a request that was served must not stretch the run to that deadline)."""
+        self._cancelled.add(handle)
 
     def after(
         self, delay: float, priority: int, callback: Callable[[Any], None], arg: Any = None
-    ) -> None:
-        self.at(self.clock.t + delay, priority, callback, arg)
+    ) -> int:
+        return self.at(self.clock.t + delay, priority, callback, arg)
 
     def pending(self) -> int:
-        return len(self._heap)
+        return len(self._heap) - len(self._cancelled)
 
     def run(self, until: float | None = None, max_events: int | None = None) -> int:
         """Run events in order until none is left, the next is after `until`, or
         `max_events` have run. Returns the number run by this call."""
         heap = self._heap
         clock = self.clock
+        cancelled = self._cancelled
         pop = heapq.heappop
         limit = float("inf") if until is None else until
         budget = -1 if max_events is None else max_events
@@ -84,7 +93,10 @@ class Kernel:
         while heap and ran != budget:
             if heap[0][0] > limit:
                 break
-            time, _prio, _seq, callback, arg = pop(heap)
+            time, _prio, seq, callback, arg = pop(heap)
+            if cancelled and seq in cancelled:
+                cancelled.discard(seq)
+                continue
             clock.t = time
             callback(arg)
             ran += 1

@@ -57,3 +57,15 @@ def test_virtual_clock_is_a_policy_clock() -> None:
     clock = VirtualClock(3.0)
     assert isinstance(clock, Clock)
     assert clock.now() == 3.0
+
+
+def test_a_cancelled_event_neither_runs_nor_moves_the_clock() -> None:
+    k = Kernel()
+    seen: list[str] = []
+    k.at(1.0, PRIO_STEP, seen.append, "kept")
+    timer = k.at(3600.0, PRIO_STEP, seen.append, "deadline")
+    assert k.pending() == 2
+    k.cancel(timer)
+    assert k.pending() == 1
+    assert k.run() == 1
+    assert seen == ["kept"] and k.now() == 1.0 and k.events == 1

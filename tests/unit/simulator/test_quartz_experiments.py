@@ -85,4 +85,4 @@ def test_cli_writes_tables_and_plot(tmp_path, capsys) -> None:
     main(["--quick", "--workers", "1", "--requests", "200", "--out", str(tmp_path)])
     assert "Table 4" in capsys.readouterr().out
     assert (tmp_path / "sweep.png").stat().st_size > 1000
-    assert (tmp_path / "tables.md").read_text().startswith("Mixed workload")
+    assert (tmp_path / "tables.md").read_text().startswith("Engine `fleetopt`")

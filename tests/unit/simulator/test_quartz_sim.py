@@ -141,3 +141,14 @@ def test_a_wrong_model_without_calibration_trips_the_fallback_and_calibration_re
     res = run(scenario(quartz={}, requests=300), prefill_model=Optimist())
     cal = res.predictor.calibration
     assert not cal.degraded and cal.coverage() >= 0.85
+
+
+def test_a_run_with_queued_requests_ends_at_its_last_answer():
+    """A waiter's queue deadline is cancelled when it is served: the run (and the report's
+    time span, its utilisation and throughput) ends with the last request, not at the
+    deadline of the last request that ever waited."""
+    sc = scenario("least_loaded", "fifo", quartz={}, room=2000, rate=20.0, requests=300)
+    res = run(sc)
+    assert any(r.dispatch is not None and r.dispatch > r.arrival for r in res.records)
+    last = max(r.finish for r in res.records if r.finish is not None)
+    assert last <= res.end < last + 1.0  # a last engine step or sample, not a deadline
