@@ -37,7 +37,7 @@ with Retry-After); a waiter past `timeout_s` is expired (503 `queue_timeout`).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -138,6 +138,21 @@ class FifoDispatcher:
 
     def __len__(self) -> int:
         return self._live
+
+
+def expire_in_arrival_order(
+    arrivals: deque[Waiter], now: float, leave: Callable[[Waiter], None]
+) -> list[Waiter]:
+    """The waiters past their deadline, taken from the front of an arrival-ordered deque
+    (every waiter has the same timeout, so deadlines come in arrival order) and handed to
+    `leave`; waiters already out of the queue are dropped from the front on the way."""
+    gone = []
+    while arrivals and (arrivals[0].done or arrivals[0].deadline <= now):
+        waiter = arrivals.popleft()
+        if not waiter.done:
+            leave(waiter)
+            gone.append(waiter)
+    return gone
 
 
 @dataclass(slots=True, eq=False)

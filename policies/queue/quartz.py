@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.dispatch import DISPATCHERS, Dispatcher, Waiter
+from policies.dispatch import DISPATCHERS, Dispatcher, Waiter, expire_in_arrival_order
 from policies.quantile.features import at_index
 from policies.quantile.predictor import Predictor
 from policies.queue.counters import ClientCounters
@@ -151,14 +151,7 @@ class QuartzDispatcher:
         return None
 
     def expire(self, now: float) -> list[Waiter]:
-        gone = []
-        arrivals = self._arrivals
-        while arrivals and (arrivals[0].done or arrivals[0].deadline <= now):
-            waiter = arrivals.popleft()
-            if not waiter.done:
-                self._leave(waiter)
-                gone.append(waiter)
-        return gone
+        return expire_in_arrival_order(self._arrivals, now, self._leave)
 
     def cancel(self, waiter: Waiter) -> None:
         if not waiter.done:

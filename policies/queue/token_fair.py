@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.dispatch import DISPATCHERS, Dispatcher, Waiter
+from policies.dispatch import DISPATCHERS, Dispatcher, Waiter, expire_in_arrival_order
 from policies.queue.counters import ClientCounters
 from policies.registry import config_from
 from policies.types import RequestInfo
@@ -93,14 +93,7 @@ class TokenFairDispatcher:
 
     def expire(self, now: float) -> list[Waiter]:
         self._now = max(self._now, now)
-        gone = []
-        arrivals = self._arrivals
-        while arrivals and (arrivals[0].done or arrivals[0].deadline <= now):
-            waiter = arrivals.popleft()
-            if not waiter.done:
-                self._leave(waiter)
-                gone.append(waiter)
-        return gone
+        return expire_in_arrival_order(self._arrivals, now, self._leave)
 
     def cancel(self, waiter: Waiter) -> None:
         if not waiter.done:
