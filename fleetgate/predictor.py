@@ -409,7 +409,10 @@ def simulated_entries(
     name = base.name
     e = base.engine_config(base.fleet.pools[0])
     settings = config_from(QuartzSettings, base.policy.quartz or {})
-    analytic = analytic_model(settings, EngineShape(e.w, e.h, e.prefill_chunk, e.max_num_seqs))
+    shape = EngineShape(
+        e.w, e.h, e.prefill_chunk, e.max_num_seqs, e.prefill_token_s, e.max_num_batched_tokens
+    )
+    analytic = analytic_model(settings, shape)
     out: list[dict[str, Any]] = []
     for load in loads:
         sc = base

@@ -132,19 +132,11 @@ class Calibration:
         return pb * 9 + int(x[BUCKET]) * 3 + lb
 
     def correct(self, raw: Quantiles, regime: int) -> Quantiles:
-        """The calibrated quantiles of one prediction (raw when calibration is off)."""
-        if not self.enabled:
-            return raw
-        b = self._buckets[regime]
-        if not b.ready:
-            b = self._pooled
-            if not b.ready:
-                return raw
-        sq = b.shift_q
-        mean = max(raw.mean + b.shift_m, 0.0)
-        q90 = max(raw.q90 + sq, mean)
-        q95 = max(raw.q95 + sq, q90)
-        return Quantiles(mean, q90, q95)
+        """The calibrated quantiles of one prediction (raw itself when calibration is off
+        or has no samples yet)."""
+        t = (raw.mean, raw.q90, raw.q95)
+        c = self.correct_tuple(t, regime)
+        return raw if c is t else Quantiles(*c)
 
     def correct_tuple(
         self, raw: tuple[float, float, float], regime: int
