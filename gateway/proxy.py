@@ -449,7 +449,9 @@ class Pipeline:
         info = ticket.info
         labels = self.tenancy.labels(info.entitlement)
         att.admission = "admitted" if refused is None else refused.code
-        name = header_value(info.entitlement)
+        # the entitlement it was claimed against, which for an unknown name may be the
+        # configuration's default_entitlement
+        name = header_value(info.entitlement if labels is None else labels[0])
         headers: Headers = [] if name is None else [(b"x-fleetgate-entitlement", name)]
         if labels is not None:
             if refused is None:

@@ -381,8 +381,10 @@ class Tenancy:
         )
 
     def labels(self, entitlement: str) -> tuple[str, str, str] | None:
-        """(entitlement, class, pool) for metrics; None when it is no known entitlement."""
-        ent = self.admitter.definitions.get(entitlement) if self.admitter else None
+        """(entitlement, class, pool) for metrics, of the entitlement a request naming
+        `entitlement` is claimed against (`default_entitlement` for an unknown name); None
+        when there is none."""
+        ent = self.admitter.entitlement_of(entitlement) if self.admitter else None
         if ent is None:
             return None
         return (ent.name, ent.service_class.value, ent.pool)

@@ -122,11 +122,17 @@ class TokenPoolsAdmitter:
             self.ledger.put_entitlement(ent, weights[ent.name], 0.0)
 
     # --- request → claim -------------------------------------------------------------
-    def claim(self, request: RequestInfo) -> Claim | AdmissionRefused:
-        name = request.entitlement
+    def entitlement_of(self, name: str) -> Entitlement | None:
+        """The entitlement a request naming `name` is claimed against: its own, else
+        `default_entitlement`, else None (refused as unknown)."""
         ent = self.definitions.get(name)
         if ent is None and self.config.default_entitlement is not None:
             ent = self.definitions[self.config.default_entitlement]
+        return ent
+
+    def claim(self, request: RequestInfo) -> Claim | AdmissionRefused:
+        name = request.entitlement
+        ent = self.entitlement_of(name)
         if ent is None:
             return AdmissionRefused(
                 f"no token-pool entitlement {name!r} (admission.params.entitlements)",

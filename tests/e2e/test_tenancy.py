@@ -147,6 +147,23 @@ def test_keys_entitlements_and_admin_round_trip(fresh_procs: Procs):
         assert "EntitlementCreate" in schema["components"]["schemas"]
 
 
+def test_requests_of_no_entitlement_are_counted_against_the_default(fresh_procs: Procs):
+    """With `default_entitlement`, a request whose key names no entitlement (here: an open
+    gateway, no key) is claimed against the default one: it is counted under that name in
+    fleetgate_admission_* and the tokens metric, and the answer says which entitlement."""
+    emu = emulator(fresh_procs, "d-emu", 8192).wait_ready()
+    admission = token_pools({"anyone": guaranteed(1)})
+    admission["params"]["default_entitlement"] = "anyone"
+    gw = start_gateway(fresh_procs, gateway_config([emu.url], [], admission=admission))
+    with httpx.Client(base_url=gw.url, timeout=10) as c:
+        r = c.post("/v1/chat/completions", json=chat())
+        assert r.status_code == 200, r.text
+        assert r.headers["x-fleetgate-entitlement"] == "anyone"
+        text = c.get("/metrics").text
+        assert metric(text, "fleetgate_admission_admitted_total", entitlement="anyone") == 1
+        assert metric(text, "fleetgate_entitlement_tokens_total", entitlement="anyone") > 0
+
+
 # --- Redis: two replicas, one limit --------------------------------------------------------
 def engine(procs: Procs, delay: float = 0.004, n: int = 4) -> Proc:
     """The counting engine: every request is an SSE answer of n chunks `delay` apart."""

@@ -72,6 +72,9 @@ def test_unknown_entitlements_go_to_the_default_or_are_refused():
     assert isinstance(refused, AdmissionRefused) and refused.code == "unknown_entitlement"
     lenient = make_admitter("token_pools", _params(anyone=ent) | {"default_entitlement": "anyone"})
     assert not isinstance(lenient.admit(_req(0, "nobody"), 0.0), AdmissionRefused)
+    assert lenient.entitlement_of("nobody").name == "anyone"
+    assert strict.entitlement_of("nobody") is None
+    assert strict.entitlement_of("anyone").name == "anyone"
 
 
 @pytest.mark.parametrize(
