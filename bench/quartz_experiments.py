@@ -174,7 +174,7 @@ QUICK = Protocol(
     requests=800,
     seeds=(1,),
     loads=(0.8, 1.1, 1.2),
-    methods=("FIFO-LL", "QUARTZ"),
+    methods=("FIFO-LL", FORWARD_LL, "QUARTZ", BOUNDED),
     ablations=False,
     shifts=False,
 )
