@@ -105,6 +105,7 @@ METHODS = {
         Method("FIFO-LL (forward on arrival)", "least_loaded", forward=True),
         # the wait bound θ in experiment seconds (scaled to wall seconds in the config);
         # the gateway gives every request one SLO class, so θ is absolute here
+        Method("QUARTZ θ=2.5 s", "quartz", "quartz", {"wait_bound_s": 2.5}, trained=True),
         Method(
             "QUARTZ θ=2.5 s λ=1",
             "quartz",
