@@ -52,15 +52,34 @@ from policies.routing import ROUTERS
 # slot (max_num_seqs) and less than 4,096 prompt tokens awaiting their first token (about
 # one RAG prompt); the rest wait in the gateway's queue, whose order is the method's
 DISPATCH: dict[str, Any] = {"capacity": "engine", "prefill_room": 4096}
+# the paper's FIFO-LL as SGLang's router runs it: each request is sent on arrival to the
+# least-loaded worker and queues inside that engine (early binding: a short prompt waits
+# behind the long ones that landed on its worker); no gateway queue, so no room limits
+FORWARD_ON_ARRIVAL: dict[str, Any] = {"capacity": "none", "prefill_room": None}
+FORWARD_LL = "FIFO-LL (forward on arrival)"
+# QUARTZ with a wait bound (policies/queue/quartz.py `wait_bound_s` / `wait_bound_slo`; not
+# the paper's): size order for the bulk, arrival order for whoever waited θ; λ = 1 so that
+# below θ a request is not overtaken by prompts arriving more than ŝα + β·u seconds later
+SLO_S = {"interactive": 2.0, "long": 4.0}  # quartz-mixed.yaml's `slo`
+BOUNDED = "QUARTZ θ=2.5 s λ=1"
+BOUNDED_SLO = "QUARTZ θ=SLO/2 λ=1"
 
 METHODS: tuple[Method, ...] = (
     Method("FIFO-LL", "least_loaded"),
+    Method(FORWARD_LL, "least_loaded", dispatch_settings=FORWARD_ON_ARRIVAL),
     Method("FIFO-P2C", "power_of_two"),
     Method("Locality-aware", "locality"),
     Method("TokenFair", "least_loaded", "token_fair"),
     Method("PointPred", "point_pred", "quartz", dispatch_params={"point": True}),
     Method("QUARTZ", "quartz", "quartz"),
     Method("Oracle", "quartz", "quartz"),
+    Method(BOUNDED, "quartz", "quartz", dispatch_params={"wait_bound_s": 2.5, "lam": 1.0}),
+    Method(
+        BOUNDED_SLO,
+        "quartz",
+        "quartz",
+        dispatch_params={"wait_bound_slo": 0.5, "slo_s": SLO_S, "lam": 1.0},
+    ),
 )
 ABLATIONS: tuple[Method, ...] = (
     Method("Routing-only", "quartz", "fifo"),
@@ -73,6 +92,29 @@ ABLATIONS: tuple[Method, ...] = (
 # ones (λ, key seconds per second of arrival; ŝα is only 0.02–0.1 s on our engine model)
 SENSITIVITY: tuple[Method, ...] = (
     Method("QUARTZ λ=1", "quartz", "quartz", dispatch_params={"lam": 1.0}),
+    # the wait bound θ (s) at the paper's λ and at λ = 1, and θ per class as SLO fractions
+    *(
+        Method(f"QUARTZ θ={t:g} s", "quartz", "quartz", dispatch_params={"wait_bound_s": t})
+        for t in (1.5, 2.0, 2.5, 3.0)
+    ),
+    *(
+        Method(
+            f"QUARTZ θ={t:g} s λ=1",
+            "quartz",
+            "quartz",
+            dispatch_params={"wait_bound_s": t, "lam": 1.0},
+        )
+        for t in (1.5, 2.0, 3.0)
+    ),
+    *(
+        Method(
+            f"QUARTZ θ=SLO×{f:g}",
+            "quartz",
+            "quartz",
+            dispatch_params={"wait_bound_slo": f, "slo_s": SLO_S},
+        )
+        for f in (0.25, 0.5, 0.75)
+    ),
 )
 BY_NAME = {m.name: m for m in (*METHODS, *ABLATIONS, *SENSITIVITY)}
 
@@ -112,7 +154,7 @@ PAPER_T8 = {  # Jain, max wait (s), long slowdown
 }
 BURSTY_LOAD = 0.7  # Mixed Bursty's mean load, × capacity
 T7_METHODS = ("FIFO-LL", "PointPred", "No Calibration", "QUARTZ")
-T8_METHODS = ("FIFO-LL", "TokenFair", "No Fairness", "QUARTZ")
+T8_METHODS = ("FIFO-LL", FORWARD_LL, "TokenFair", "No Fairness", "QUARTZ", BOUNDED, BOUNDED_SLO)
 
 
 @dataclass(frozen=True)
@@ -132,7 +174,7 @@ QUICK = Protocol(
     requests=800,
     seeds=(1,),
     loads=(0.8, 1.1, 1.2),
-    methods=("FIFO-LL", "QUARTZ"),
+    methods=("FIFO-LL", FORWARD_LL, "QUARTZ", BOUNDED),
     ablations=False,
     shifts=False,
 )
@@ -258,8 +300,9 @@ def _table4(
         "seeds; paper: 14B, 28 clients",
         "",
         "| method | P95 TTFT ms | P99 TTFT ms | P99 chat / RAG ms | violations % | "
-        "chat / RAG viol. % | throughput tok/s | paper P99 ms | paper viol. % |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "chat / RAG viol. % | Jain / Jain (TTFT) | max wait s | throughput tok/s | "
+        "paper P99 ms | paper viol. % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in p.methods:
         m = at(name)
@@ -271,6 +314,7 @@ def _table4(
             f"{1000 * m['p99_chat']:,.0f} / {1000 * m['p99_rag']:,.0f} | "
             f"{100 * m['violation']:.1f} | "
             f"{100 * m['violation_chat']:.1f} / {100 * m['violation_rag']:.1f} | "
+            f"{m['jain']:.3f} / {m['jain_ttft']:.3f} | {m['max_wait']:.1f} | "
             f"{m['throughput']:,.0f} | "
             f"{pp[1] if pp else '-'} | {pp[2] if pp else '-'} |"
         )
@@ -288,6 +332,18 @@ def _table4(
                 f"(paper 19.7 % → 15.8 %)"
             )
         out += ["", line + "."]
+    for name in ("QUARTZ", BOUNDED, BOUNDED_SLO):
+        m = at(name)
+        for base in ("FIFO-LL", FORWARD_LL):
+            b = at(base)
+            if m is None or b is None or (name == "QUARTZ" and base == "FIFO-LL"):
+                continue
+            out.append(
+                f"{name} vs {base}: P99 {_rel(m['p99_ttft'], b['p99_ttft'])}, violations "
+                f"{100 * b['violation']:.1f} % → {100 * m['violation']:.1f} %, max wait "
+                f"{b['max_wait']:.1f} → {m['max_wait']:.1f} s, Jain (TTFT) "
+                f"{b['jain_ttft']:.3f} → {m['jain_ttft']:.3f}."
+            )
     return out
 
 
@@ -330,15 +386,17 @@ def tables(res: dict[str, Any]) -> str:
         points.append((matched, "where FIFO-LL's violations come closest to the paper's 26.4 %"))
     for rate, where in points:
         out += _table4(p, rate, where, cap, lambda n, rate=rate: at(n, rate=rate))
-    names = ("PointPred", *(m.name for m in ABLATIONS), "QUARTZ", "FIFO-LL")
+    names = ("PointPred", *(m.name for m in ABLATIONS), "QUARTZ", "FIFO-LL", FORWARD_LL)
+    names += (BOUNDED, BOUNDED_SLO)
     abl = [n for n in (*names, *(m.name for m in SENSITIVITY)) if at(n)]
     if p.ablations and len(abl) > 2:
         out += [
             "",
             f"Table 5 — ablations, Mixed at the knee ({k} req/s); paper values in brackets",
             "",
-            "| variant | P99 TTFT ms | violations % | throughput tok/s | Jain | Jain (TTFT) |",
-            "|---|---|---|---|---|---|",
+            "| variant | P99 TTFT ms | violations % | chat / RAG viol. % | throughput tok/s "
+            "| Jain | Jain (TTFT) | max wait s |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name in abl:
             m = at(name)
@@ -346,8 +404,11 @@ def tables(res: dict[str, Any]) -> str:
             pv = PAPER_T5.get(name)
             out.append(
                 f"| {name} | {1000 * m['p99_ttft']:,.0f} [{pv[0] if pv else '-'}] | "
-                f"{100 * m['violation']:.1f} [{pv[1] if pv else '-'}] | {m['throughput']:,.0f} | "
-                f"{m['jain']:.3f} [{pv[3] if pv else '-'}] | {m['jain_ttft']:.3f} |"
+                f"{100 * m['violation']:.1f} [{pv[1] if pv else '-'}] | "
+                f"{100 * m['violation_chat']:.1f} / {100 * m['violation_rag']:.1f} | "
+                f"{m['throughput']:,.0f} | "
+                f"{m['jain']:.3f} [{pv[3] if pv else '-'}] | {m['jain_ttft']:.3f} | "
+                f"{m['max_wait']:.1f} |"
             )
 
     cov_rows = []

@@ -87,6 +87,10 @@ class Method:
     dispatch: str = "fifo"
     dispatch_params: dict[str, Any] = field(default_factory=dict)
     trained: bool = False  # uses the warm-up's model file
+    # no gateway queue: no max_num_seqs and no prefill room, so each request goes to the
+    # least-loaded engine on arrival and waits in its queue (the paper's FIFO-LL, SGLang's
+    # router; bench/quartz_experiments.py FORWARD_LL)
+    forward: bool = False
 
 
 METHODS = {
@@ -98,6 +102,17 @@ METHODS = {
         Method("TokenFair", "least_loaded", "token_fair"),
         Method("PointPred", "point_pred", "quartz", {"point": True}, trained=True),
         Method("QUARTZ", "quartz", "quartz", trained=True),
+        Method("FIFO-LL (forward on arrival)", "least_loaded", forward=True),
+        # the wait bound θ in experiment seconds (scaled to wall seconds in the config);
+        # the gateway gives every request one SLO class, so θ is absolute here
+        Method("QUARTZ θ=2.5 s", "quartz", "quartz", {"wait_bound_s": 2.5}, trained=True),
+        Method(
+            "QUARTZ θ=2.5 s λ=1",
+            "quartz",
+            "quartz",
+            {"wait_bound_s": 2.5, "lam": 1.0},
+            trained=True,
+        ),
         # ablations (Table 5), not in the default run
         Method("Routing-only", "quartz", "fifo", trained=True),
         Method("Queueing-only", "least_loaded", "quartz", trained=True),
@@ -193,7 +208,10 @@ def gateway_config(
 ) -> dict[str, Any]:
     """`method` None: the warm-up (QUARTZ, analytic model, request log on)."""
     routing, dispatch, params = ("quartz", "quartz", {}) if method is None else (
-        method.routing, method.dispatch, method.dispatch_params)  # fmt: skip
+        method.routing, method.dispatch, dict(method.dispatch_params))  # fmt: skip
+    if "wait_bound_s" in params:  # experiment seconds → the gateway's wall seconds
+        params["wait_bound_s"] = params["wait_bound_s"] * setup.scale
+    forward = method is not None and method.forward
     cfg: dict[str, Any] = {
         "pools": {
             "short": {
@@ -212,6 +230,8 @@ def gateway_config(
                      "idle_timeout_s": 120.0},
         "listen": {"drain_delay_s": 0.0, "graceful_shutdown_s": 2.0},
     }  # fmt: skip
+    if forward:
+        del cfg["pools"]["short"]["max_num_seqs"], cfg["dispatch"]["prefill_room"]
     if method is None or method.trained or routing in ("quartz", "point_pred"):
         quartz: dict[str, Any] = {
             "engine_w": W * setup.scale,  # predictions in wall seconds, as observed

@@ -63,6 +63,9 @@ class Method:
     routing_params: Mapping[str, Any] = field(default_factory=dict)
     dispatch_params: Mapping[str, Any] = field(default_factory=dict)
     quartz: Mapping[str, Any] | None = None  # the predictor's settings (policy.quartz)
+    # the protocol's shared dispatch settings this method replaces (e.g. no gateway queue:
+    # capacity "none", prefill_room None — forward on arrival, the engines queue)
+    dispatch_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,7 @@ def scenario_for(
     doc["policy"]["routing"] = {"policy": method.routing, "params": dict(method.routing_params)}
     doc["policy"]["dispatch"] = {
         **dispatch,
+        **method.dispatch_settings,
         "policy": method.dispatch,
         **({"params": dict(method.dispatch_params)} if method.dispatch_params else {}),
     }

@@ -63,7 +63,7 @@ from gateway.workers import Fleet, WorkerState
 from policies.admission import AdmissionRefused, make_admitter
 from policies.budget import BudgetConfig, TokenBudget
 from policies.core import Core, Ticket
-from policies.dispatch import make_dispatcher
+from policies.dispatch import attach_clock, make_dispatcher
 from policies.hooks import Hook
 from policies.intake import Intake
 from policies.leases import Load
@@ -231,6 +231,8 @@ class Pipeline:
             track_prefill=predictor is not None or d.prefill_room is not None,
             prefill_room=d.prefill_room is not None,
         )
+        # QUARTZ's wait bound reads the time when a slot frees (a wake carries none)
+        attach_clock(self.core.dispatcher, _LoopClock(self.loop))
         if predictor is not None:
             attach(self.core.dispatcher, predictor)
             self.core.hooks = (predictor,)
@@ -872,6 +874,18 @@ class Pipeline:
                     }
                 )
             self.request_log.write(entry)
+
+
+class _LoopClock:
+    """The event loop's monotonic time as policies' `Clock` (the times the core is given)."""
+
+    __slots__ = ("loop",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def now(self) -> float:
+        return self.loop.time()
 
 
 def _wake(ticket: Ticket) -> None:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from policies.clock import Clock
 from policies.leases import Releasing
 from policies.registry import Registry, config_from
 from policies.types import RequestInfo
@@ -138,6 +139,17 @@ class FifoDispatcher:
 
     def __len__(self) -> int:
         return self._live
+
+
+def attach_clock(dispatcher: object, clock: Clock) -> bool:
+    """Give a dispatcher that reads the time between events (QUARTZ's wait bound: it has
+    `bind_clock`) the driver's clock; False when it does not. `wake` carries no time
+    (a slot freed by a lease's release), so such a dispatcher asks the clock."""
+    bind = getattr(dispatcher, "bind_clock", None)
+    if bind is None:
+        return False
+    bind(clock)
+    return True
 
 
 def expire_in_arrival_order(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from policies.admission import make_admitter
 from policies.budget import BudgetConfig, TokenBudget
 from policies.core import Core
-from policies.dispatch import make_dispatcher
+from policies.dispatch import attach_clock, make_dispatcher
 from policies.hooks import Hook
 from policies.intake import Intake
 from policies.pools import make_placement
@@ -211,6 +211,7 @@ def run(
 
     core = core_for(scenario, router_for, hooks)
     core.routers.update(routers or {})
+    attach_clock(core.dispatcher, kernel.clock)
     predictor = _predictor_for(scenario, core, pool_routing, prefill_model)
     if predictor is not None:
         attach(core.dispatcher, predictor)

@@ -61,6 +61,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from emulator.engine import EngineConfig
+from policies.registry import ParamError
 from policies.types import Category
 from simulator import families as fam
 
@@ -402,6 +403,8 @@ def _check_policies(sc: Scenario) -> None:
     for where, build in checks:
         try:
             build()
+        except ParamError as exc:  # names its key under the policy's params, as the gateway
+            raise ValueError(f"{where}.params.{exc.path}: {exc.detail}") from None
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{where}: {exc}") from None
 

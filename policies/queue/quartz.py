@@ -24,6 +24,21 @@ predictor is bound — wake takes the oldest waiter (FIFO), and new keys carry �
 `point` keys by the predicted mean instead of the quantile (PointPred);
 `fairness: false` drops β·u (the "no fairness" ablation).
 
+Wait bound (`wait_bound_s` θ; not the paper's, off by default — the paper-literal key
+alone): a request that has waited θ since its arrival at the gateway is served ahead of
+the size-ordered heap, the longest-waiting first. Why: the key's aging term bounds how
+long a request is *overtaken* only relative to later arrivals ((ŝα + β·u)/λ seconds of
+them), not its wait, so at the saturation knee long prompts wait many times their SLO and
+set the P99 (README, QUARTZ's tables). With θ the bulk is still served size-first and the
+tail is cut at θ plus the time to serve the aged requests ahead. No priority is ever
+updated: each waiter also sits in a second heap per pool keyed by the instant it ages,
+a_r + θ (arrival order: θ is one number), and wake checks that heap's head against the
+clock first. `wait_bound_slo` (a fraction f) sets θ per request as f × its class's TTFT
+SLO (`slo_s`, keyed by `RequestInfo.slo_class`; a class not listed uses `wait_bound_s`),
+so an interactive prompt ages sooner than a long one; the aged heap is then ordered by
+that instant, earliest first. The time is the bound clock (`bind_clock`, done by the
+drivers), else the latest time the queue was told of (wait, served, expire).
+
 Bounds: `max_waiting` (full: refused at once, 429) and `timeout_s` (503 queue_timeout).
 """
 
@@ -35,11 +50,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.clock import Clock
 from policies.dispatch import DISPATCHERS, Dispatcher, Waiter, expire_in_arrival_order
 from policies.quantile.features import at_index
 from policies.quantile.predictor import Predictor
 from policies.queue.counters import ClientCounters
-from policies.registry import config_from
+from policies.registry import ParamError, config_from
 from policies.types import RequestInfo
 
 
@@ -56,6 +72,12 @@ class QuartzQueueConfig:
     unit_tokens: float = 1000.0
     idle_s: float = 60.0
     max_clients: int = 10_000
+    # θ, seconds since arrival after which a request goes ahead of the size order (module
+    # docstring); None: the paper's key alone
+    wait_bound_s: float | None = None
+    # θ as this fraction of the request's class TTFT SLO (`slo_s`); None: `wait_bound_s`
+    wait_bound_slo: float | None = None
+    slo_s: Mapping[str, float] = field(default_factory=dict)  # TTFT SLO per slo_class, s
 
     def __post_init__(self) -> None:
         if self.max_waiting < 0:
@@ -66,14 +88,37 @@ class QuartzQueueConfig:
             raise ValueError("alpha: must be 0.9 or 0.95")
         if self.lam < 0 or self.beta < 0:
             raise ValueError("lam, beta: must not be negative")
+        if self.wait_bound_s is not None and not self.wait_bound_s > 0:
+            raise ParamError("wait_bound_s", "must be positive (seconds) or absent")
+        if self.wait_bound_slo is not None and not self.wait_bound_slo > 0:
+            raise ParamError("wait_bound_slo", "must be positive (a fraction of the SLO)")
+        if not isinstance(self.slo_s, Mapping):
+            raise ParamError("slo_s", "must map an SLO class to seconds")
+        for cls, slo in self.slo_s.items():
+            if not isinstance(slo, (int, float)) or isinstance(slo, bool) or not slo > 0:
+                raise ParamError(f"slo_s.{cls}", "must be positive seconds")
+        if self.wait_bound_slo is not None and not self.slo_s:
+            raise ParamError("slo_s", "wait_bound_slo needs each class's TTFT SLO here")
+
+    def wait_bound(self, request: RequestInfo) -> float | None:
+        """θ for `request`: f × its class's SLO when both are known, else wait_bound_s."""
+        if self.wait_bound_slo is not None:
+            slo = self.slo_s.get(request.slo_class)
+            if slo is not None:
+                return self.wait_bound_slo * slo
+        return self.wait_bound_s
 
 
 @dataclass(slots=True)
 class QuartzDispatcher:
     config: QuartzQueueConfig = field(default_factory=QuartzQueueConfig)
     predictor: Predictor | None = None
+    clock: Clock | None = None  # the wait bound's time (None: the latest time seen)
     counters: ClientCounters = field(init=False)
     _heaps: dict[str, list[tuple[float, int, Waiter]]] = field(default_factory=dict)
+    # with a wait bound: per pool, (the instant the waiter ages, seq, waiter)
+    _aged: dict[str, list[tuple[float, int, Waiter]]] = field(default_factory=dict)
+    _seen: float = float("-inf")  # the latest time wait / served / expire were given
     _arrivals: deque[Waiter] = field(default_factory=deque)
     _per_pool: dict[str, int] = field(default_factory=dict)
     _live: int = 0
@@ -94,6 +139,12 @@ class QuartzDispatcher:
     def bind_predictor(self, predictor: Predictor) -> None:
         self.predictor = predictor
 
+    def bind_clock(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def _now(self) -> float:
+        return self.clock.now() if self.clock is not None else self._seen
+
     def key(self, request: RequestInfo, now: float) -> float:
         """k_fair(r) (Eq. 6–8): a_r is the request's arrival at the gateway, so a request
         queued again (woken, but the room went elsewhere) keeps its age; u(c) is read `now`."""
@@ -110,20 +161,27 @@ class QuartzDispatcher:
         return k
 
     def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
+        self._seen = max(self._seen, now)
         if self._live >= self.config.max_waiting:
             return None
         waiter = Waiter(request.id, pools, now, now + self.config.timeout_s, request=request)
         k = self.key(request, now)
         self._seq += 1
         entry = (k, self._seq, waiter)
+        theta = self.config.wait_bound(request)
+        # a_r, not now: a request queued again (woken, the room went elsewhere) keeps its age
+        aged = None if theta is None else (request.arrival + theta, self._seq, waiter)
         for pool in pools:
             heapq.heappush(self._heaps.setdefault(pool, []), entry)
+            if aged is not None:
+                heapq.heappush(self._aged.setdefault(pool, []), aged)
             self._per_pool[pool] = self._per_pool.get(pool, 0) + 1
         self._arrivals.append(waiter)
         self._live += 1
         return waiter
 
     def served(self, request: RequestInfo, now: float) -> None:
+        self._seen = max(self._seen, now)
         self.counters.add(request.entitlement, request.prompt_tokens, now)
 
     def wake(self, pool: str) -> Waiter | None:
@@ -132,6 +190,14 @@ class QuartzDispatcher:
         p = self.predictor
         if p is None or p.calibration.degraded:
             return self._oldest(pool)
+        aged = self._aged.get(pool)
+        if aged:
+            while aged and aged[0][2].done:
+                heapq.heappop(aged)
+            if aged and aged[0][0] <= self._now():
+                waiter = heapq.heappop(aged)[2]
+                self._leave(waiter)
+                return waiter
         heap = self._heaps[pool]
         while heap:
             _, _, waiter = heapq.heappop(heap)
@@ -151,6 +217,7 @@ class QuartzDispatcher:
         return None
 
     def expire(self, now: float) -> list[Waiter]:
+        self._seen = max(self._seen, now)
         return expire_in_arrival_order(self._arrivals, now, self._leave)
 
     def cancel(self, waiter: Waiter) -> None:
@@ -165,10 +232,12 @@ class QuartzDispatcher:
         self._live -= 1
         for pool in waiter.pools:
             self._per_pool[pool] -= 1
-            heap = self._heaps[pool]
-            if len(heap) > 4 * max(self._per_pool[pool], 16):
-                self._heaps[pool] = [e for e in heap if not e[2].done]
-                heapq.heapify(self._heaps[pool])
+            live = 4 * max(self._per_pool[pool], 16)
+            for heaps in (self._heaps, self._aged):
+                heap = heaps.get(pool)
+                if heap is not None and len(heap) > live:
+                    heaps[pool] = [e for e in heap if not e[2].done]
+                    heapq.heapify(heaps[pool])
         if len(self._arrivals) > 4 * max(self._live, 16):
             self._arrivals = deque(w for w in self._arrivals if not w.done)
 

@@ -83,6 +83,43 @@ def test_quartz_serves_short_prompts_first_and_logs_its_features(fresh_procs, tm
         assert entry["prefill_s"] <= entry["ttft_s"]
 
 
+def test_a_wait_bound_serves_the_long_prompt_first_once_it_waited(fresh_procs):
+    """`wait_bound_s`: the long prompt queued first has waited past θ when the slot frees
+    (the gateway's clock says so: no event in between told the queue the time), so it goes
+    ahead of the short prompts that arrived after it, which the size order alone would
+    serve first (the test above)."""
+    emu = emulator(fresh_procs, "qb-emu", 8192, "--time-scale", "0.5").wait_ready()
+    cfg = gateway_config(
+        [emu.url],
+        [],
+        routing={"policy": "quartz"},
+        dispatch={
+            "policy": "quartz",
+            "prefill_room": 20_000,
+            "timeout_s": 30,
+            "params": {"wait_bound_s": 2.0},
+        },
+        quartz={"min_samples": 32},
+    )
+    cfg["pools"]["short"]["max_num_seqs"] = 1
+    gw = start_gateway(fresh_procs, cfg)
+    start = time.monotonic()
+    queued = lambda: metric(httpx.get(gw.url + "/metrics").text, "fleetgate_quartz_queue_length")  # noqa: E731
+    with concurrent.futures.ThreadPoolExecutor(5) as pool:
+        busy = pool.submit(first_token_at, gw.url, 10, 1500, start)  # ~6 s on the only slot
+        assert wait_until(lambda: metric(httpx.get(gw.url + "/metrics").text,
+                                         "fleetgate_quartz_observations_total") == 1)  # fmt: skip
+        long_ = pool.submit(first_token_at, gw.url, 6000, 4, start)
+        assert wait_until(lambda: queued() == 1)
+        shorts = [pool.submit(first_token_at, gw.url, 20, 4, start) for _ in range(3)]
+        assert wait_until(lambda: queued() == 4)
+        assert not busy.done()  # its 1,500 tokens: ~13 engine-s, 6.5 s at scale 0.5: past θ
+        results = [busy.result(), long_.result(), *(s.result() for s in shorts)]
+    assert [s for s, _ in results] == [200] * 5
+    long_at = results[1][1]
+    assert all(at > long_at for _, at in results[2:]), results  # the aged one went first
+
+
 def test_default_configuration_builds_no_predictor(fresh_procs):
     emu = emulator(fresh_procs, "q-emu2", 8192).wait_ready()
     gw = start_gateway(fresh_procs, gateway_config([emu.url], []))

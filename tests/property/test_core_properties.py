@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from policies.admission import ConcurrencyAdmitter, ConcurrencyConfig
 from policies.budget import BudgetConfig, ChatSize, TokenBudget
+from policies.clock import ManualClock
 from policies.core import Core, Ticket
-from policies.dispatch import make_dispatcher
+from policies.dispatch import attach_clock, make_dispatcher
 from policies.intake import CHAT, Intake, Prompt
 from policies.leases import WorkerSlot
 from policies.pools import make_placement
@@ -32,7 +33,9 @@ class World:
     """A driver in miniature: two pools of two workers with room for two each (and, with
     `quartz`, a prefill room of 30,000 tokens, QUARTZ's router, queue and predictor)."""
 
-    def __init__(self, dispatcher: str = "fifo", quartz: bool = False) -> None:
+    def __init__(
+        self, dispatcher: str = "fifo", quartz: bool = False, params: dict | None = None
+    ) -> None:
         room = 30_000 if quartz else None
         self.views = {
             p.name: [
@@ -54,8 +57,10 @@ class World:
             attach(r, self.predictor)
             return r
 
-        queue = make_dispatcher(dispatcher, {"max_waiting": 4, "timeout_s": 10.0})
+        queue = make_dispatcher(dispatcher, {"max_waiting": 4, "timeout_s": 10.0, **(params or {})})
         attach(queue, self.predictor)
+        self.clock = ManualClock()  # moved by the test: QUARTZ's wait bound reads it
+        attach_clock(queue, self.clock)
         self.core = Core(
             Intake(make_placement("short_long", "short", 8192), TokenBudget(BudgetConfig())),
             router,
@@ -105,17 +110,25 @@ OPS = ("arrive", "first_token", "complete", "error", "disconnect", "retry", "tim
 op = st.tuples(st.sampled_from(OPS), st.integers(0, 1_000), st.integers(100, 20_000))
 
 
-SETUPS = [("fifo", False), ("quartz", True), ("token_fair", True), ("fifo", True)]
+SETUPS = [
+    ("fifo", False, None),
+    ("quartz", True, None),
+    ("token_fair", True, None),
+    ("fifo", True, None),
+    # the wait bound: the clock moves 0.3 s an operation, so waiters age within a few
+    ("quartz", True, {"wait_bound_s": 1.0}),
+]
 
 
-@pytest.mark.parametrize(("dispatcher", "quartz"), SETUPS)
+@pytest.mark.parametrize(("dispatcher", "quartz", "params"), SETUPS)
 @settings(max_examples=150, deadline=None)
 @given(ops=st.lists(op, max_size=120))
-def test_any_interleaving_leaves_every_count_at_zero(dispatcher, quartz, ops):
-    w = World(dispatcher, quartz)
+def test_any_interleaving_leaves_every_count_at_zero(dispatcher, quartz, params, ops):
+    w = World(dispatcher, quartz, params)
     core = w.core
     n = 0
     for kind, pick, size in ops:
+        w.clock.advance(0.3)
         live = sorted(w.tickets)
         if kind == "arrive":
             n += 1

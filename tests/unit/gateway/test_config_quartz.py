@@ -39,6 +39,19 @@ def cfg(**extra):
         ),
         ({"dispatch": {"prefill_room": 0}}, r"dispatch\.prefill_room"),
         (
+            {"dispatch": {"policy": "quartz", "params": {"wait_bound_s": 0}}},
+            r"dispatch\.params\.wait_bound_s: must be positive",
+        ),
+        (
+            {
+                "dispatch": {
+                    "policy": "quartz",
+                    "params": {"wait_bound_slo": 0.5, "slo_s": {"long": 0}},
+                }
+            },
+            r"dispatch\.params\.slo_s\.long: must be positive",
+        ),
+        (
             {"routing": {"policy": "quartz", "params": {"k": 0}}},
             r"routing: params: k: must be >= 1",
         ),

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.clock import ManualClock
 from policies.dispatch import DISPATCHERS as REGISTRY
-from policies.dispatch import FifoDispatcher, QueuePosition, make_dispatcher
+from policies.dispatch import FifoDispatcher, QueuePosition, attach_clock, make_dispatcher
 from policies.quantile.config import QuartzSettings, build_predictor
 from policies.quantile.predictor import attach
 from policies.queue.counters import ClientCounters
@@ -41,10 +42,20 @@ def _bound(name):
     return make
 
 
+def _wait_bounded(max_waiting, timeout_s):
+    """QUARTZ with a wait bound (θ 1 s) and a clock standing at 2 s: every waiter is past it."""
+    d = make_dispatcher(
+        "quartz", {"max_waiting": max_waiting, "timeout_s": timeout_s, "wait_bound_s": 1.0}
+    )
+    attach(d, build_predictor(QuartzSettings(), None))
+    attach_clock(d, ManualClock(t=2.0))
+    return d
+
+
 @pytest.mark.parametrize(
     "make",
-    DISPATCHERS + [_bound(n) for n in NAMES],
-    ids=NAMES + [f"{n}+predictor" for n in NAMES],
+    [*DISPATCHERS, *(_bound(n) for n in NAMES), _wait_bounded],
+    ids=[*NAMES, *(f"{n}+predictor" for n in NAMES), "quartz+wait_bound"],
 )
 def test_dispatcher_conformance(make):
     d = make(max_waiting=3, timeout_s=10.0)
@@ -188,7 +199,9 @@ def test_client_counters_stay_bounded(events):
 
 
 @pytest.mark.parametrize(
-    "make", DISPATCHERS + [_bound(n) for n in NAMES], ids=NAMES + [f"{n}+predictor" for n in NAMES]
+    "make",
+    [*DISPATCHERS, *(_bound(n) for n in NAMES), _wait_bounded],
+    ids=[*NAMES, *(f"{n}+predictor" for n in NAMES), "quartz+wait_bound"],
 )
 def test_a_queue_position_is_a_lease(make):
     d = make(max_waiting=3, timeout_s=10.0)

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import pytest
 
-from policies.dispatch import make_dispatcher
+from policies.clock import ManualClock
+from policies.dispatch import attach_clock, make_dispatcher
 from policies.quantile.config import QuartzSettings, build_predictor
 from policies.quantile.predictor import attach
 from policies.queue.counters import ClientCounters
 from policies.queue.quartz import QuartzDispatcher, QuartzQueueConfig
+from policies.registry import ParamError
 from policies.types import RequestInfo
 
 
-def req(rid, prompt=100, client="c", arrival=0.0):
-    return RequestInfo(rid, "m", arrival, prompt, 16, entitlement=client)
+def req(rid, prompt=100, client="c", arrival=0.0, cls="standard"):
+    return RequestInfo(rid, "m", arrival, prompt, 16, entitlement=client, slo_class=cls)
 
 
 def quartz(**kw):
@@ -144,3 +146,86 @@ def test_counters_decay_and_forget_idle_clients():
 def test_bad_parameters_are_refused(params):
     with pytest.raises(ValueError):
         make_dispatcher("quartz", params)
+
+
+def bounded(clock=None, **kw):
+    d = quartz(**kw)
+    if clock is not None:
+        attach_clock(d, clock)
+    return d
+
+
+def test_a_waiter_past_the_wait_bound_goes_before_the_size_order():
+    clock = ManualClock()
+    d = bounded(clock, wait_bound_s=1.0)
+    long_ = d.wait(req("long", 8000), ("p",), 0.0)
+    clock.set(0.5)
+    a = d.wait(req("a", 100, arrival=0.5), ("p",), 0.5)
+    assert d.wake("p") is a  # the long one has not waited θ yet: size order
+    b = d.wait(req("b", 100, arrival=0.6), ("p",), 0.6)
+    clock.set(1.0)  # now it has
+    assert d.wake("p") is long_ and d.wake("p") is b
+
+
+def test_aged_waiters_go_in_arrival_order_and_keep_their_age_when_queued_again():
+    clock = ManualClock()
+    d = bounded(clock, wait_bound_s=1.0)
+    old = req("old", 8000, arrival=0.0)
+    first = d.wait(old, ("p",), 0.0)
+    clock.set(0.2)
+    mid = d.wait(req("mid", 4000, arrival=0.2), ("p",), 0.2)
+    clock.set(2.0)
+    assert d.wake("p") is first  # woken; the room went elsewhere: queued again at 2.0
+    again = d.wait(old, ("p",), 2.0)
+    fresh = d.wait(req("fresh", 10, arrival=2.0), ("p",), 2.0)
+    assert [d.wake("p"), d.wake("p"), d.wake("p")] == [again, mid, fresh]
+
+
+def test_the_bound_per_class_is_a_fraction_of_its_slo():
+    clock = ManualClock()
+    d = bounded(clock, wait_bound_slo=0.5, slo_s={"interactive": 2.0, "long": 4.0})
+    rag = d.wait(req("rag", 8000, cls="long"), ("p",), 0.0)  # ages at 2.0
+    chat = d.wait(req("chat", 3000, cls="interactive", arrival=0.5), ("p",), 0.5)  # at 1.5
+    other = d.wait(req("other", 6000, cls="standard", arrival=0.5), ("p",), 0.5)  # never
+    clock.set(2.5)
+    small = d.wait(req("small", 10, arrival=2.5), ("p",), 2.5)
+    assert [d.wake("p"), d.wake("p")] == [chat, rag]  # aged first, earliest aged first
+    assert [d.wake("p"), d.wake("p")] == [small, other]  # then the size order
+
+
+def test_without_a_clock_the_bound_reads_the_latest_time_it_was_told():
+    d = bounded(None, wait_bound_s=1.0)
+    long_ = d.wait(req("long", 8000), ("p",), 0.0)
+    d.wait(req("a", 100, arrival=0.5), ("p",), 0.5)
+    d.served(req("x", 10), 1.2)  # a first token at 1.2: the long one has waited θ
+    assert d.wake("p") is long_
+
+
+def test_the_wait_bound_is_off_by_default_and_fifo_when_degraded():
+    clock = ManualClock(t=100.0)
+    d = bounded(clock)
+    long_ = d.wait(req("long", 8000), ("p",), 0.0)
+    short = d.wait(req("s", 100, arrival=0.1), ("p",), 0.1)
+    assert d.wake("p") is short and d.wake("p") is long_  # the paper's key alone
+    d = bounded(clock, wait_bound_s=1.0)
+    long_ = d.wait(req("long", 8000), ("p",), 0.0)
+    short = d.wait(req("s", 100, arrival=0.1), ("p",), 0.1)
+    d.predictor.calibration.degraded = True
+    assert d.wake("p") is long_ and d.wake("p") is short
+
+
+@pytest.mark.parametrize(
+    ("params", "path"),
+    [
+        ({"wait_bound_s": 0}, "wait_bound_s"),
+        ({"wait_bound_s": -1.0}, "wait_bound_s"),
+        ({"wait_bound_slo": 0.5}, "slo_s"),
+        ({"wait_bound_slo": 0, "slo_s": {"long": 4.0}}, "wait_bound_slo"),
+        ({"wait_bound_slo": 0.5, "slo_s": {"long": -4.0}}, "slo_s.long"),
+        ({"wait_bound_slo": 0.5, "slo_s": [4.0]}, "slo_s"),
+    ],
+)
+def test_bad_wait_bounds_name_their_key(params, path):
+    with pytest.raises(ParamError) as err:
+        make_dispatcher("quartz", params)
+    assert err.value.path == path

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from bench.quartz_experiments import BY_NAME, QUICK, available, experiment, main
+from bench.quartz_experiments import (
+    BOUNDED,
+    BY_NAME,
+    FORWARD_LL,
+    QUICK,
+    available,
+    experiment,
+    main,
+)
 from bench.quartz_protocol import NOMINAL, SHIFTS, VARIANTS, mean_over_seeds, trace
 
 
@@ -79,6 +87,25 @@ def test_at_the_knee_quartz_serves_interactive_requests_first(quick: dict) -> No
 def test_at_the_knee_quartz_is_not_worse_than_fifo_ll_on_p99(quick: dict) -> None:
     ll, q = _at_knee(quick, "FIFO-LL"), _at_knee(quick, "QUARTZ")
     assert q["p99_ttft"] <= ll["p99_ttft"]
+
+
+def test_forward_on_arrival_has_no_gateway_queue(quick: dict) -> None:
+    """The paper's FIFO-LL: every request is sent on arrival, so it waits (if at all) in its
+    engine's queue, never in the gateway's."""
+    runs = [r for r in quick["rows"] if r["method"] == FORWARD_LL]
+    assert runs and all(r["max_gateway_wait"] == 0.0 for r in runs)
+    assert max(r["max_wait"] for r in runs) > 0.5  # loaded: the engines queue instead
+    late = [r for r in quick["rows"] if r["method"] == "FIFO-LL"]
+    assert max(r["max_gateway_wait"] for r in late) > 0.5
+
+
+def test_the_wait_bound_cuts_the_longest_wait_the_paper_key_leaves(quick: dict) -> None:
+    """QUARTZ's size order holds RAG prompts back at the knee; with a wait bound (θ 2.5 s,
+    λ 1) the longest wait is FIFO-LL's order of magnitude, not QUARTZ's."""
+    q, b = _at_knee(quick, "QUARTZ"), _at_knee(quick, BOUNDED)
+    ll = _at_knee(quick, "FIFO-LL")
+    assert b["max_wait"] < q["max_wait"] / 2
+    assert b["max_wait"] <= 1.5 * ll["max_wait"]
 
 
 def test_cli_writes_tables_and_plot(tmp_path, capsys) -> None:

@@ -38,6 +38,14 @@ def test_unknown_keys_are_named_with_their_path() -> None:
         parse(_doc(seeed=3))
 
 
+def test_a_bad_policy_parameter_is_named_with_its_path() -> None:
+    bad = {"policy": "quartz", "params": {"wait_bound_slo": 0.5, "slo_s": {"long": 0}}}
+    with pytest.raises(ScenarioError, match=r"policy\.dispatch\.params\.slo_s\.long: must be"):
+        parse(_doc(policy={"dispatch": bad}))
+    with pytest.raises(ScenarioError, match=r"policy\.dispatch: unknown parameter\(s\) theta"):
+        parse(_doc(policy={"dispatch": {"policy": "quartz", "params": {"theta": 1}}}))
+
+
 def test_engine_and_family_parameters_are_checked_against_their_dataclasses() -> None:
     with pytest.raises(ScenarioError, match="max_num_seq"):
         parse(_doc(fleet={"engine": {"max_num_seq": 3}, "pools": [{"name": "a", "workers": 1}]}))
