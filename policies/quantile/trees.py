@@ -26,11 +26,18 @@ The file (`fleetgate.quantile_trees/v1`, plain JSON, never pickle):
      "name": "...",                       # what the gateway reports it uses
      "features": ["prompt_tokens", ...],  # the vector it was trained on (FEATURES or a prefix)
      "offset": null | {"kind": "analytic", "w": s, "h": s, "prefill_chunk": int,
-                       "max_num_seqs": int, "mean_output_tokens": float},
+                       "max_num_seqs": int, "mean_output_tokens": float,
+                       "prefill_token_s": s, "max_num_batched_tokens": int | null},
      "ensembles": {"mean": E, "q90": E, "q95": E},
      "meta": {...}}                       # provenance and quality, free-form, not evaluated
     E = {"link": "identity" | "exp", "base": float, "trees": [T, ...]}
     T = {"feature": [int], "threshold": [float], "left": [int], "right": [int], "value": [float]}
+
+The offset's compute-bound prefill terms (`prefill_token_s`, `max_num_batched_tokens`:
+analytic.py) are optional and written only when on, so a file for an engine without them
+is the same bytes as before they existed and an older fleetgate still reads it; a file
+with them is refused by an older reader (an unknown key) rather than evaluated without
+them — which is why they need no new format version.
 
 A tree is flat arrays indexed by node, node 0 the root; a leaf has left = right = feature
 = -1. Loading validates every field and names the offending key path: the format and
@@ -268,24 +275,44 @@ def parse_document(doc: object) -> TreeDocument:
 
 _OFFSET_FLOATS = ("w", "h", "mean_output_tokens")
 _OFFSET_INTS = ("prefill_chunk", "max_num_seqs")
+# the compute-bound terms: optional, absent meaning off (AnalyticModel's defaults)
+_OFFSET_OPTIONAL = ("prefill_token_s", "max_num_batched_tokens")
 
 
 def _offset(v: object) -> AnalyticModel:
     d = _obj(v, "offset")
-    _keys(d, "offset", {"kind", *_OFFSET_FLOATS, *_OFFSET_INTS}, set())
+    _keys(d, "offset", {"kind", *_OFFSET_FLOATS, *_OFFSET_INTS}, set(_OFFSET_OPTIONAL))
     if d["kind"] != "analytic":
         raise _fail("offset.kind", f"{d['kind']!r} is not 'analytic'")
     floats = {k: _float(d[k], f"offset.{k}") for k in _OFFSET_FLOATS}
     ints = {k: _int(d[k], f"offset.{k}") for k in _OFFSET_INTS}
+    token_s = _float(d.get("prefill_token_s", 0.0), "offset.prefill_token_s")
+    if token_s < 0.0:
+        raise _fail("offset.prefill_token_s", f"must be >= 0, got {token_s}")
+    budget = d.get("max_num_batched_tokens")
+    if budget is not None and _int(budget, "offset.max_num_batched_tokens") < 1:
+        raise _fail("offset.max_num_batched_tokens", f"must be >= 1 or null, got {budget}")
     try:
-        return AnalyticModel(**floats, **ints)  # type: ignore[arg-type]
+        return AnalyticModel(
+            **floats,  # type: ignore[arg-type]
+            **ints,
+            prefill_token_s=token_s,
+            max_num_batched_tokens=budget,
+        )
     except ValueError as exc:
         raise _fail("offset", str(exc)) from None
 
 
 def offset_document(m: AnalyticModel) -> dict[str, Any]:
-    """The `offset` entry of a model file for the analytic model `m`."""
-    return {"kind": "analytic", **{k: getattr(m, k) for k in (*_OFFSET_FLOATS, *_OFFSET_INTS)}}
+    """The `offset` entry of a model file for the analytic model `m` (the compute-bound
+    terms only when on: see the module's docstring)."""
+    doc: dict[str, Any] = {"kind": "analytic"}
+    doc.update((k, getattr(m, k)) for k in (*_OFFSET_FLOATS, *_OFFSET_INTS))
+    if m.prefill_token_s:
+        doc["prefill_token_s"] = m.prefill_token_s
+    if m.max_num_batched_tokens is not None:
+        doc["max_num_batched_tokens"] = m.max_num_batched_tokens
+    return doc
 
 
 def _no_constants(token: str) -> float:
