@@ -54,6 +54,7 @@ from policies.quantile.prefix_index import PrefixIndex
 from policies.types import Outcome, RequestInfo, WorkerView
 
 SWEEP_EVERY = 4096  # dispatches between sweeps of the prefix index's expired entries
+_BUCKETS = (0.0, 1.0, 2.0)  # a locality bucket (prefix_index NONE/PARTIAL/HIGH) as a feature
 
 # (x, the model's (mean, q90, q95), the calibrated ones, the regime): a `Prediction` not
 # yet made (routing makes one for the worker it picks only)
@@ -184,15 +185,16 @@ class Predictor:
         if request.prefix_hashes and self.use_locality:
             index = self.index
             loc = index.locality(view.id, request.prefix_hashes, prompt, self._now)
-            bucket = index.bucket(loc, prompt) if loc else 0
+            if loc:  # `index.bucket(loc, prompt)`, inlined: PARTIAL (1) or HIGH (2)
+                bucket = 2 if loc >= index.high_fraction * (prompt if prompt > 1 else 1) else 1
         running = view.running
         if view.in_flight >= running:  # `running if running > in_flight else in_flight`
             running = view.in_flight
         waiting = view.waiting
         x = [
             *front,
-            float(loc),
-            float(bucket),
+            float(loc) if loc else 0.0,  # no locality: the common case, no call
+            _BUCKETS[bucket],
             float(running),
             float(waiting),
             float(view.prefill_tokens),
@@ -255,10 +257,11 @@ class Predictor:
         """`size` as a plain (mean, q90, q95), by the same arithmetic (the queue's hot path)."""
         prompt = request.prompt_tokens
         index = self.index
-        loc = 0
+        loc = bucket = 0
         if self.use_locality and request.prefix_hashes:
             loc = index.best_locality(request.prefix_hashes, prompt, self._now)
-        bucket = index.bucket(loc, prompt) if loc else 0
+            if loc:  # `index.bucket(loc, prompt)`, inlined: PARTIAL (1) or HIGH (2)
+                bucket = 2 if loc >= index.high_fraction * (prompt if prompt > 1 else 1) else 1
         x = [
             float(prompt),
             float(request.max_tokens),
@@ -266,8 +269,8 @@ class Predictor:
             request.top_p,
             CATEGORY_INDEX.get(request.category, 0.0),
             1.0 if request.stream else 0.0,
-            float(loc),
-            float(bucket),
+            float(loc) if loc else 0.0,
+            _BUCKETS[bucket],
             0.0,
             0.0,
             0.0,

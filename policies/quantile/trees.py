@@ -52,9 +52,12 @@ conditionals, one per tree,
     base + (v1 if x0 <= t1 else (v2 if x9 <= t2 else v3)) + (...) + ...
 
 built as an AST from the validated numbers (ast.Constant: no text from the file is ever
-parsed or executed, and the function sees no builtins). At 3 × 20 trees of depth 4 a
-prediction costs ~5 µs (~6 µs with the offset) — several times less than walking the flat arrays node by node or
-one numpy gather per tree level, and ~200× less than a library call per request
+parsed or executed, and the function sees no builtins). `predict_tuple`, the hot path's,
+is one such function that goes on to the offset's analytic mean (on the same locals, its
+parameters as constants), the links and the rearrangement, so a prediction is one Python
+call. At 3 × 20 trees of depth 4 a prediction costs ~2.5 µs in a tight loop (~4 µs on
+the routing path, varied inputs) — several times less than walking the flat arrays node
+by node or one numpy gather per tree level, and ~200× less than a library call per request
 (bench/quantile_predictor.py has the table). Summation runs in tree order, as
 scikit-learn's predict does, so the sums agree with the library's own to the last bit
 (the trainer moves each threshold so that float64 x compares as the library's float32 x).
@@ -72,7 +75,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.quantile.analytic import AnalyticModel
-from policies.quantile.features import FEATURES, Quantiles, Vector
+from policies.quantile.features import (
+    BACKLOG,
+    FEATURES,
+    LOCALITY,
+    PROMPT,
+    RUNNING,
+    WAITING,
+    Quantiles,
+    Vector,
+)
 
 FORMAT = "fleetgate.quantile_trees/v1"
 FORMAT_PREFIX = "fleetgate.quantile_trees/"
@@ -392,13 +404,11 @@ def _sum_expr(start: ast.expr, trees: Sequence[Tree]) -> ast.expr:
     return expr
 
 
-def compile_ensembles(
+def _sums_body(
     ensembles: Sequence[Ensemble], n_inputs: int
-) -> Callable[[Vector], tuple[float, ...]]:
-    """One function x ↦ (raw sum of each ensemble, before its link), from validated trees.
-
-    The body unpacks x into locals x0..x{n-1} (a vector of another length raises
-    ValueError), then sums each ensemble as one expression, base + tree₁ + tree₂ + …
+) -> tuple[list[ast.stmt], list[ast.expr]]:
+    """The statements that unpack x into locals x0..x{n-1} (a vector of another length
+    raises ValueError), and each ensemble's sum as one expression, base + tree₁ + tree₂ + …
     (in chunks of CHAIN trees, which keeps the expression's nesting shallow for the
     compiler and costs one store per chunk, not per tree)."""
     body: list[ast.stmt] = [
@@ -419,9 +429,13 @@ def compile_ensembles(
                 expr = ast.Name(s, ast.Load())
             expr = _sum_expr(expr, e.trees[i : i + CHAIN])
         results.append(expr)
-    body.append(ast.Return(ast.Tuple(results, ast.Load())))
+    return body, results
+
+
+def _function(name: str, body: list[ast.stmt], namespace: dict[str, Any]) -> Any:
+    """Compile `def name(x): body` in `namespace` (no builtins) and return the function."""
     fn = ast.FunctionDef(
-        name="ensembles",
+        name=name,
         args=ast.arguments(
             posonlyargs=[], args=[ast.arg("x")], kwonlyargs=[], kw_defaults=[], defaults=[]
         ),
@@ -431,48 +445,119 @@ def compile_ensembles(
     if sys.version_info >= (3, 12):
         fn.type_params = []
     module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
-    namespace: dict[str, Any] = {"__builtins__": {}}
+    namespace["__builtins__"] = {}
     exec(compile(module, "<fleetgate.quantile.trees>", "exec"), namespace)
-    compiled: Callable[[Vector], tuple[float, ...]] = namespace["ensembles"]
+    return namespace[name]
+
+
+def compile_ensembles(
+    ensembles: Sequence[Ensemble], n_inputs: int
+) -> Callable[[Vector], tuple[float, ...]]:
+    """One function x ↦ (raw sum of each ensemble, before its link), from validated trees."""
+    body, results = _sums_body(ensembles, n_inputs)
+    body.append(ast.Return(ast.Tuple(results, ast.Load())))
+    compiled: Callable[[Vector], tuple[float, ...]] = _function("ensembles", body, {})
     return compiled
 
 
-def _outputs(
-    sums: Callable[[Vector], tuple[float, ...]],
-    exp_links: tuple[bool, ...],
-    offset: AnalyticModel | None,
+# The statements after the sums s0, s1, s2 of `compile_predict`: our own fixed text, parsed
+# here (never anything from a model file); the UPPER-CASE names are the offset's parameters,
+# replaced by constants before compiling. Each is `AnalyticModel.mean` (and `_compute`) and
+# the link and rearrangement of `predict`, operation for operation: the fused function's
+# result is the same to the last bit (tests/unit/predictor/test_trees.py checks it).
+_OFFSET_MEAN = """
+todo = PROMPT - LOCALITY
+ahead = RUNNING + WAITING + 1.0
+t_iter = W + H * (ahead if ahead < CAP else CAP)
+steps = (-(-todo // CHUNK) if todo > 1.0 else 1.0) + 1.0
+queue = ahead - CAP
+o = steps * t_iter
+if queue > 0:
+    o += queue * t_iter * MEAN_OUTPUT_TOKENS / CAP
+"""
+_OFFSET_COMPUTE = """
+extra = TOKEN_S * (BACKLOG + (todo if todo > 0.0 else 0.0))
+"""
+_OFFSET_BUDGET = """
+extra += BACKLOG / BUDGET * t_iter
+"""
+_REARRANGE = """
+a = a if a > 0.0 else 0.0
+b = b if b > a else a
+return (m if m > 0.0 else 0.0), a, b
+"""
+
+
+class _Substitute(ast.NodeTransformer):
+    """Replace the template's upper-case names: a feature by its unpacked local (x0, x6, …),
+    a parameter of the offset by its value (ast.Constant)."""
+
+    def __init__(
+        self, features: Mapping[str, int], constants: Mapping[str, float | int | None]
+    ) -> None:
+        self.features = features
+        self.constants = constants
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id in self.features:
+            return ast.copy_location(ast.Name(_var(self.features[node.id]), node.ctx), node)
+        if node.id in self.constants:
+            return ast.copy_location(ast.Constant(self.constants[node.id]), node)
+        return node
+
+
+def compile_predict(
+    ensembles: Sequence[Ensemble], n_inputs: int, offset: AnalyticModel | None
 ) -> Callable[[Vector], tuple[float, float, float]]:
-    """x ↦ (mean, q90, q95): the sums with their offset and link, rearranged so the
-    quantiles do not cross and clamped at 0 — a closure over its constants (no attribute
-    lookups per prediction)."""
-    em, ea, eb = exp_links
-    exp = math.exp
-    if offset is None:
+    """x ↦ (mean, q90, q95) as one compiled function: the three sums, the offset's analytic
+    mean (from the unpacked locals), each link, the rearrangement (q95 ≥ q90, all ≥ 0).
 
-        def predict(x: Vector) -> tuple[float, float, float]:
-            m, a, b = sums(x)
-            m = exp(m) if em else m
-            a = exp(a) if ea else a
-            b = exp(b) if eb else b
-            # Two independently fitted quantiles can cross; the larger α never predicts less.
-            a = a if a > 0.0 else 0.0
-            b = b if b > a else a
-            return (m if m > 0.0 else 0.0), a, b
-
-        return predict
-    mean = offset.mean
-
-    def predict_offset(x: Vector) -> tuple[float, float, float]:
-        m, a, b = sums(x)
-        o = mean(x)
-        m = o * exp(m) if em else m + o
-        a = o * exp(a) if ea else a + o
-        b = o * exp(b) if eb else b + o
-        a = a if a > 0.0 else 0.0
-        b = b if b > a else a
-        return (m if m > 0.0 else 0.0), a, b
-
-    return predict_offset
+    One function, not the sums' and a closure around them: the routing hot path evaluates
+    a model three times per decision (ŝα at arrival, then K = 2 candidates), and two Python
+    calls per evaluation (the closure, `AnalyticModel.mean`) and the sums' tuple are a
+    tenth of its cost."""
+    body, results = _sums_body(ensembles, n_inputs)
+    body += [
+        ast.Assign(targets=[ast.Name(f"s{k}", ast.Store())], value=r) for k, r in enumerate(results)
+    ]
+    text = ""
+    if offset is not None:
+        text += _OFFSET_MEAN
+        if offset.prefill_token_s or offset.max_num_batched_tokens:  # as `mean` tests it
+            text += _OFFSET_COMPUTE
+            if offset.max_num_batched_tokens:
+                text += _OFFSET_BUDGET
+            text += "o += extra\n"
+    for out, k, e in zip("mab", range(3), ensembles, strict=True):
+        if offset is None:
+            text += f"{out} = exp(s{k})\n" if e.link == "exp" else f"{out} = s{k}\n"
+        else:
+            text += f"{out} = o * exp(s{k})\n" if e.link == "exp" else f"{out} = s{k} + o\n"
+    text += _REARRANGE
+    tail = ast.parse(text).body
+    if offset is not None:
+        features = {
+            "PROMPT": PROMPT,
+            "LOCALITY": LOCALITY,
+            "RUNNING": RUNNING,
+            "WAITING": WAITING,
+            "BACKLOG": BACKLOG,
+        }
+        constants: dict[str, float | int | None] = {
+            "W": offset.w,
+            "H": offset.h,
+            "CAP": offset.max_num_seqs,
+            "CHUNK": offset.prefill_chunk,
+            "MEAN_OUTPUT_TOKENS": offset.mean_output_tokens,
+            "TOKEN_S": offset.prefill_token_s,
+            "BUDGET": offset.max_num_batched_tokens,
+        }
+        substitute = _Substitute(features, constants)
+        tail = [substitute.visit(st) for st in tail]
+    compiled: Callable[[Vector], tuple[float, float, float]] = _function(
+        "predict", body + tail, {"exp": math.exp}
+    )
+    return compiled
 
 
 class TreeModel:
@@ -488,7 +573,7 @@ class TreeModel:
         self._exp = tuple(e.link == "exp" for e in ensembles)
         self._offset = document.offset
         # `predict` as a plain (mean, q90, q95) (the predictor's hot path)
-        self.predict_tuple = _outputs(self._sums, self._exp, self._offset)
+        self.predict_tuple = compile_predict(ensembles, len(FEATURES), self._offset)
 
     def sums(self, x: Vector) -> tuple[float, ...]:
         """Each ensemble's base + Σ trees (mean, q90, q95): what the library predicts."""

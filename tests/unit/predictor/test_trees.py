@@ -300,6 +300,48 @@ def test_the_compiled_evaluator_holds_only_numbers_from_the_file() -> None:
     assert all(c is None or type(c) in (float, int) for c in code.co_consts)
     assert set(code.co_names) == set()  # no globals, no attributes: locals only
     assert m.name == doc["name"]
+    doc["offset"] = {**OFFSET, **COMPUTE}
+    fused = loads(json.dumps(doc)).predict_tuple.__code__  # type: ignore[attr-defined]
+    assert all(c is None or type(c) in (float, int) for c in fused.co_consts)
+    assert set(fused.co_names) == {"exp"}  # math.exp, given by the loader; nothing else
+
+
+@pytest.mark.parametrize(
+    "links", ["identity/exp/exp", "exp/identity/identity", "identity/identity/identity"]
+)
+@pytest.mark.parametrize(
+    "offset",
+    [
+        None,
+        OFFSET,
+        {**OFFSET, **COMPUTE},
+        {**OFFSET, "prefill_token_s": 1e-5},
+        {**OFFSET, "max_num_batched_tokens": 64},
+    ],
+)
+def test_the_fused_evaluator_is_the_sums_offset_and_link_to_the_last_bit(
+    links: str, offset: dict[str, Any] | None
+) -> None:
+    """`predict_tuple` (one compiled function) against the same steps taken one by one:
+    `sums`, `AnalyticModel.mean`, each link, the rearrangement — equal as floats, not
+    approximately (the routing decisions must not change by a bit)."""
+    import random
+
+    doc = document()
+    for out, link in zip(("mean", "q90", "q95"), links.split("/"), strict=True):
+        doc["ensembles"][out]["link"] = link
+    doc["offset"] = offset
+    m = loads(json.dumps(doc))
+    rng = random.Random(5)
+    for _ in range(500):
+        v = [rng.choice((0.0, 1.0, rng.uniform(0, 8000.0))) for _ in FEATURES]
+        v[KV] = rng.random()
+        raw = m.raw(v)
+        a = raw[1] if raw[1] > 0.0 else 0.0
+        b = raw[2] if raw[2] > a else a
+        expected = (raw[0] if raw[0] > 0.0 else 0.0, a, b)
+        got = m.predict_tuple(v)
+        assert [x.hex() for x in got] == [x.hex() for x in expected]
 
 
 def test_the_gateway_loads_a_model_file_and_names_a_bad_one(tmp_path: Any) -> None:
