@@ -119,6 +119,9 @@ class Predictor:
     observed: int = 0  # first tokens observed
     last: Prediction | None = None  # the last dispatch's (the driver copies it to its record)
     _model3: Callable[[Vector], tuple[float, float, float]] = field(init=False)
+    # _model3 for a vector whose worker state is IDLE_WORKER (size_tuple's): the model's
+    # `predict_idle_tuple` when it has one (a tree model's, specialised), else _model3
+    _idle3: Callable[[Vector], tuple[float, float, float]] = field(init=False)
     _model_of: PrefillModel | None = None  # the model _model3 is of
 
     def __post_init__(self) -> None:
@@ -126,6 +129,10 @@ class Predictor:
 
     def _refresh(self) -> None:
         self._model3 = model_tuple(self.model)
+        idle: Callable[[Vector], tuple[float, float, float]] | None = getattr(
+            self.model, "predict_idle_tuple", None
+        )
+        self._idle3 = self._model3 if idle is None else idle
         self._model_of = self.model
 
     # --- what routing and the queue ask ---------------------------------------------
@@ -271,7 +278,7 @@ class Predictor:
             1.0 if request.stream else 0.0,
             float(loc) if loc else 0.0,
             _BUCKETS[bucket],
-            0.0,
+            0.0,  # running, waiting, backlog, KV usage: IDLE_WORKER (what _idle3 is for)
             0.0,
             0.0,
             0.0,
@@ -283,7 +290,7 @@ class Predictor:
         regime = (0 if prompt < pe[0] else 1 if prompt < pe[1] else 2) * 9 + bucket * 3
         if cal.load_edges[0] <= 0:  # an idle worker's load (0) is not in the lowest class
             regime = cal.regime(x)
-        return cal.correct_tuple(self._model3(x), regime)
+        return cal.correct_tuple(self._idle3(x), regime)
 
     # --- Hook ---------------------------------------------------------------------
     def on_arrival(self, request: RequestInfo, now: float) -> None:

@@ -78,6 +78,7 @@ from policies.quantile.analytic import AnalyticModel
 from policies.quantile.features import (
     BACKLOG,
     FEATURES,
+    IDLE_WORKER,
     LOCALITY,
     PROMPT,
     RUNNING,
@@ -383,7 +384,11 @@ def _var(i: int) -> str:
     return f"x{i}"
 
 
-def _node_expr(t: Tree, i: int) -> ast.expr:
+def _node_expr(t: Tree, i: int, fixed: Mapping[int, float]) -> ast.expr:
+    """Node i of t as an expression; a node on a feature in `fixed` is decided now (the
+    same comparison the evaluator would make) and only the side taken is compiled."""
+    while t.feature[i] in fixed:
+        i = t.left[i] if fixed[t.feature[i]] <= t.threshold[i] else t.right[i]
     if t.left[i] == -1:
         return ast.Constant(t.value[i])
     return ast.IfExp(
@@ -392,20 +397,20 @@ def _node_expr(t: Tree, i: int) -> ast.expr:
             ops=[ast.LtE()],
             comparators=[ast.Constant(t.threshold[i])],
         ),
-        body=_node_expr(t, t.left[i]),
-        orelse=_node_expr(t, t.right[i]),
+        body=_node_expr(t, t.left[i], fixed),
+        orelse=_node_expr(t, t.right[i], fixed),
     )
 
 
-def _sum_expr(start: ast.expr, trees: Sequence[Tree]) -> ast.expr:
+def _sum_expr(start: ast.expr, trees: Sequence[Tree], fixed: Mapping[int, float]) -> ast.expr:
     expr = start
     for t in trees:  # left-nested: ((start + t1) + t2) + ..., summed in tree order
-        expr = ast.BinOp(expr, ast.Add(), _node_expr(t, 0))
+        expr = ast.BinOp(expr, ast.Add(), _node_expr(t, 0, fixed))
     return expr
 
 
 def _sums_body(
-    ensembles: Sequence[Ensemble], n_inputs: int
+    ensembles: Sequence[Ensemble], n_inputs: int, fixed: Mapping[int, float]
 ) -> tuple[list[ast.stmt], list[ast.expr]]:
     """The statements that unpack x into locals x0..x{n-1} (a vector of another length
     raises ValueError), and each ensemble's sum as one expression, base + tree₁ + tree₂ + …
@@ -427,7 +432,7 @@ def _sums_body(
             if i:
                 body.append(ast.Assign(targets=[ast.Name(s, ast.Store())], value=expr))
                 expr = ast.Name(s, ast.Load())
-            expr = _sum_expr(expr, e.trees[i : i + CHAIN])
+            expr = _sum_expr(expr, e.trees[i : i + CHAIN], fixed)
         results.append(expr)
     return body, results
 
@@ -454,7 +459,7 @@ def compile_ensembles(
     ensembles: Sequence[Ensemble], n_inputs: int
 ) -> Callable[[Vector], tuple[float, ...]]:
     """One function x ↦ (raw sum of each ensemble, before its link), from validated trees."""
-    body, results = _sums_body(ensembles, n_inputs)
+    body, results = _sums_body(ensembles, n_inputs, {})
     body.append(ast.Return(ast.Tuple(results, ast.Load())))
     compiled: Callable[[Vector], tuple[float, ...]] = _function("ensembles", body, {})
     return compiled
@@ -507,7 +512,10 @@ class _Substitute(ast.NodeTransformer):
 
 
 def compile_predict(
-    ensembles: Sequence[Ensemble], n_inputs: int, offset: AnalyticModel | None
+    ensembles: Sequence[Ensemble],
+    n_inputs: int,
+    offset: AnalyticModel | None,
+    fixed: Mapping[int, float] | None = None,
 ) -> Callable[[Vector], tuple[float, float, float]]:
     """x ↦ (mean, q90, q95) as one compiled function: the three sums, the offset's analytic
     mean (from the unpacked locals), each link, the rearrangement (q95 ≥ q90, all ≥ 0).
@@ -515,8 +523,14 @@ def compile_predict(
     One function, not the sums' and a closure around them: the routing hot path evaluates
     a model three times per decision (ŝα at arrival, then K = 2 candidates), and two Python
     calls per evaluation (the closure, `AnalyticModel.mean`) and the sums' tuple are a
-    tenth of its cost."""
-    body, results = _sums_body(ensembles, n_inputs)
+    tenth of its cost.
+
+    `fixed` {feature index: value}: a function only for vectors holding those values there
+    (the caller's promise; the vector still has every feature), specialised at compile
+    time — nodes on them decided, the offset's arithmetic on them done by constants —
+    with the same result to the last bit as the general function on such a vector."""
+    fixed = {} if fixed is None else dict(fixed)
+    body, results = _sums_body(ensembles, n_inputs, fixed)
     body += [
         ast.Assign(targets=[ast.Name(f"s{k}", ast.Store())], value=r) for k, r in enumerate(results)
     ]
@@ -552,6 +566,10 @@ def compile_predict(
             "TOKEN_S": offset.prefill_token_s,
             "BUDGET": offset.max_num_batched_tokens,
         }
+        for name, index in list(features.items()):
+            if index in fixed:  # a constant in place of the local
+                constants[name] = fixed[index]
+                del features[name]
         substitute = _Substitute(features, constants)
         tail = [substitute.visit(st) for st in tail]
     compiled: Callable[[Vector], tuple[float, float, float]] = _function(
@@ -563,7 +581,15 @@ def compile_predict(
 class TreeModel:
     """A PrefillModel from a validated model file: (mean, q90, q95) from three ensembles."""
 
-    __slots__ = ("_exp", "_offset", "_sums", "document", "name", "predict_tuple")
+    __slots__ = (
+        "_exp",
+        "_offset",
+        "_sums",
+        "document",
+        "name",
+        "predict_idle_tuple",
+        "predict_tuple",
+    )
 
     def __init__(self, document: TreeDocument) -> None:
         self.document = document
@@ -574,6 +600,11 @@ class TreeModel:
         self._offset = document.offset
         # `predict` as a plain (mean, q90, q95) (the predictor's hot path)
         self.predict_tuple = compile_predict(ensembles, len(FEATURES), self._offset)
+        # the same for a vector whose worker state is idle (the queue key's ŝα, once per
+        # arrival): most nodes split on the worker's state, so most are decided at load
+        self.predict_idle_tuple = compile_predict(
+            ensembles, len(FEATURES), self._offset, IDLE_WORKER
+        )
 
     def sums(self, x: Vector) -> tuple[float, ...]:
         """Each ensemble's base + Σ trees (mean, q90, q95): what the library predicts."""

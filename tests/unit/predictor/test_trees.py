@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from policies.quantile.analytic import AnalyticModel
-from policies.quantile.features import FEATURES, Quantiles
+from policies.quantile.features import FEATURES, IDLE_WORKER, Quantiles
 from policies.quantile.trees import (
     FORMAT,
     MAX_DEPTH,
@@ -304,6 +304,9 @@ def test_the_compiled_evaluator_holds_only_numbers_from_the_file() -> None:
     fused = loads(json.dumps(doc)).predict_tuple.__code__  # type: ignore[attr-defined]
     assert all(c is None or type(c) in (float, int) for c in fused.co_consts)
     assert set(fused.co_names) == {"exp"}  # math.exp, given by the loader; nothing else
+    idle = loads(json.dumps(doc)).predict_idle_tuple.__code__  # type: ignore[attr-defined]
+    assert all(c is None or type(c) in (float, int) for c in idle.co_consts)
+    assert set(idle.co_names) == {"exp"}
 
 
 @pytest.mark.parametrize(
@@ -342,6 +345,22 @@ def test_the_fused_evaluator_is_the_sums_offset_and_link_to_the_last_bit(
         expected = (raw[0] if raw[0] > 0.0 else 0.0, a, b)
         got = m.predict_tuple(v)
         assert [x.hex() for x in got] == [x.hex() for x in expected]
+        # the function specialised to an idle worker's state, on such a vector
+        for i, value in IDLE_WORKER.items():
+            v[i] = value
+        idle = m.predict_idle_tuple(v)
+        assert [x.hex() for x in idle] == [x.hex() for x in m.predict_tuple(v)]
+
+
+def test_the_idle_worker_function_decides_the_worker_state_nodes_at_load() -> None:
+    doc = document()
+    doc["offset"] = OFFSET
+    m = loads(json.dumps(doc))
+    general = m.predict_tuple.__code__  # type: ignore[attr-defined]
+    idle = m.predict_idle_tuple.__code__  # type: ignore[attr-defined]
+    # the q90 stump on kv_usage is decided (0.0 <= 0.9) and the offset's worker terms folded
+    assert 0.9 in general.co_consts and 0.9 not in idle.co_consts
+    assert len(idle.co_code) < len(general.co_code)
 
 
 def test_the_gateway_loads_a_model_file_and_names_a_bad_one(tmp_path: Any) -> None:
