@@ -43,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -99,6 +100,17 @@ def gateway_gc() -> None:
     gc.set_threshold(_YOUNG_GC_THRESHOLD, older, oldest)
 
 
+@contextlib.contextmanager
+def collector_restored() -> Iterator[None]:
+    """Undo `gateway_gc` afterwards: each table starts from the interpreter's collector."""
+    thresholds = gc.get_threshold()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
 def bench(
     queue_len: int,
     n: int,
@@ -107,23 +119,6 @@ def bench(
     overhead: int,
     model: PrefillModel | None,
     gc_mode: str = "gateway",
-) -> dict[str, list[int]]:
-    thresholds = gc.get_threshold()
-    try:
-        return _bench(queue_len, n, workers, k, overhead, model, gc_mode)
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*thresholds)
-
-
-def _bench(
-    queue_len: int,
-    n: int,
-    workers: int,
-    k: int,
-    overhead: int,
-    model: PrefillModel | None,
-    gc_mode: str,
 ) -> dict[str, list[int]]:
     predictor = build_predictor(QuartzSettings(), model)
     router = make_router("quartz", {"k": k})
@@ -259,7 +254,10 @@ def main() -> int:
     print(f"{'model':<9} {'queue':>6} {'part':<9} {'p50':>7} {'p90':>7} {'p99':>7} {'mean':>7}")
     for name, model in models:
         for queue_len in (int(q) for q in args.queues.split(",")):
-            times = bench(queue_len, args.requests, args.workers, args.k, overhead, model, args.gc)
+            with collector_restored():
+                times = bench(
+                    queue_len, args.requests, args.workers, args.k, overhead, model, args.gc
+                )
             for part in PARTS:
                 xs = times[part]
                 print(
