@@ -3,8 +3,9 @@
     python bench/quartz_determinism.py [--model m.json] [--requests 3000] [--save F | --check F]
 
 Runs simulator/scenarios/quartz-mixed.yaml with routing `quartz` and dispatch `quartz`
-(capacity from the engine), once with the analytic model and, with `--model`, once with
-that trained tree model (`fleetgate train-predictor --synthetic 5000 -o m.json`), and
+(capacity from the engine), at its arrival rate and at twice it (`-2x`: there most
+requests wait in the QUARTZ queue, so ŝα and k_fair order them; at its own rate almost
+none wait), each with the analytic model and, with `--model`, with that trained tree model (`fleetgate train-predictor --synthetic 5000 -o m.json`), and
 prints a SHA-256 of every record's fields (floats by `repr`, so to the last bit: the
 worker chosen, dispatch and first-token times, the feature vector, the predicted
 quantiles). Run it before and after a change to policies/quantile, policies/queue or
@@ -31,12 +32,13 @@ from simulator.run import run
 from simulator.scenario import parse, resolve
 
 
-def scenario(requests: int) -> Any:
+def scenario(requests: int, load: float = 1.0) -> Any:
     doc = yaml.safe_load(resolve("quartz-mixed").read_text())
     doc["policy"]["routing"] = {"policy": "quartz"}
     doc["policy"]["dispatch"] = {"policy": "quartz", "capacity": "engine"}
     doc["policy"]["quartz"] = {}
     doc["workload"]["requests"] = requests
+    doc["workload"]["arrivals"]["rate"] *= load
     return parse(doc)
 
 
@@ -66,21 +68,24 @@ def main() -> int:
     ap.add_argument("--save")
     ap.add_argument("--check")
     args = ap.parse_args()
-    sc = scenario(args.requests)
     out: dict[str, Any] = {}
-    res = run(sc)
-    out["analytic"] = digest(res.records)
-    if args.model:
-        model = loads(Path(args.model).read_text())
-        res = run(sc, prefill_model=model)
-        out["trees"] = digest(res.records)
+    model = loads(Path(args.model).read_text()) if args.model else None
+    for suffix, load in (("", 1.0), ("-2x", 2.0)):
+        sc = scenario(args.requests, load)
+        out["analytic" + suffix] = digest(run(sc).records)
+        if model is not None:
+            out["trees" + suffix] = digest(run(sc, prefill_model=model).records)
     for k, (d, n) in out.items():
         print(f"{k:<9} {n} records  sha256 {d}")
     if args.save:
         Path(args.save).write_text(json.dumps(out, indent=1))
     if args.check:
         saved = json.loads(Path(args.check).read_text())
-        same = all(saved.get(k) == list(v) for k, v in out.items())
+        missing = sorted(out.keys() - saved.keys())
+        if missing:  # a file saved by an older version of this script, or without --model
+            print(f"{args.check} has no digest for {', '.join(missing)}: save it again")
+            return 1
+        same = all(saved[k] == list(v) for k, v in out.items())
         print(("identical to " if same else "DIFFERENT from ") + args.check)
         return 0 if same else 1
     return 0

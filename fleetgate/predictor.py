@@ -3,7 +3,8 @@
     fleetgate train-predictor LOG [LOG ...] -o model.json [--trees N] [--depth D]
             [--learning-rate X] [--holdout F] [--seed N] [--name S] [--json]
             [--offset analytic|none] [--engine-w S] [--engine-h S] [--prefill-chunk N]
-            [--max-num-seqs N] [--mean-output-tokens N]
+            [--max-num-seqs N] [--mean-output-tokens N] [--prefill-token-s S]
+            [--max-num-batched-tokens N]
     fleetgate train-predictor --scenario quartz-mixed [--seeds 1,2,3] [--loads 0.5,1]
             [--requests N] -o model.json                 # simulator runs as the log
     fleetgate train-predictor --synthetic N -o model.json  # a generated log, for trying
@@ -487,6 +488,18 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--prefill-chunk", type=int, default=None, help="chunked-prefill tokens (512)")
     e.add_argument("--max-num-seqs", type=int, default=None, help="the engine's max_num_seqs (256)")
     e.add_argument("--mean-output-tokens", type=float, default=None, help="(256)")
+    e.add_argument(
+        "--prefill-token-s",
+        type=float,
+        default=None,
+        help="compute-bound prefill, seconds per prompt token computed (0: off)",
+    )
+    e.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="the engine's per-step token budget (default: none)",
+    )
     p.add_argument("--holdout", type=float, default=0.2, help="the last fraction, held out (0.2)")
     p.add_argument("--seed", type=int, default=0, help="the fit's (and --synthetic's) seed")
     p.add_argument("--name", default=None, help="the model's name (default: the file's stem)")
@@ -495,8 +508,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _describe(m: AnalyticModel) -> str:
+    compute = ""
+    if m.prefill_token_s or m.max_num_batched_tokens:
+        compute = (f", {m.prefill_token_s:g} s per prefill token, "
+                   f"token budget {m.max_num_batched_tokens or 'none'}")  # fmt: skip
     return (f"W {m.w:g} s, H {m.h:g} s, chunk {m.prefill_chunk}, max_num_seqs {m.max_num_seqs}, "
-            f"mean output {m.mean_output_tokens:g}")  # fmt: skip
+            f"mean output {m.mean_output_tokens:g}{compute}")  # fmt: skip
 
 
 def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[str], AnalyticModel]:
@@ -521,6 +538,8 @@ def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[s
         "prefill_chunk": args.prefill_chunk,
         "max_num_seqs": args.max_num_seqs,
         "mean_output_tokens": args.mean_output_tokens,
+        "prefill_token_s": args.prefill_token_s,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
     }
     analytic = replace(analytic, **{k: v for k, v in given.items() if v is not None})
     return X, y, skipped, analytic

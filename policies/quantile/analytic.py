@@ -67,6 +67,12 @@ class AnalyticModel:
             raise ValueError("analytic model: w and h must be >= 0 and a step must take time")
         if self.prefill_chunk < 1 or self.max_num_seqs < 1 or self.mean_output_tokens < 0:
             raise ValueError("analytic model: prefill_chunk, max_num_seqs must be >= 1")
+        if self.prefill_token_s < 0 or (
+            self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1
+        ):
+            raise ValueError(
+                "analytic model: prefill_token_s must be >= 0, max_num_batched_tokens >= 1"
+            )
         if not 1.0 <= self.spread90 <= self.spread95:
             raise ValueError("analytic model: need 1 <= spread90 <= spread95")
 

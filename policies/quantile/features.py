@@ -97,6 +97,12 @@ PROMPT, MAX_TOKENS, LOCALITY, BUCKET, RUNNING, WAITING, BACKLOG, KV = (
 )
 
 
+# The worker-state features of an idle worker (nothing running, waiting or sent, an
+# empty KV cache): the queue key's vector (predictor.size_tuple) holds these, so a model
+# may compile a function specialised to them (trees.py: `predict_idle_tuple`).
+IDLE_WORKER: dict[int, float] = {RUNNING: 0.0, WAITING: 0.0, BACKLOG: 0.0, KV: 0.0}
+
+
 def vector(
     request: RequestInfo,
     locality_tokens: int,

@@ -54,6 +54,7 @@ from policies.quantile.prefix_index import PrefixIndex
 from policies.types import Outcome, RequestInfo, WorkerView
 
 SWEEP_EVERY = 4096  # dispatches between sweeps of the prefix index's expired entries
+_BUCKETS = (0.0, 1.0, 2.0)  # a locality bucket (prefix_index NONE/PARTIAL/HIGH) as a feature
 
 # (x, the model's (mean, q90, q95), the calibrated ones, the regime): a `Prediction` not
 # yet made (routing makes one for the worker it picks only)
@@ -118,6 +119,9 @@ class Predictor:
     observed: int = 0  # first tokens observed
     last: Prediction | None = None  # the last dispatch's (the driver copies it to its record)
     _model3: Callable[[Vector], tuple[float, float, float]] = field(init=False)
+    # _model3 for a vector whose worker state is IDLE_WORKER (size_tuple's): the model's
+    # `predict_idle_tuple` when it has one (a tree model's, specialised), else _model3
+    _idle3: Callable[[Vector], tuple[float, float, float]] = field(init=False)
     _model_of: PrefillModel | None = None  # the model _model3 is of
 
     def __post_init__(self) -> None:
@@ -125,6 +129,10 @@ class Predictor:
 
     def _refresh(self) -> None:
         self._model3 = model_tuple(self.model)
+        idle: Callable[[Vector], tuple[float, float, float]] | None = getattr(
+            self.model, "predict_idle_tuple", None
+        )
+        self._idle3 = self._model3 if idle is None else idle
         self._model_of = self.model
 
     # --- what routing and the queue ask ---------------------------------------------
@@ -184,15 +192,16 @@ class Predictor:
         if request.prefix_hashes and self.use_locality:
             index = self.index
             loc = index.locality(view.id, request.prefix_hashes, prompt, self._now)
-            bucket = index.bucket(loc, prompt) if loc else 0
+            if loc:  # `index.bucket(loc, prompt)`, inlined: PARTIAL (1) or HIGH (2)
+                bucket = 2 if loc >= index.high_fraction * (prompt if prompt > 1 else 1) else 1
         running = view.running
         if view.in_flight >= running:  # `running if running > in_flight else in_flight`
             running = view.in_flight
         waiting = view.waiting
         x = [
             *front,
-            float(loc),
-            float(bucket),
+            float(loc) if loc else 0.0,  # no locality: the common case, no call
+            _BUCKETS[bucket],
             float(running),
             float(waiting),
             float(view.prefill_tokens),
@@ -255,10 +264,11 @@ class Predictor:
         """`size` as a plain (mean, q90, q95), by the same arithmetic (the queue's hot path)."""
         prompt = request.prompt_tokens
         index = self.index
-        loc = 0
+        loc = bucket = 0
         if self.use_locality and request.prefix_hashes:
             loc = index.best_locality(request.prefix_hashes, prompt, self._now)
-        bucket = index.bucket(loc, prompt) if loc else 0
+            if loc:  # `index.bucket(loc, prompt)`, inlined: PARTIAL (1) or HIGH (2)
+                bucket = 2 if loc >= index.high_fraction * (prompt if prompt > 1 else 1) else 1
         x = [
             float(prompt),
             float(request.max_tokens),
@@ -266,9 +276,9 @@ class Predictor:
             request.top_p,
             CATEGORY_INDEX.get(request.category, 0.0),
             1.0 if request.stream else 0.0,
-            float(loc),
-            float(bucket),
-            0.0,
+            float(loc) if loc else 0.0,
+            _BUCKETS[bucket],
+            0.0,  # running, waiting, backlog, KV usage: IDLE_WORKER (what _idle3 is for)
             0.0,
             0.0,
             0.0,
@@ -280,7 +290,7 @@ class Predictor:
         regime = (0 if prompt < pe[0] else 1 if prompt < pe[1] else 2) * 9 + bucket * 3
         if cal.load_edges[0] <= 0:  # an idle worker's load (0) is not in the lowest class
             regime = cal.regime(x)
-        return cal.correct_tuple(self._model3(x), regime)
+        return cal.correct_tuple(self._idle3(x), regime)
 
     # --- Hook ---------------------------------------------------------------------
     def on_arrival(self, request: RequestInfo, now: float) -> None:

@@ -26,11 +26,18 @@ The file (`fleetgate.quantile_trees/v1`, plain JSON, never pickle):
      "name": "...",                       # what the gateway reports it uses
      "features": ["prompt_tokens", ...],  # the vector it was trained on (FEATURES or a prefix)
      "offset": null | {"kind": "analytic", "w": s, "h": s, "prefill_chunk": int,
-                       "max_num_seqs": int, "mean_output_tokens": float},
+                       "max_num_seqs": int, "mean_output_tokens": float,
+                       "prefill_token_s": s, "max_num_batched_tokens": int | null},
      "ensembles": {"mean": E, "q90": E, "q95": E},
      "meta": {...}}                       # provenance and quality, free-form, not evaluated
     E = {"link": "identity" | "exp", "base": float, "trees": [T, ...]}
     T = {"feature": [int], "threshold": [float], "left": [int], "right": [int], "value": [float]}
+
+The offset's compute-bound prefill terms (`prefill_token_s`, `max_num_batched_tokens`:
+analytic.py) are optional and written only when on, so a file for an engine without them
+is the same bytes as before they existed and an older fleetgate still reads it; a file
+with them is refused by an older reader (an unknown key) rather than evaluated without
+them — which is why they need no new format version.
 
 A tree is flat arrays indexed by node, node 0 the root; a leaf has left = right = feature
 = -1. Loading validates every field and names the offending key path: the format and
@@ -45,9 +52,12 @@ conditionals, one per tree,
     base + (v1 if x0 <= t1 else (v2 if x9 <= t2 else v3)) + (...) + ...
 
 built as an AST from the validated numbers (ast.Constant: no text from the file is ever
-parsed or executed, and the function sees no builtins). At 3 × 20 trees of depth 4 a
-prediction costs ~5 µs (~6 µs with the offset) — several times less than walking the flat arrays node by node or
-one numpy gather per tree level, and ~200× less than a library call per request
+parsed or executed, and the function sees no builtins). `predict_tuple`, the hot path's,
+is one such function that goes on to the offset's analytic mean (on the same locals, its
+parameters as constants), the links and the rearrangement, so a prediction is one Python
+call. At 3 × 20 trees of depth 4 a prediction costs ~2.5 µs in a tight loop (~4 µs on
+the routing path, varied inputs) — several times less than walking the flat arrays node
+by node or one numpy gather per tree level, and ~200× less than a library call per request
 (bench/quantile_predictor.py has the table). Summation runs in tree order, as
 scikit-learn's predict does, so the sums agree with the library's own to the last bit
 (the trainer moves each threshold so that float64 x compares as the library's float32 x).
@@ -65,7 +75,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.quantile.analytic import AnalyticModel
-from policies.quantile.features import FEATURES, Quantiles, Vector
+from policies.quantile.features import (
+    BACKLOG,
+    FEATURES,
+    IDLE_WORKER,
+    LOCALITY,
+    PROMPT,
+    RUNNING,
+    WAITING,
+    Quantiles,
+    Vector,
+)
 
 FORMAT = "fleetgate.quantile_trees/v1"
 FORMAT_PREFIX = "fleetgate.quantile_trees/"
@@ -268,24 +288,44 @@ def parse_document(doc: object) -> TreeDocument:
 
 _OFFSET_FLOATS = ("w", "h", "mean_output_tokens")
 _OFFSET_INTS = ("prefill_chunk", "max_num_seqs")
+# the compute-bound terms: optional, absent meaning off (AnalyticModel's defaults)
+_OFFSET_OPTIONAL = ("prefill_token_s", "max_num_batched_tokens")
 
 
 def _offset(v: object) -> AnalyticModel:
     d = _obj(v, "offset")
-    _keys(d, "offset", {"kind", *_OFFSET_FLOATS, *_OFFSET_INTS}, set())
+    _keys(d, "offset", {"kind", *_OFFSET_FLOATS, *_OFFSET_INTS}, set(_OFFSET_OPTIONAL))
     if d["kind"] != "analytic":
         raise _fail("offset.kind", f"{d['kind']!r} is not 'analytic'")
     floats = {k: _float(d[k], f"offset.{k}") for k in _OFFSET_FLOATS}
     ints = {k: _int(d[k], f"offset.{k}") for k in _OFFSET_INTS}
+    token_s = _float(d.get("prefill_token_s", 0.0), "offset.prefill_token_s")
+    if token_s < 0.0:
+        raise _fail("offset.prefill_token_s", f"must be >= 0, got {token_s}")
+    budget = d.get("max_num_batched_tokens")
+    if budget is not None and _int(budget, "offset.max_num_batched_tokens") < 1:
+        raise _fail("offset.max_num_batched_tokens", f"must be >= 1 or null, got {budget}")
     try:
-        return AnalyticModel(**floats, **ints)  # type: ignore[arg-type]
+        return AnalyticModel(
+            **floats,  # type: ignore[arg-type]
+            **ints,
+            prefill_token_s=token_s,
+            max_num_batched_tokens=budget,
+        )
     except ValueError as exc:
         raise _fail("offset", str(exc)) from None
 
 
 def offset_document(m: AnalyticModel) -> dict[str, Any]:
-    """The `offset` entry of a model file for the analytic model `m`."""
-    return {"kind": "analytic", **{k: getattr(m, k) for k in (*_OFFSET_FLOATS, *_OFFSET_INTS)}}
+    """The `offset` entry of a model file for the analytic model `m` (the compute-bound
+    terms only when on: see the module's docstring)."""
+    doc: dict[str, Any] = {"kind": "analytic"}
+    doc.update((k, getattr(m, k)) for k in (*_OFFSET_FLOATS, *_OFFSET_INTS))
+    if m.prefill_token_s:
+        doc["prefill_token_s"] = m.prefill_token_s
+    if m.max_num_batched_tokens is not None:
+        doc["max_num_batched_tokens"] = m.max_num_batched_tokens
+    return doc
 
 
 def _no_constants(token: str) -> float:
@@ -344,7 +384,11 @@ def _var(i: int) -> str:
     return f"x{i}"
 
 
-def _node_expr(t: Tree, i: int) -> ast.expr:
+def _node_expr(t: Tree, i: int, fixed: Mapping[int, float]) -> ast.expr:
+    """Node i of t as an expression; a node on a feature in `fixed` is decided now (the
+    same comparison the evaluator would make) and only the side taken is compiled."""
+    while t.feature[i] in fixed:
+        i = t.left[i] if fixed[t.feature[i]] <= t.threshold[i] else t.right[i]
     if t.left[i] == -1:
         return ast.Constant(t.value[i])
     return ast.IfExp(
@@ -353,25 +397,23 @@ def _node_expr(t: Tree, i: int) -> ast.expr:
             ops=[ast.LtE()],
             comparators=[ast.Constant(t.threshold[i])],
         ),
-        body=_node_expr(t, t.left[i]),
-        orelse=_node_expr(t, t.right[i]),
+        body=_node_expr(t, t.left[i], fixed),
+        orelse=_node_expr(t, t.right[i], fixed),
     )
 
 
-def _sum_expr(start: ast.expr, trees: Sequence[Tree]) -> ast.expr:
+def _sum_expr(start: ast.expr, trees: Sequence[Tree], fixed: Mapping[int, float]) -> ast.expr:
     expr = start
     for t in trees:  # left-nested: ((start + t1) + t2) + ..., summed in tree order
-        expr = ast.BinOp(expr, ast.Add(), _node_expr(t, 0))
+        expr = ast.BinOp(expr, ast.Add(), _node_expr(t, 0, fixed))
     return expr
 
 
-def compile_ensembles(
-    ensembles: Sequence[Ensemble], n_inputs: int
-) -> Callable[[Vector], tuple[float, ...]]:
-    """One function x ↦ (raw sum of each ensemble, before its link), from validated trees.
-
-    The body unpacks x into locals x0..x{n-1} (a vector of another length raises
-    ValueError), then sums each ensemble as one expression, base + tree₁ + tree₂ + …
+def _sums_body(
+    ensembles: Sequence[Ensemble], n_inputs: int, fixed: Mapping[int, float]
+) -> tuple[list[ast.stmt], list[ast.expr]]:
+    """The statements that unpack x into locals x0..x{n-1} (a vector of another length
+    raises ValueError), and each ensemble's sum as one expression, base + tree₁ + tree₂ + …
     (in chunks of CHAIN trees, which keeps the expression's nesting shallow for the
     compiler and costs one store per chunk, not per tree)."""
     body: list[ast.stmt] = [
@@ -390,11 +432,15 @@ def compile_ensembles(
             if i:
                 body.append(ast.Assign(targets=[ast.Name(s, ast.Store())], value=expr))
                 expr = ast.Name(s, ast.Load())
-            expr = _sum_expr(expr, e.trees[i : i + CHAIN])
+            expr = _sum_expr(expr, e.trees[i : i + CHAIN], fixed)
         results.append(expr)
-    body.append(ast.Return(ast.Tuple(results, ast.Load())))
+    return body, results
+
+
+def _function(name: str, body: list[ast.stmt], namespace: dict[str, Any]) -> Any:
+    """Compile `def name(x): body` in `namespace` (no builtins) and return the function."""
     fn = ast.FunctionDef(
-        name="ensembles",
+        name=name,
         args=ast.arguments(
             posonlyargs=[], args=[ast.arg("x")], kwonlyargs=[], kw_defaults=[], defaults=[]
         ),
@@ -404,54 +450,148 @@ def compile_ensembles(
     if sys.version_info >= (3, 12):
         fn.type_params = []
     module = ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[]))
-    namespace: dict[str, Any] = {"__builtins__": {}}
+    namespace["__builtins__"] = {}
     exec(compile(module, "<fleetgate.quantile.trees>", "exec"), namespace)
-    compiled: Callable[[Vector], tuple[float, ...]] = namespace["ensembles"]
+    return namespace[name]
+
+
+def compile_ensembles(
+    ensembles: Sequence[Ensemble], n_inputs: int
+) -> Callable[[Vector], tuple[float, ...]]:
+    """One function x ↦ (raw sum of each ensemble, before its link), from validated trees."""
+    body, results = _sums_body(ensembles, n_inputs, {})
+    body.append(ast.Return(ast.Tuple(results, ast.Load())))
+    compiled: Callable[[Vector], tuple[float, ...]] = _function("ensembles", body, {})
     return compiled
 
 
-def _outputs(
-    sums: Callable[[Vector], tuple[float, ...]],
-    exp_links: tuple[bool, ...],
+# The statements after the sums s0, s1, s2 of `compile_predict`: our own fixed text, parsed
+# here (never anything from a model file). The UPPER-CASE names are replaced before
+# compiling: a feature by its unpacked local (or by its value where `fixed`), a parameter
+# of the offset by its value. They are `AnalyticModel.mean` (and `_compute`), the links
+# and the rearrangement, operation for operation, so the fused function's result is the
+# same to the last bit (tests/unit/predictor/test_trees.py checks it).
+_OFFSET_MEAN = """
+todo = PROMPT - LOCALITY
+ahead = RUNNING + WAITING + 1.0
+t_iter = W + H * (ahead if ahead < CAP else CAP)
+steps = (-(-todo // CHUNK) if todo > 1.0 else 1.0) + 1.0
+queue = ahead - CAP
+o = steps * t_iter
+if queue > 0:
+    o += queue * t_iter * MEAN_OUTPUT_TOKENS / CAP
+"""
+_OFFSET_COMPUTE = """
+extra = TOKEN_S * (BACKLOG + (todo if todo > 0.0 else 0.0))
+"""
+_OFFSET_BUDGET = """
+extra += BACKLOG / BUDGET * t_iter
+"""
+# two independently fitted quantiles can cross: the larger α never predicts less
+_REARRANGE = """
+a = a if a > 0.0 else 0.0
+b = b if b > a else a
+return (m if m > 0.0 else 0.0), a, b
+"""
+
+
+class _Substitute(ast.NodeTransformer):
+    """Replace the template's upper-case names: a feature by its unpacked local (x0, x6, …),
+    a fixed feature or a parameter of the offset by its value (ast.Constant)."""
+
+    def __init__(
+        self, features: Mapping[str, int], constants: Mapping[str, float | int | None]
+    ) -> None:
+        self.features = features
+        self.constants = constants
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id in self.features:
+            return ast.copy_location(ast.Name(_var(self.features[node.id]), node.ctx), node)
+        if node.id in self.constants:
+            return ast.copy_location(ast.Constant(self.constants[node.id]), node)
+        return node
+
+
+def compile_predict(
+    ensembles: Sequence[Ensemble],
+    n_inputs: int,
     offset: AnalyticModel | None,
+    fixed: Mapping[int, float] | None = None,
 ) -> Callable[[Vector], tuple[float, float, float]]:
-    """x ↦ (mean, q90, q95): the sums with their offset and link, rearranged so the
-    quantiles do not cross and clamped at 0 — a closure over its constants (no attribute
-    lookups per prediction)."""
-    em, ea, eb = exp_links
-    exp = math.exp
-    if offset is None:
+    """x ↦ (mean, q90, q95) as one compiled function: the three sums, the offset's analytic
+    mean (from the unpacked locals), each link, the rearrangement (q95 ≥ q90, all ≥ 0).
 
-        def predict(x: Vector) -> tuple[float, float, float]:
-            m, a, b = sums(x)
-            m = exp(m) if em else m
-            a = exp(a) if ea else a
-            b = exp(b) if eb else b
-            # Two independently fitted quantiles can cross; the larger α never predicts less.
-            a = a if a > 0.0 else 0.0
-            b = b if b > a else a
-            return (m if m > 0.0 else 0.0), a, b
+    One function, not the sums' and a closure around them: the routing hot path evaluates
+    a model three times per decision (ŝα at arrival, then K = 2 candidates), and the two
+    Python calls per evaluation that saves (the closure, `AnalyticModel.mean`) and the
+    sums' tuple were ~0.15 µs of its ~2.6 µs in a tight loop.
 
-        return predict
-    mean = offset.mean
-
-    def predict_offset(x: Vector) -> tuple[float, float, float]:
-        m, a, b = sums(x)
-        o = mean(x)
-        m = o * exp(m) if em else m + o
-        a = o * exp(a) if ea else a + o
-        b = o * exp(b) if eb else b + o
-        a = a if a > 0.0 else 0.0
-        b = b if b > a else a
-        return (m if m > 0.0 else 0.0), a, b
-
-    return predict_offset
+    `fixed` {feature index: value}: a function only for vectors holding those values there
+    (the caller's promise; the vector still has every feature), specialised at compile
+    time — nodes on them decided, the offset's arithmetic on them done by constants —
+    with the same result to the last bit as the general function on such a vector."""
+    fixed = {} if fixed is None else dict(fixed)
+    body, results = _sums_body(ensembles, n_inputs, fixed)
+    body += [
+        ast.Assign(targets=[ast.Name(f"s{k}", ast.Store())], value=r) for k, r in enumerate(results)
+    ]
+    text = ""
+    if offset is not None:
+        text += _OFFSET_MEAN
+        if offset.prefill_token_s or offset.max_num_batched_tokens:  # as `mean` tests it
+            text += _OFFSET_COMPUTE
+            if offset.max_num_batched_tokens:
+                text += _OFFSET_BUDGET
+            text += "o += extra\n"
+    for out, k, e in zip("mab", range(3), ensembles, strict=True):
+        if offset is None:
+            text += f"{out} = exp(s{k})\n" if e.link == "exp" else f"{out} = s{k}\n"
+        else:
+            text += f"{out} = o * exp(s{k})\n" if e.link == "exp" else f"{out} = s{k} + o\n"
+    text += _REARRANGE
+    tail = ast.parse(text).body
+    if offset is not None:
+        features = {
+            "PROMPT": PROMPT,
+            "LOCALITY": LOCALITY,
+            "RUNNING": RUNNING,
+            "WAITING": WAITING,
+            "BACKLOG": BACKLOG,
+        }
+        constants: dict[str, float | int | None] = {
+            "W": offset.w,
+            "H": offset.h,
+            "CAP": offset.max_num_seqs,
+            "CHUNK": offset.prefill_chunk,
+            "MEAN_OUTPUT_TOKENS": offset.mean_output_tokens,
+            "TOKEN_S": offset.prefill_token_s,
+            "BUDGET": offset.max_num_batched_tokens,
+        }
+        for name, index in list(features.items()):
+            if index in fixed:  # a constant in place of the local
+                constants[name] = fixed[index]
+                del features[name]
+        substitute = _Substitute(features, constants)
+        tail = [substitute.visit(st) for st in tail]
+    compiled: Callable[[Vector], tuple[float, float, float]] = _function(
+        "predict", body + tail, {"exp": math.exp}
+    )
+    return compiled
 
 
 class TreeModel:
     """A PrefillModel from a validated model file: (mean, q90, q95) from three ensembles."""
 
-    __slots__ = ("_exp", "_offset", "_sums", "document", "name", "predict_tuple")
+    __slots__ = (
+        "_exp",
+        "_offset",
+        "_sums",
+        "document",
+        "name",
+        "predict_idle_tuple",
+        "predict_tuple",
+    )
 
     def __init__(self, document: TreeDocument) -> None:
         self.document = document
@@ -461,7 +601,12 @@ class TreeModel:
         self._exp = tuple(e.link == "exp" for e in ensembles)
         self._offset = document.offset
         # `predict` as a plain (mean, q90, q95) (the predictor's hot path)
-        self.predict_tuple = _outputs(self._sums, self._exp, self._offset)
+        self.predict_tuple = compile_predict(ensembles, len(FEATURES), self._offset)
+        # the same for a vector whose worker state is idle (the queue key's ŝα, once per
+        # arrival): most nodes split on the worker's state, so most are decided at load
+        self.predict_idle_tuple = compile_predict(
+            ensembles, len(FEATURES), self._offset, IDLE_WORKER
+        )
 
     def sums(self, x: Vector) -> tuple[float, ...]:
         """Each ensemble's base + Σ trees (mean, q90, q95): what the library predicts."""

@@ -159,6 +159,24 @@ def test_cli_trains_on_a_simulator_run(tmp_path: Path, capsys: pytest.CaptureFix
     assert json.loads(capsys.readouterr().out)["quality"]["analytic"]["n"] == 160
 
 
+def test_cli_writes_the_compute_bound_prefill_terms(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A compute-bound engine's terms go into the file's offset, so the trees correct the
+    engine model they were fitted against (not learn those terms as residual)."""
+    out = tmp_path / "m.json"
+    compute = ["--prefill-token-s", "2e-5", "--max-num-batched-tokens", "2048"]
+    assert main(["--synthetic", "600", "-o", str(out), "--trees", "3", *compute]) == 0
+    offset = json.loads(out.read_text())["offset"]
+    assert offset["prefill_token_s"] == 2e-5 and offset["max_num_batched_tokens"] == 2048
+    assert loads(out.read_text()).document.offset == AnalyticModel(
+        prefill_token_s=2e-5, max_num_batched_tokens=2048
+    )
+    assert "token budget 2048" in capsys.readouterr().out
+    assert main(["--synthetic", "600", "-o", str(out), "--prefill-token-s", "-1"]) == 2
+    assert "prefill_token_s must be >= 0" in capsys.readouterr().err
+
+
 def test_cli_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     empty = tmp_path / "empty.jsonl"
     empty.write_text(json.dumps({"request_id": "a"}) + "\n")

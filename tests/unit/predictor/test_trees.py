@@ -11,8 +11,15 @@ from typing import Any
 import pytest
 
 from policies.quantile.analytic import AnalyticModel
-from policies.quantile.features import FEATURES, Quantiles
-from policies.quantile.trees import FORMAT, MAX_DEPTH, ModelFormatError, TreeModel, loads
+from policies.quantile.features import FEATURES, IDLE_WORKER, Quantiles
+from policies.quantile.trees import (
+    FORMAT,
+    MAX_DEPTH,
+    ModelFormatError,
+    TreeModel,
+    loads,
+    to_document,
+)
 
 PROMPT = FEATURES.index("prompt_tokens")
 KV = FEATURES.index("kv_usage")
@@ -99,6 +106,44 @@ def test_an_analytic_offset_enters_each_ensemble_in_its_link_space() -> None:
     assert m.sums(v) == pytest.approx((0.15, 0.2, math.log(0.2)))
 
 
+COMPUTE = {"prefill_token_s": 2e-5, "max_num_batched_tokens": 2048}
+
+
+def test_an_offset_without_the_compute_terms_loads_with_them_off() -> None:
+    """A file written before the compute-bound terms existed (no such keys) still loads."""
+    doc = document()
+    doc["offset"] = OFFSET
+    offset = loads(json.dumps(doc)).document.offset
+    assert offset == AnalyticModel(0.01, 0.001, 512, 8, 100.0)
+    assert offset.prefill_token_s == 0.0 and offset.max_num_batched_tokens is None
+    doc["offset"] = {**OFFSET, "max_num_batched_tokens": None}  # null: no budget
+    assert loads(json.dumps(doc)).document.offset == offset
+
+
+def test_the_offset_round_trips_with_and_without_the_compute_terms() -> None:
+    base = {k: v for k, v in OFFSET.items() if k != "kind"}
+    for compute in ({}, COMPUTE, {"prefill_token_s": 2e-5}, {"max_num_batched_tokens": 2048}):
+        offset = AnalyticModel(**base, **compute)  # type: ignore[arg-type]
+        m = loads(json.dumps(document()))
+        written = to_document("m", FEATURES, m.document.ensembles, {}, offset)
+        # off terms are not written: a file for an engine without them stays as it was
+        assert written["offset"] == {**OFFSET, **compute}
+        again = loads(json.dumps(written))
+        assert again.document.offset == offset
+        assert to_document("m", FEATURES, again.document.ensembles, {}, offset) == written
+
+
+def test_the_compute_terms_enter_the_offset() -> None:
+    doc = document()
+    doc["offset"] = {**OFFSET, **COMPUTE}
+    m = loads(json.dumps(doc))
+    v = x(3000.0, 0.5)
+    v[FEATURES.index("prefill_backlog_tokens")] = 4000.0
+    o = AnalyticModel(0.01, 0.001, 512, 8, 100.0, **COMPUTE).mean(v)  # type: ignore[arg-type]
+    assert o > AnalyticModel(0.01, 0.001, 512, 8, 100.0).mean(v) + 0.1
+    assert m.raw(v)[0] == pytest.approx(o + 0.75)
+
+
 def test_a_model_on_a_prefix_of_the_features_reads_the_full_vector() -> None:
     doc = document()
     doc["features"] = list(FEATURES[: KV + 1])
@@ -153,6 +198,11 @@ T0 = "ensembles/q90/trees/0"
         ("offset", {**OFFSET, "w": -1.0}, "offset: analytic model: w and h must be >= 0"),
         ("offset", {"kind": "analytic"}, "offset: missing key(s) h, max_num_seqs, mean_output_tokens"),
         ("offset", "analytic", "offset: expected an object, got str"),
+        ("offset", {**OFFSET, "prefill_token_s": "1e-5"}, "offset.prefill_token_s: expected a number"),
+        ("offset", {**OFFSET, "prefill_token_s": -1e-5}, "offset.prefill_token_s: must be >= 0"),
+        ("offset", {**OFFSET, "max_num_batched_tokens": 2048.0}, "offset.max_num_batched_tokens: expected an integer"),
+        ("offset", {**OFFSET, "max_num_batched_tokens": 0}, "offset.max_num_batched_tokens: must be >= 1"),
+        ("offset", {**OFFSET, "prefill_token": 1e-5}, "offset: unknown key(s) prefill_token"),
         ("ensembles/mean/base", "0.1", "ensembles.mean.base: expected a number, got str"),
         ("ensembles/mean/base", True, "ensembles.mean.base: expected a number, got bool"),
         ("ensembles/mean/link", "softplus", "ensembles.mean.link: 'softplus' is not one of"),
@@ -250,6 +300,67 @@ def test_the_compiled_evaluator_holds_only_numbers_from_the_file() -> None:
     assert all(c is None or type(c) in (float, int) for c in code.co_consts)
     assert set(code.co_names) == set()  # no globals, no attributes: locals only
     assert m.name == doc["name"]
+    doc["offset"] = {**OFFSET, **COMPUTE}
+    fused = loads(json.dumps(doc)).predict_tuple.__code__  # type: ignore[attr-defined]
+    assert all(c is None or type(c) in (float, int) for c in fused.co_consts)
+    assert set(fused.co_names) == {"exp"}  # math.exp, given by the loader; nothing else
+    idle = loads(json.dumps(doc)).predict_idle_tuple.__code__  # type: ignore[attr-defined]
+    assert all(c is None or type(c) in (float, int) for c in idle.co_consts)
+    assert set(idle.co_names) == {"exp"}
+
+
+@pytest.mark.parametrize(
+    "links", ["identity/exp/exp", "exp/identity/identity", "identity/identity/identity"]
+)
+@pytest.mark.parametrize(
+    "offset",
+    [
+        None,
+        OFFSET,
+        {**OFFSET, **COMPUTE},
+        {**OFFSET, "prefill_token_s": 1e-5},
+        {**OFFSET, "max_num_batched_tokens": 64},
+    ],
+)
+def test_the_fused_evaluator_is_the_sums_offset_and_link_to_the_last_bit(
+    links: str, offset: dict[str, Any] | None
+) -> None:
+    """`predict_tuple` (one compiled function) against the same steps taken one by one:
+    `sums`, `AnalyticModel.mean`, each link, the rearrangement — equal as floats, not
+    approximately (the routing decisions must not change by a bit)."""
+    import random
+
+    doc = document()
+    for out, link in zip(("mean", "q90", "q95"), links.split("/"), strict=True):
+        doc["ensembles"][out]["link"] = link
+    doc["offset"] = offset
+    m = loads(json.dumps(doc))
+    rng = random.Random(5)
+    for _ in range(500):
+        v = [rng.choice((0.0, 1.0, rng.uniform(0, 8000.0))) for _ in FEATURES]
+        v[KV] = rng.random()
+        raw = m.raw(v)
+        a = raw[1] if raw[1] > 0.0 else 0.0
+        b = raw[2] if raw[2] > a else a
+        expected = (raw[0] if raw[0] > 0.0 else 0.0, a, b)
+        got = m.predict_tuple(v)
+        assert [x.hex() for x in got] == [x.hex() for x in expected]
+        # the function specialised to an idle worker's state, on such a vector
+        for i, value in IDLE_WORKER.items():
+            v[i] = value
+        idle = m.predict_idle_tuple(v)
+        assert [x.hex() for x in idle] == [x.hex() for x in m.predict_tuple(v)]
+
+
+def test_the_idle_worker_function_decides_the_worker_state_nodes_at_load() -> None:
+    doc = document()
+    doc["offset"] = OFFSET
+    m = loads(json.dumps(doc))
+    general = m.predict_tuple.__code__  # type: ignore[attr-defined]
+    idle = m.predict_idle_tuple.__code__  # type: ignore[attr-defined]
+    # the q90 stump on kv_usage is decided (0.0 <= 0.9) and the offset's worker terms folded
+    assert 0.9 in general.co_consts and 0.9 not in idle.co_consts
+    assert len(idle.co_code) < len(general.co_code)
 
 
 def test_the_gateway_loads_a_model_file_and_names_a_bad_one(tmp_path: Any) -> None:
