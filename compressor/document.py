@@ -38,7 +38,7 @@ from compressor.counting import (
     TokenCounter,
     default_counter,
 )
-from compressor.piecetable import PieceTable, lookup_pieces
+from compressor.piecetable import PieceTable, lookup_spans
 from compressor.sentences import (
     DEFAULT_MAX_UNIT_CHARS,
     NONEMPTY_FLAG,
@@ -329,8 +329,8 @@ class Analyzer:
                 heads.append(n_pieces)
                 n_pieces += texts[k].count(" ") + 1
             with self._lock:
-                packed = lookup_pieces(self._table, joined, self._memo.__getitem__)
-            counts, glued = self.counter.piece_counts_in(joined, packed, heads)
+                packed, spans = lookup_spans(self._table, joined, self._memo)
+            counts, glued = self.counter.piece_counts_of(joined, packed, spans, heads)
             ends = [*heads[1:], n_pieces]
             cut = np.searchsorted(glued, ends, side="left").tolist()
             g0 = 0

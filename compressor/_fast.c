@@ -1,0 +1,488 @@
+/* compressor._fast: the compressor's per-piece passes in C (the optional compiled path;
+ * compressor/piecetable.py and compressor/counting.py keep the numpy ones as the fallback
+ * and as the reference the tests compare these with, value for value).
+ *
+ * probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends) fills, for each
+ * piece of raw.split(b" ") (n = raw.count(b" ") + 1 of them, the caller sizes the arrays):
+ * starts/ends its byte span; for a piece of at most MAX_KEY_BYTES bytes whose exact key is
+ * in the table (found within PROBES linear-probe rounds from its home slot, as
+ * PieceTable.lookup) values its value and found 1; for a longer piece, its value in the
+ * dict `memo` if it is there (an exact lookup: a subclass's __missing__ is not called).
+ * The key, the slot hash and the probe order are piecetable.py's bit for bit
+ * (little-endian words; the table is shared). Only reads `rows`; the GIL is released
+ * during the table pass (the buffers are held).
+ *
+ * chunk_counts(raw, starts, ends, packed, heads, spaced, head, counts, glued) is
+ * counting.py's piece_counts_in on byte spans: per piece its tokens (the packed count; 0
+ * for a piece glued to its predecessor; a glued run's whole chunk charged to its first
+ * piece, looked up in `spaced`, or in `head` when a text starts there) and the glued
+ * pieces' indices. Returns (number glued, the chunks no dict held: [(piece, str,
+ * starts a text)]) for the caller to count. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define WORDS 4
+#define ROW (WORDS + 1)
+#define MAX_KEY_BYTES (8 * WORDS - 1)
+#define PROBES 4
+
+static const uint64_t MIX[WORDS] = {0x9E3779B97F4A7C15ULL, 0xC2B2AE3D27D4EB4FULL,
+                                    0x165667B19E3779F9ULL, 0xD6E8FEB86659FD93ULL};
+
+/* Bytes [p, p + k) (k ≤ 8) as a little-endian word, the rest zero. */
+static inline uint64_t
+load_le(const unsigned char *p, Py_ssize_t k)
+{
+    uint64_t w = 0;
+    for (Py_ssize_t i = k - 1; i >= 0; i--) {
+        w = (w << 8) | p[i];
+    }
+    return w;
+}
+
+static inline uint64_t
+load_le8(const unsigned char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+/* Pieces are keyed a block at a time and their home slots prefetched before any is probed:
+ * the table (10 MB) is mostly out of cache, and the misses of a block then overlap. */
+#define BLOCK 32
+
+static void
+probe_block(const uint64_t (*keys)[WORDS], const uint64_t *slots, const Py_ssize_t *idx,
+            int m, const uint64_t *rows, uint64_t mask, int64_t *values, uint8_t *found)
+{
+    for (int j = 0; j < m; j++) {
+        const uint64_t *key = keys[j];
+        uint64_t slot = slots[j];
+        for (int r = 0; r < PROBES; r++) {
+            const uint64_t *row = rows + slot * ROW;
+            uint64_t last = row[WORDS - 1];
+            if (last == key[WORDS - 1] && row[0] == key[0] && row[1] == key[1] &&
+                row[2] == key[2]) {
+                values[idx[j]] = (int64_t)row[WORDS];
+                found[idx[j]] = 1;
+                break;
+            }
+            if (last == 0) {
+                break; /* an empty slot: absent */
+            }
+            slot = (slot + 1) & mask;
+        }
+    }
+}
+
+static void
+probe_all(const unsigned char *data, Py_ssize_t len, const uint64_t *rows, uint64_t mask,
+          unsigned shift, int64_t *values, uint8_t *found, int64_t *starts, int64_t *ends,
+          Py_ssize_t n)
+{
+    uint64_t keys[BLOCK][WORDS];
+    uint64_t slots[BLOCK];
+    Py_ssize_t idx[BLOCK];
+    int m = 0;
+    Py_ssize_t start = 0, i = 0;
+    for (;;) {
+        const unsigned char *sp = memchr(data + start, ' ', (size_t)(len - start));
+        Py_ssize_t end = sp ? (Py_ssize_t)(sp - data) : len;
+        if (i >= n) {
+            break; /* cannot happen: the caller counted the spaces */
+        }
+        starts[i] = start;
+        ends[i] = end;
+        values[i] = 0;
+        found[i] = 0;
+        Py_ssize_t plen = end - start;
+        if (plen <= MAX_KEY_BYTES) {
+            uint64_t *key = keys[m];
+            const unsigned char *p = data + start;
+            if (start + 8 * WORDS <= len) { /* whole words, masked to the piece */
+                for (int w = 0; w < WORDS; w++) {
+                    Py_ssize_t k = plen - 8 * w;
+                    uint64_t word = load_le8(p + 8 * w);
+                    key[w] = k >= 8 ? word : (k <= 0 ? 0 : word & ((1ULL << (8 * k)) - 1));
+                }
+            }
+            else { /* near the end of the text: never read past it */
+                for (int w = 0; w < WORDS; w++) {
+                    Py_ssize_t k = plen - 8 * w;
+                    k = k < 0 ? 0 : (k > 8 ? 8 : k);
+                    key[w] = load_le(p + 8 * w, k);
+                }
+            }
+            key[WORDS - 1] |= (uint64_t)(plen + 1) << 56;
+            uint64_t h = 0;
+            for (int w = 0; w < WORDS; w++) {
+                h += key[w] * MIX[w];
+            }
+            h ^= h >> 31;
+            h *= MIX[0];
+            slots[m] = h >> shift;
+            idx[m] = i;
+#if defined(__GNUC__)
+            __builtin_prefetch(rows + slots[m] * ROW);
+            __builtin_prefetch(rows + slots[m] * ROW + ROW);
+#endif
+            if (++m == BLOCK) {
+                probe_block((const uint64_t (*)[WORDS])keys, slots, idx, m, rows, mask,
+                            values, found);
+                m = 0;
+            }
+        }
+        i++;
+        if (!sp) {
+            break;
+        }
+        start = end + 1;
+    }
+    probe_block((const uint64_t (*)[WORDS])keys, slots, idx, m, rows, mask, values, found);
+}
+
+static int
+get_out(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t n, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    if (view->len != itemsize * n) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, expected %zd", name, view->len,
+                     itemsize * n);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* A read-only int64 array of n items (n < 0: any length, returned in *n). */
+static int
+get_in(PyObject *obj, Py_buffer *view, Py_ssize_t *n, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0) {
+        return -1;
+    }
+    if (view->len % 8 != 0 || (*n >= 0 && view->len != 8 * *n)) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, not %zd int64", name, view->len, *n);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    *n = view->len / 8;
+    return 0;
+}
+
+/* The value of the str of UTF-8 bytes [p, p + len) in dict `memo`: 1 found (in *value), 0
+ * absent (or not a dict), -1 error. */
+static int
+dict_value(PyObject *memo, const unsigned char *p, Py_ssize_t len, int64_t *value)
+{
+    PyObject *key = PyUnicode_DecodeUTF8((const char *)p, len, "surrogatepass");
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *v = PyDict_GetItemWithError(memo, key); /* borrowed */
+    Py_DECREF(key);
+    if (v == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *value = (int64_t)x;
+    return 1;
+}
+
+static PyObject *
+probe_pieces(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer raw, rows, values, found, starts, ends;
+    PyObject *rows_o, *memo, *values_o, *found_o, *starts_o, *ends_o;
+    unsigned long long mask;
+    unsigned int shift;
+    if (!PyArg_ParseTuple(args, "y*OKIO!OOOO", &raw, &rows_o, &mask, &shift, &PyDict_Type,
+                          &memo, &values_o, &found_o, &starts_o, &ends_o)) {
+        return NULL;
+    }
+    const unsigned char *data = raw.buf;
+    Py_ssize_t len = raw.len;
+    Py_ssize_t n = 1;
+    for (const unsigned char *p = data, *e = data + len;
+         (p = memchr(p, ' ', (size_t)(e - p))) != NULL; p++) {
+        n++;
+    }
+    if (shift < 1 || shift > 63 || mask != (UINT64_MAX >> shift)) {
+        PyBuffer_Release(&raw);
+        PyErr_SetString(PyExc_ValueError, "mask must be 2**(64 - shift) - 1");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(rows_o, &rows, PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&raw);
+        return NULL;
+    }
+    if ((unsigned long long)rows.len != (mask + 1) * ROW * sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "rows: (mask + 1) * 5 uint64 expected");
+        goto fail_rows;
+    }
+    if (get_out(values_o, &values, 8, n, "values") < 0) {
+        goto fail_rows;
+    }
+    if (get_out(found_o, &found, 1, n, "found") < 0) {
+        goto fail_values;
+    }
+    if (get_out(starts_o, &starts, 8, n, "starts") < 0) {
+        goto fail_found;
+    }
+    if (get_out(ends_o, &ends, 8, n, "ends") < 0) {
+        goto fail_starts;
+    }
+    int64_t *vals = values.buf, *s = starts.buf, *e = ends.buf;
+    uint8_t *hit = found.buf;
+    Py_BEGIN_ALLOW_THREADS
+    probe_all(data, len, rows.buf, (uint64_t)mask, shift, vals, hit, s, e, n);
+    Py_END_ALLOW_THREADS
+    /* the longer pieces (no key): the dict, without making a str of the short ones */
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        if (e[i] - s[i] > MAX_KEY_BYTES) {
+            int got = dict_value(memo, data + s[i], e[i] - s[i], &vals[i]);
+            failed = got < 0;
+            hit[i] = got > 0;
+        }
+    }
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&found);
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&raw);
+    if (failed) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+
+fail_starts:
+    PyBuffer_Release(&starts);
+fail_found:
+    PyBuffer_Release(&found);
+fail_values:
+    PyBuffer_Release(&values);
+fail_rows:
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&raw);
+    return NULL;
+}
+
+/* counting.py's packed memo value: bits 0-19 the count, 42 empty or ends in whitespace */
+#define COUNT_MASK ((INT64_C(1) << 20) - 1)
+#define WS_BIT (INT64_C(1) << 42)
+
+/* Count of piece i's chunk (pieces a..b, bytes starts[a]..ends[b]) from `memo`; a miss is
+ * appended to `misses` as (a, str, is_head) and counted 0 here. 0 ok, -1 error. */
+static int
+chunk_value(PyObject *memo, const unsigned char *data, int64_t from, int64_t to, Py_ssize_t a,
+            int is_head, int64_t *out, PyObject *misses)
+{
+    PyObject *key = PyUnicode_DecodeUTF8((const char *)data + from, (Py_ssize_t)(to - from),
+                                         "surrogatepass");
+    if (key == NULL) {
+        return -1;
+    }
+    PyObject *v = PyDict_GetItemWithError(memo, key); /* borrowed */
+    if (v == NULL) {
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            return -1;
+        }
+        *out = 0;
+        PyObject *row = Py_BuildValue("(nNO)", a, key, is_head ? Py_True : Py_False);
+        if (row == NULL) { /* Py_BuildValue's N stole key only on success */
+            return -1;
+        }
+        int err = PyList_Append(misses, row);
+        Py_DECREF(row);
+        return err;
+    }
+    Py_DECREF(key);
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (int64_t)x;
+    return 0;
+}
+
+static PyObject *
+chunk_counts(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer raw, starts_b, ends_b, packed_b, heads_b, counts_b, glued_b;
+    PyObject *starts_o, *ends_o, *packed_o, *heads_o, *spaced, *head, *counts_o, *glued_o;
+    if (!PyArg_ParseTuple(args, "y*OOOOO!O!OO", &raw, &starts_o, &ends_o, &packed_o, &heads_o,
+                          &PyDict_Type, &spaced, &PyDict_Type, &head, &counts_o, &glued_o)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *misses = NULL;
+    int held = 0; /* buffers acquired so far, released in reverse */
+    Py_ssize_t n = -1, k = -1;
+    if (get_in(packed_o, &packed_b, &n, "packed") < 0) {
+        goto done;
+    }
+    held = 1;
+    if (get_in(starts_o, &starts_b, &n, "starts") < 0) {
+        goto done;
+    }
+    held = 2;
+    if (get_in(ends_o, &ends_b, &n, "ends") < 0) {
+        goto done;
+    }
+    held = 3;
+    if (get_in(heads_o, &heads_b, &k, "heads") < 0) {
+        goto done;
+    }
+    held = 4;
+    if (get_out(counts_o, &counts_b, 8, n, "counts") < 0) {
+        goto done;
+    }
+    held = 5;
+    if (get_out(glued_o, &glued_b, 8, n, "glued") < 0) {
+        goto done;
+    }
+    held = 6;
+    const unsigned char *data = raw.buf;
+    const int64_t *packed = packed_b.buf, *starts = starts_b.buf, *ends = ends_b.buf;
+    const int64_t *heads = heads_b.buf;
+    int64_t *counts = counts_b.buf, *glued = glued_b.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (starts[i] < 0 || starts[i] > ends[i] || ends[i] > raw.len) {
+            PyErr_SetString(PyExc_ValueError, "a piece's span is outside the text");
+            goto done;
+        }
+    }
+    if (n == 0 || k == 0 || heads[0] != 0) {
+        PyErr_SetString(PyExc_ValueError, "heads must start with piece 0");
+        goto done;
+    }
+    for (Py_ssize_t h = 1; h < k; h++) {
+        if (heads[h] <= heads[h - 1] || heads[h] >= n) {
+            PyErr_SetString(PyExc_ValueError, "heads must ascend within the pieces");
+            goto done;
+        }
+    }
+    misses = PyList_New(0);
+    if (misses == NULL) {
+        goto done;
+    }
+    /* Piece j is glued to j - 1 when j - 1 is empty or ends in whitespace, unless j starts
+     * a text, or j - 1 is an empty first piece of a text (a space at a text's start has no
+     * left neighbour). A run of glued pieces is one chunk, charged to the piece before it. */
+    Py_ssize_t m = 0, h = 0, run = -1;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int is_head = h < k && heads[h] == j;
+        if (is_head) {
+            h++;
+        }
+        int join = 0;
+        if (j > 0 && !is_head && (packed[j - 1] & WS_BIT)) {
+            /* j - 1 an empty head: not a cut to glue across */
+            int prev_head = h > 0 && heads[h - 1] == j - 1;
+            join = !(prev_head && starts[j - 1] == ends[j - 1]);
+        }
+        if (join) {
+            glued[m++] = j;
+            counts[j] = 0;
+            if (run < 0) {
+                run = j - 1;
+            }
+            continue;
+        }
+        if (run >= 0) { /* the run run..j-1 closes */
+            Py_ssize_t before = h - 1 - is_head; /* the last head before j */
+            int run_head = before >= 0 && heads[before] == run;
+            if (chunk_value(run_head ? head : spaced, data, starts[run], ends[j - 1], run,
+                            run_head, &counts[run], misses) < 0) {
+                goto done;
+            }
+            run = -1;
+        }
+        if (is_head) {
+            /* a head that opens a run is charged its run's chunk when the run closes (a
+             * miss recorded here would overwrite that count) */
+            int empty = ends[j] == starts[j];
+            int opens_run = !empty && j + 1 < n && (packed[j] & WS_BIT) &&
+                            !(h < k && heads[h] == j + 1);
+            counts[j] = 0;
+            if (!empty && !opens_run &&
+                chunk_value(head, data, starts[j], ends[j], j, 1, &counts[j], misses) < 0) {
+                goto done;
+            }
+        }
+        else {
+            counts[j] = packed[j] & COUNT_MASK;
+        }
+    }
+    if (run >= 0) {
+        int run_head = h > 0 && heads[h - 1] == run;
+        if (chunk_value(run_head ? head : spaced, data, starts[run], ends[n - 1], run, run_head,
+                        &counts[run], misses) < 0) {
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(nO)", m, misses);
+
+done:
+    Py_XDECREF(misses);
+    switch (held) {
+    case 6:
+        PyBuffer_Release(&glued_b);
+        /* fall through */
+    case 5:
+        PyBuffer_Release(&counts_b);
+        /* fall through */
+    case 4:
+        PyBuffer_Release(&heads_b);
+        /* fall through */
+    case 3:
+        PyBuffer_Release(&ends_b);
+        /* fall through */
+    case 2:
+        PyBuffer_Release(&starts_b);
+        /* fall through */
+    case 1:
+        PyBuffer_Release(&packed_b);
+        /* fall through */
+    default:
+        break;
+    }
+    PyBuffer_Release(&raw);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"probe_pieces", probe_pieces, METH_VARARGS,
+     "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
+     "b' ', key and look up every piece in a PieceTable's rows, the longer ones in memo "
+     "(compressor/piecetable.py)."},
+    {"chunk_counts", chunk_counts, METH_VARARGS,
+     "chunk_counts(raw, starts, ends, packed, heads, spaced, head, counts, glued) -> (glued "
+     "pieces, misses): tokens per piece (compressor/counting.py's piece_counts_in)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "compressor._fast",
+    "The compressor's per-piece passes in C (optional; numpy fallback).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__fast(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,17 @@
+"""Only the optional C helper (compressor/_fast.c); everything else is in pyproject.toml.
+
+`optional=True`: without a compiler the install still succeeds and compressor/piecetable.py
+uses its numpy path (the same results)."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "compressor._fast",
+            sources=["compressor/_fast.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,222 @@
+"""The compiled passes (compressor/_fast.c) against the numpy/Python path they replace: the
+same values, the same table slot for slot and the same chunk counts, on the bench shapes
+and on any text; bad arguments raise, and memory stays flat over many calls."""
+
+from __future__ import annotations
+
+import resource
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compressor import compiled
+from compressor.counting import TokenCounter
+from compressor.piecetable import PieceTable, lookup_pieces_fast, lookup_pieces_numpy
+from compressor.tokenizer import cl100k
+
+fast = pytest.importorskip("compressor._fast")
+
+
+class _Ids(dict[str, int]):
+    """piece → an id of its own, given on first sight (a memo's `__missing__`)."""
+
+    def __missing__(self, piece: str) -> int:
+        self[piece] = len(self) + 1
+        return self[piece]
+
+
+def _same_lookup(texts: list[str], bits: int = 10) -> None:
+    """Both look-ups over the same texts, each with its own table and memo (passes repeat,
+    so the second reads what the first inserted)."""
+    t_np, t_c = PieceTable(bits=bits), PieceTable(bits=bits)
+    m_np, m_c = _Ids(), _Ids()
+    for text in texts + texts:
+        want, spans_np = lookup_pieces_numpy(t_np, text, m_np)
+        got, spans_c = lookup_pieces_fast(fast, t_c, text, m_c)
+        assert got.dtype == want.dtype
+        assert got.tolist() == want.tolist()
+        assert got.tolist() == [m_np[p] for p in text.split(" ")]
+        assert spans_c.raw == spans_np.raw
+        assert spans_c.starts.tolist() == spans_np.starts.tolist()
+        assert spans_c.ends.tolist() == spans_np.ends.tolist()
+        assert t_c.size == t_np.size
+        assert np.array_equal(t_c.rows, t_np.rows)
+
+
+def _same_counts(texts: list[str], counters: tuple[TokenCounter, TokenCounter]) -> None:
+    """`piece_counts_of` (compiled) against `piece_counts_in` (Python) on the texts joined as
+    compressor/document.py joins a document's texts (each text's first piece a head), each
+    counter with its own memo (so the compiled pass meets misses: empty memo first)."""
+    joined = " ".join(texts)
+    heads, n = [], 0
+    for t in texts:
+        heads.append(n)
+        n += t.count(" ") + 1
+    c_counter, py_counter = counters
+    packed, spans = lookup_pieces_numpy(PieceTable(bits=6), joined, c_counter._packed)
+    got, got_glued = c_counter.piece_counts_of(joined, packed, spans, heads)
+    want, want_glued = py_counter.piece_counts_in(joined, packed, heads)
+    assert got.tolist() == want.tolist()
+    assert got_glued.tolist() == want_glued.tolist()
+    cl = cl100k()
+    assert int(got.sum()) == sum(len(cl.encode(t)) for t in texts)
+
+
+def test_the_compiled_path_is_the_default_unless_pure() -> None:
+    assert compiled.fast is fast or compiled.fast is None  # FLEETGATE_PURE=1: None
+
+
+def _corpus_texts() -> list[str]:
+    from bench.shapes import shape_set
+
+    texts = []
+    for s in shape_set(2, seed=7):
+        if s.prompt is not None:
+            texts.append(s.prompt)
+        texts.extend(m["content"] for m in s.messages or [] if isinstance(m.get("content"), str))
+    return texts
+
+
+def test_shapes_corpus_texts() -> None:
+    texts = _corpus_texts()
+    _same_lookup(texts, bits=14)
+    counters = (TokenCounter(cl100k()), TokenCounter(cl100k()))
+    for k in range(0, len(texts), 3):  # documents of 1-3 texts, the memo warming up
+        _same_counts(texts[k : k + 3], counters)
+
+
+_EDGES = [
+    "",
+    " ",
+    "   ",
+    f"{'x' * 31} {'x' * 31}y {'x' * 31}yz {'x' * 31} {'é' * 15}é {'é' * 16}",
+    "a  a\x00 a\x00\x00  é e\u0301 日本語 \ud800 \n\n \t end. " * 3 + "  ",
+    " ".join(f"w{i}" for i in range(300)),  # a small table overflows: the dict answers
+    "\n\nRaises\n------\nValueError\n   x",  # a text opening with a glued run
+    "  lead",
+    "tail \n",
+    "\x00 \x00  \x00\n \U0010ffff \ufffe " + "z" * 5000 + "  " + "é" * 3000,
+]
+
+
+def test_edges() -> None:
+    _same_lookup(_EDGES, bits=4)
+    for k in range(len(_EDGES)):
+        counters = (TokenCounter(cl100k()), TokenCounter(cl100k()))
+        _same_counts(_EDGES[k:], counters)
+        _same_counts(_EDGES[k : k + 1], counters)
+
+
+_PIECES = st.one_of(
+    st.text(max_size=40),  # any code point, surrogates and combining marks included
+    st.text(alphabet=st.sampled_from("ab \u0301\u200d.é日\x00\n\t"), max_size=70),
+    st.sampled_from(["", " ", "x" * 31, "x" * 32, "y" * 8, "y" * 24, "\n", "\n  ", "a.\n\n"]),
+)
+_TEXTS = st.lists(st.lists(_PIECES, max_size=30).map(" ".join), min_size=1, max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXTS, st.sampled_from([3, 6, 12]))
+def test_any_text_looks_up_the_same(texts: list[str], bits: int) -> None:
+    _same_lookup(texts, bits=bits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TEXTS)
+def test_any_text_counts_the_same(texts: list[str]) -> None:
+    texts = [
+        t.encode("utf-8", "replace").decode("utf-8") for t in texts
+    ]  # tiktoken: no lone surrogates
+    _same_counts(texts, (TokenCounter(cl100k()), TokenCounter(cl100k())))
+
+
+def test_bad_arguments_raise_not_crash() -> None:
+    table = PieceTable(bits=4)
+    out = np.empty(1, dtype=np.int64)
+    found = np.empty(1, dtype=np.bool_)
+    memo: dict[str, int] = {}
+    with pytest.raises(ValueError):
+        fast.probe_pieces(b"a b", table.rows, 15, 60, memo, out, found, out, out)  # 2 pieces
+    with pytest.raises(ValueError):
+        fast.probe_pieces(b"a", table.rows, 7, 60, memo, out, found, out, out)  # mask ≠ shift
+    with pytest.raises(ValueError):
+        fast.probe_pieces(b"a", table.rows[:-1], 15, 60, memo, out, found, out, out)
+    with pytest.raises(TypeError):
+        fast.probe_pieces("a", table.rows, 15, 60, memo, out, found, out, out)
+    with pytest.raises(TypeError):
+        fast.probe_pieces(b"a", table.rows, 15, 60, [], out, found, out, out)
+    strided = np.empty(4, dtype=np.int64)[::2]
+    two, found2 = np.empty(2, dtype=np.int64), np.empty(2, dtype=np.bool_)
+    with pytest.raises((BufferError, ValueError)):
+        fast.probe_pieces(b"a b", table.rows, 15, 60, memo, strided, found2, two, two)
+    frozen = np.empty(1, dtype=np.int64)
+    frozen.setflags(write=False)
+    with pytest.raises((BufferError, ValueError)):
+        fast.probe_pieces(b"a", table.rows, 15, 60, memo, out, found, out, frozen)
+    long_value = {"y" * 40: "not an int"}
+    v2, f2, s2, e2 = (np.empty(1, dtype=t) for t in ("i8", "?", "i8", "i8"))
+    with pytest.raises(TypeError):
+        fast.probe_pieces(b"y" * 40, table.rows, 15, 60, long_value, v2, f2, s2, e2)
+
+
+def _chunk_args(raw: bytes, starts: list[int], ends: list[int], heads: list[int]) -> tuple:
+    n = len(starts)
+    i8 = np.int64
+    packed = np.zeros(n, dtype=i8)
+    return (
+        raw, np.asarray(starts, dtype=i8), np.asarray(ends, dtype=i8), packed,
+        np.asarray(heads, dtype=i8), {}, {}, np.empty(n, dtype=i8), np.empty(n, dtype=i8),
+    )  # fmt: skip
+
+
+def test_chunk_counts_rejects_bad_spans_and_heads() -> None:
+    ok = _chunk_args(b"a b", [0, 2], [1, 3], [0])
+    assert fast.chunk_counts(*ok)[0] == 0
+    bad = [
+        _chunk_args(b"a b", [0, 2], [1, 4], [0]),  # past the end
+        _chunk_args(b"a b", [0, 3], [1, 2], [0]),  # start after end
+        _chunk_args(b"a b", [-1, 2], [1, 3], [0]),
+        _chunk_args(b"a b", [0, 2], [1, 3], [1]),  # not from piece 0
+        _chunk_args(b"a b", [0, 2], [1, 3], [0, 0]),  # not ascending
+        _chunk_args(b"a b", [0, 2], [1, 3], [0, 2]),  # past the last piece
+        _chunk_args(b"a b", [0, 2], [1, 3], []),
+        _chunk_args(b"", [], [], [0]),
+    ]
+    for args in bad:
+        with pytest.raises(ValueError):
+            fast.chunk_counts(*args)
+    wrong = list(ok)
+    wrong[8] = np.empty(1, dtype=np.int64)  # glued: too short
+    with pytest.raises(ValueError):
+        fast.chunk_counts(*wrong)
+    glue = list(ok)
+    glue[3] = np.full(2, 1 << 42, dtype=np.int64)  # piece 0 ends in whitespace: 1 is glued
+    glue[6] = {"a b": "x"}  # the run opens the text: its chunk's count, not an int
+    with pytest.raises(TypeError):
+        fast.chunk_counts(*glue)
+
+
+def _rss_kb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def test_memory_stays_flat_over_many_calls() -> None:
+    """No reference or buffer leaks: 20,000 calls on texts with misses, long pieces and
+    glued runs (every call makes strings and a miss list) leave the peak RSS where the
+    first 2,000 put it."""
+    counter = TokenCounter(cl100k())
+    text = "A  b\n  c " + "w" * 40 + " d.\n\n " + " ".join(f"v{i}" for i in range(50))
+    texts = [text, text + " tail", "  " + text]
+
+    def calls(n: int) -> None:
+        for i in range(n):
+            t = texts[i % 3] + str(i % 7)
+            packed, spans = lookup_pieces_fast(fast, PieceTable(bits=6), t, counter._packed)
+            counter.piece_counts_of(t, packed, spans, [0])
+
+    calls(2000)
+    before = _rss_kb()
+    calls(20000)
+    assert _rss_kb() - before < 2048
