@@ -280,6 +280,23 @@ fail_rows:
     return NULL;
 }
 
+/* Validated heads: ascending piece indices from 0 (none when there are no pieces). */
+static int
+check_heads(const int64_t *heads, Py_ssize_t k, Py_ssize_t n)
+{
+    if ((n > 0 && (k == 0 || heads[0] != 0)) || (n == 0 && k != 0)) {
+        PyErr_SetString(PyExc_ValueError, "heads must start with piece 0");
+        return -1;
+    }
+    for (Py_ssize_t h = 1; h < k; h++) {
+        if (heads[h] <= heads[h - 1] || heads[h] >= n) {
+            PyErr_SetString(PyExc_ValueError, "heads must ascend within the pieces");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* counting.py's packed memo value: bits 0-19 the count, 42 empty or ends in whitespace */
 #define COUNT_MASK ((INT64_C(1) << 20) - 1)
 #define WS_BIT (INT64_C(1) << 42)
@@ -365,15 +382,8 @@ chunk_counts(PyObject *Py_UNUSED(self), PyObject *args)
             goto done;
         }
     }
-    if (n == 0 || k == 0 || heads[0] != 0) {
-        PyErr_SetString(PyExc_ValueError, "heads must start with piece 0");
+    if (check_heads(heads, k, n) < 0) {
         goto done;
-    }
-    for (Py_ssize_t h = 1; h < k; h++) {
-        if (heads[h] <= heads[h - 1] || heads[h] >= n) {
-            PyErr_SetString(PyExc_ValueError, "heads must ascend within the pieces");
-            goto done;
-        }
     }
     misses = PyList_New(0);
     if (misses == NULL) {
@@ -464,6 +474,302 @@ done:
     return result;
 }
 
+/* compressor/document.py's per-piece fields of the packed memo values, in one pass:
+ * piece_features(packed, heads, user_shift, flag_shift, nonempty, pos, flags, terms) writes
+ * each piece's offset in the joined texts (sentences.piece_offsets: the space before it, or
+ * its own start when it opens a text), its sentence flags (| nonempty when it has
+ * characters) and its term id − 1 (−1: none). Length: bits 20-41; term id + 1: the
+ * TERM_BITS above user_shift. */
+#define LEN_SHIFT 20
+#define LEN_MASK ((INT64_C(1) << 22) - 1)
+#define TERM_MASK ((INT64_C(1) << 18) - 1)
+
+static PyObject *
+piece_features(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer packed_b, heads_b, pos_b, flags_b, terms_b;
+    PyObject *packed_o, *heads_o, *pos_o, *flags_o, *terms_o;
+    unsigned int user_shift, flag_shift;
+    long long nonempty;
+    if (!PyArg_ParseTuple(args, "OOIILOOO", &packed_o, &heads_o, &user_shift, &flag_shift,
+                          &nonempty, &pos_o, &flags_o, &terms_o)) {
+        return NULL;
+    }
+    if (user_shift > 45 || flag_shift > 63) {
+        PyErr_SetString(PyExc_ValueError, "shifts out of range");
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int held = 0;
+    Py_ssize_t n = -1, k = -1;
+    if (get_in(packed_o, &packed_b, &n, "packed") < 0) {
+        goto done;
+    }
+    held = 1;
+    if (get_in(heads_o, &heads_b, &k, "heads") < 0) {
+        goto done;
+    }
+    held = 2;
+    if (get_out(pos_o, &pos_b, 8, n, "pos") < 0) {
+        goto done;
+    }
+    held = 3;
+    if (get_out(flags_o, &flags_b, 8, n, "flags") < 0) {
+        goto done;
+    }
+    held = 4;
+    if (get_out(terms_o, &terms_b, 8, n, "terms") < 0) {
+        goto done;
+    }
+    held = 5;
+    const int64_t *packed = packed_b.buf, *heads = heads_b.buf;
+    int64_t *pos = pos_b.buf, *flags = flags_b.buf, *terms = terms_b.buf;
+    if (check_heads(heads, k, n) < 0) {
+        goto done;
+    }
+    int64_t at = 0; /* the piece's first character */
+    Py_ssize_t h = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t v = packed[j];
+        int64_t len = (v >> LEN_SHIFT) & LEN_MASK;
+        if (h < k && heads[h] == j) { /* a text starts here: no space before it */
+            h++;
+            pos[j] = at;
+        }
+        else {
+            pos[j] = at - 1;
+        }
+        at += len + 1;
+        if (h < k && heads[h] == j + 1) {
+            at -= 1; /* no space between a text and the next one */
+        }
+        flags[j] = (v >> flag_shift) | (len > 0 ? nonempty : 0);
+        terms[j] = ((v >> user_shift) & TERM_MASK) - 1;
+    }
+    result = Py_None;
+    Py_INCREF(result);
+
+done:
+    switch (held) {
+    case 5:
+        PyBuffer_Release(&terms_b);
+        /* fall through */
+    case 4:
+        PyBuffer_Release(&flags_b);
+        /* fall through */
+    case 3:
+        PyBuffer_Release(&pos_b);
+        /* fall through */
+    case 2:
+        PyBuffer_Release(&heads_b);
+        /* fall through */
+    case 1:
+        PyBuffer_Release(&packed_b);
+        /* fall through */
+    default:
+        break;
+    }
+    return result;
+}
+
+/* compressor/document.py's unit × term matrix in one pass: unit_terms(starts, pos, terms,
+ * words, pu, pt, tf) puts each piece in its unit (the last unit start ≤ its offset, as
+ * np.searchsorted(starts, pos, "right") − 1), counts the pieces of each unit into `words`,
+ * and writes the (unit, local term, tf) triples of the pieces with a term (≥ 0), sorted by
+ * unit then local term, where local terms are the ranks of the distinct term ids (_sparse's
+ * np.unique). Returns (triples, distinct terms); None when the pieces' units do not ascend
+ * (never for a document: the caller then takes the numpy path). */
+static int
+cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static PyObject *
+unit_terms(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer starts_b, pos_b, terms_b, words_b, pu_b, pt_b, tf_b;
+    PyObject *starts_o, *pos_o, *terms_o, *words_o, *pu_o, *pt_o, *tf_o;
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &starts_o, &pos_o, &terms_o, &words_o, &pu_o,
+                          &pt_o, &tf_o)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    uint64_t *bits = NULL;
+    int64_t *rank = NULL, *row = NULL;
+    int held = 0;
+    Py_ssize_t m = -1, n = -1;
+    if (get_in(starts_o, &starts_b, &m, "starts") < 0) {
+        goto done;
+    }
+    held = 1;
+    if (get_in(pos_o, &pos_b, &n, "pos") < 0) {
+        goto done;
+    }
+    held = 2;
+    if (get_in(terms_o, &terms_b, &n, "terms") < 0) {
+        goto done;
+    }
+    held = 3;
+    if (get_out(words_o, &words_b, 8, m, "words") < 0) {
+        goto done;
+    }
+    held = 4;
+    if (get_out(pu_o, &pu_b, 8, n, "pu") < 0) {
+        goto done;
+    }
+    held = 5;
+    if (get_out(pt_o, &pt_b, 8, n, "pt") < 0) {
+        goto done;
+    }
+    held = 6;
+    if (get_out(tf_o, &tf_b, 8, n, "tf") < 0) {
+        goto done;
+    }
+    held = 7;
+    const int64_t *starts = starts_b.buf, *pos = pos_b.buf, *terms = terms_b.buf;
+    int64_t *words = words_b.buf, *pu = pu_b.buf, *pt = pt_b.buf, *tf = tf_b.buf;
+    for (Py_ssize_t u = 1; u < m; u++) {
+        if (starts[u] < starts[u - 1]) {
+            PyErr_SetString(PyExc_ValueError, "unit starts must ascend");
+            goto done;
+        }
+    }
+    int64_t top = -1; /* the largest term id */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (terms[j] > top) {
+            top = terms[j];
+        }
+    }
+    if (top > TERM_MASK) {
+        PyErr_SetString(PyExc_ValueError, "term ids out of range");
+        goto done;
+    }
+    Py_ssize_t nw = (Py_ssize_t)(top / 64 + 1);
+    bits = PyMem_Calloc((size_t)nw, sizeof(uint64_t));
+    rank = PyMem_Malloc((size_t)nw * sizeof(int64_t));
+    row = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    if (bits == NULL || rank == NULL || row == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (terms[j] >= 0) {
+            bits[terms[j] >> 6] |= UINT64_C(1) << (terms[j] & 63);
+        }
+    }
+    int64_t v = 0; /* distinct terms; rank[w]: those in the words before w */
+    for (Py_ssize_t w = 0; w < nw; w++) {
+        rank[w] = v;
+        v += __builtin_popcountll(bits[w]);
+    }
+    for (Py_ssize_t u = 0; u < m; u++) {
+        words[u] = 0;
+    }
+    Py_ssize_t out = 0, u = m > 0 ? 0 : -1, open = 0; /* open: the current unit's first row */
+    int64_t cur = -1;                                    /* the unit of the open rows */
+    int ascending = 1;
+    for (Py_ssize_t j = 0; j <= n; j++) {
+        int64_t unit = -1;
+        if (j < n) {
+            int64_t p = pos[j];
+            while (u + 1 < m && starts[u + 1] <= p) {
+                u++;
+            }
+            while (u >= 0 && starts[u] > p) {
+                u--;
+            }
+            if (u < 0) {
+                PyErr_SetString(PyExc_ValueError, "a piece before the first unit");
+                goto done;
+            }
+            unit = u;
+            words[u]++;
+            if (terms[j] < 0) {
+                continue;
+            }
+        }
+        if (j == n || unit != cur) { /* close the open unit: its terms sorted, counted */
+            if (j < n && unit < cur) {
+                ascending = 0;
+                break;
+            }
+            Py_ssize_t len = open;
+            if (len > 32) {
+                qsort(row, (size_t)len, sizeof(int64_t), cmp_i64);
+            }
+            else { /* a sentence's few terms: insertion sort */
+                for (Py_ssize_t i = 1; i < len; i++) {
+                    int64_t x = row[i];
+                    Py_ssize_t at = i;
+                    for (; at > 0 && row[at - 1] > x; at--) {
+                        row[at] = row[at - 1];
+                    }
+                    row[at] = x;
+                }
+            }
+            for (Py_ssize_t i = 0; i < len; i++) {
+                if (i > 0 && row[i] == row[i - 1]) {
+                    tf[out - 1]++;
+                }
+                else {
+                    pu[out] = cur;
+                    pt[out] = row[i];
+                    tf[out] = 1;
+                    out++;
+                }
+            }
+            open = 0;
+            cur = unit;
+            if (j == n) {
+                break;
+            }
+        }
+        int64_t t = terms[j];
+        uint64_t below = bits[t >> 6] & ((UINT64_C(1) << (t & 63)) - 1);
+        row[open++] = rank[t >> 6] + __builtin_popcountll(below);
+    }
+    if (!ascending) {
+        result = Py_None;
+        Py_INCREF(result);
+    }
+    else {
+        result = Py_BuildValue("(nL)", out, (long long)v);
+    }
+
+done:
+    PyMem_Free(bits);
+    PyMem_Free(rank);
+    PyMem_Free(row);
+    switch (held) {
+    case 7:
+        PyBuffer_Release(&tf_b);
+        /* fall through */
+    case 6:
+        PyBuffer_Release(&pt_b);
+        /* fall through */
+    case 5:
+        PyBuffer_Release(&pu_b);
+        /* fall through */
+    case 4:
+        PyBuffer_Release(&words_b);
+        /* fall through */
+    case 3:
+        PyBuffer_Release(&terms_b);
+        /* fall through */
+    case 2:
+        PyBuffer_Release(&pos_b);
+        /* fall through */
+    case 1:
+        PyBuffer_Release(&starts_b);
+        /* fall through */
+    default:
+        break;
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -472,6 +778,12 @@ static PyMethodDef methods[] = {
     {"chunk_counts", chunk_counts, METH_VARARGS,
      "chunk_counts(raw, starts, ends, packed, heads, spaced, head, counts, glued) -> (glued "
      "pieces, misses): tokens per piece (compressor/counting.py's piece_counts_in)."},
+    {"piece_features", piece_features, METH_VARARGS,
+     "piece_features(packed, heads, user_shift, flag_shift, nonempty, pos, flags, terms): "
+     "offsets, sentence flags and term ids per piece (compressor/document.py)."},
+    {"unit_terms", unit_terms, METH_VARARGS,
+     "unit_terms(starts, pos, terms, words, pu, pt, tf) -> (triples, distinct terms) or "
+     "None: words per unit and the unit x term matrix (compressor/document.py)."},
     {NULL, NULL, 0, NULL},
 };
 

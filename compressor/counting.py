@@ -173,8 +173,11 @@ class TokenCounter:
         return int(self.piece_counts_of(text, packed, spans, [0])[0].sum())
 
     def count_all(self, texts: list[str]) -> int:
-        """Σ count(text) over `texts` (many short strings: one memo check, lean loop)."""
+        """Σ count(text) over `texts` (many short strings: one memo check, lean loop; with
+        the compiled pass, long ones all at once)."""
         self.trim_memo()
+        if _fast is not None and len(texts) > 1 and sum(map(len, texts)) >= _LONG:
+            return self._count_joined(texts)
         spaced = self._spaced.__getitem__
         head = self._head
         search = _SPACE_AFTER_WS.search
@@ -187,6 +190,21 @@ class TokenCounter:
             first = pieces[0]
             total += sum(map(spaced, islice(pieces, 1, None))) + (head[first] if first else 0)
         return total
+
+    def _count_joined(self, texts: list[str]) -> int:
+        """Σ count(text) in one look-up and one chunk pass over the texts joined by spaces,
+        each text's first piece a head (encoded on its own, as compressor/document.py
+        counts a document's texts)."""
+        heads, n = [], 0
+        for t in texts:
+            heads.append(n)
+            n += t.count(" ") + 1
+        joined = " ".join(texts)
+        with self._lock:
+            if self._table is None:
+                self._table = PieceTable()
+            packed, spans = lookup_spans(self._table, joined, self._packed)
+        return int(self.piece_counts_of(joined, packed, spans, heads)[0].sum())
 
     def head(self, piece: str) -> int:
         """count(piece) for a piece that starts a text (no leading space)."""

@@ -220,3 +220,96 @@ def test_memory_stays_flat_over_many_calls() -> None:
     before = _rss_kb()
     calls(20000)
     assert _rss_kb() - before < 2048
+
+
+_PACKED = st.lists(
+    st.tuples(
+        st.integers(0, 1 << 20) | st.sampled_from([0, 1, 31, 32]),  # length
+        st.integers(0, (1 << 18) - 1) | st.just(0),  # term id + 1
+        st.integers(0, 3),  # sentence flags
+        st.booleans(),  # starts a text
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_PACKED)
+def test_piece_features_are_the_numpy_ones(rows: list[tuple[int, int, int, bool]]) -> None:
+    from compressor import document
+
+    shift = document.USER_SHIFT
+    packed = np.asarray(
+        [(n << 20) | (t << shift) | (f << document._FLAG_SHIFT) for n, t, f, _ in rows],
+        dtype=np.int64,
+    )
+    heads = np.asarray([0] + [j for j, r in enumerate(rows) if r[3] and j], dtype=np.int64)
+    n = len(packed)
+    got = [np.empty(n, dtype=np.int64) for _ in range(3)]
+    fast.piece_features(packed, heads, shift, document._FLAG_SHIFT, 4, *got)
+    lengths = (packed >> 20) & ((1 << 22) - 1)
+    want_pos = document.piece_offsets(lengths, heads)
+    want_terms = ((packed >> shift) & ((1 << 18) - 1)) - 1
+    want_flags = (packed >> document._FLAG_SHIFT) | np.where(lengths > 0, 4, 0)
+    assert got[0].tolist() == want_pos.tolist()
+    assert got[1].tolist() == want_flags.tolist()
+    assert got[2].tolist() == want_terms.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=12).map(sorted),
+    st.lists(st.tuples(st.integers(0, 45), st.integers(-1, 300)), max_size=80),
+)
+def test_unit_terms_are_the_numpy_matrix(
+    unit_starts: list[int], pieces: list[tuple[int, int]]
+) -> None:
+    from compressor import document
+
+    starts = np.asarray([0, *unit_starts], dtype=np.int64)
+    pieces = sorted(pieces, key=lambda p: p[0])  # pieces come in text order
+    pos = np.asarray([p for p, _ in pieces], dtype=np.int64)
+    terms = np.asarray([t for _, t in pieces], dtype=np.int64)
+    m, n = len(starts), len(pos)
+    words = np.empty(m, dtype=np.int64)
+    pu, pt, tf = (np.empty(n, dtype=np.int64) for _ in range(3))
+    k, v = fast.unit_terms(starts, pos, terms, words, pu, pt, tf)
+    unit_of = np.searchsorted(starts, pos, side="right") - 1
+    assert words.tolist() == np.bincount(unit_of, minlength=m).tolist()
+    has = terms >= 0
+    w_pu, w_pt, w_tf, w_v = document._sparse(unit_of[has], terms[has], m)
+    assert (pu[:k].tolist(), pt[:k].tolist(), tf[:k].tolist(), v) == (
+        w_pu.tolist(), w_pt.tolist(), w_tf.tolist(), w_v,
+    )  # fmt: skip
+
+
+def test_unit_terms_refuse_what_is_not_a_document() -> None:
+    i8 = np.int64
+    one = np.zeros(1, dtype=i8)
+
+    def call(starts: list[int], pos: list[int], terms: list[int]) -> object:
+        n = len(pos)
+        outs = [np.empty(n, dtype=i8) for _ in range(3)]
+        return fast.unit_terms(
+            np.asarray(starts, dtype=i8), np.asarray(pos, dtype=i8),
+            np.asarray(terms, dtype=i8), np.empty(len(starts), dtype=i8), *outs,
+        )  # fmt: skip
+
+    assert call([0, 5], [6, 1], [1, 2]) is None  # units out of order: the numpy path
+    with pytest.raises(ValueError):
+        call([3], [1], [1])  # a piece before the first unit
+    with pytest.raises(ValueError):
+        call([5, 0], [6], [1])  # unit starts descend
+    with pytest.raises(ValueError):
+        call([0], [1], [1 << 19])  # a term id no memo gives
+    with pytest.raises(ValueError):
+        fast.unit_terms(one, one, one, one, one, one, np.empty(2, dtype=i8))
+
+
+def test_count_all_joins_long_texts_exactly() -> None:
+    cl = cl100k()
+    texts = [t.encode("utf-8", "replace").decode("utf-8") for t in _EDGES + _corpus_texts()[:6]]
+    for k in range(len(texts)):
+        group = texts[k : k + 4]
+        assert TokenCounter(cl).count_all(group) == sum(len(cl.encode(t)) for t in group)
