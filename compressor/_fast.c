@@ -770,6 +770,196 @@ done:
     return result;
 }
 
+/* compressor/linebreaks.py's fast path in one scan of the text's code points:
+ * line_breaks(text, seams) -> (lead, end) as bytes of int64 offsets, the starts of
+ * LEAD_BREAK's and END_BREAK's matches (each moved back over the blanks before its newline,
+ * not past the last seam at or before it), or None when the text holds whitespace other
+ * than " ", "\t", "\n" or a control character (the regexes then decide, as in
+ * linebreaks.py). The character sets are linebreaks.py's tables. */
+static int
+in_set(Py_UCS4 c, const char *ascii, const Py_UCS4 *wide)
+{
+    if (c < 128) {
+        return c != 0 && strchr(ascii, (int)c) != NULL;
+    }
+    for (; *wide; wide++) {
+        if (*wide == c) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const Py_UCS4 END_WIDE[] = {0x2026, 0x3002, 0xFF01, 0xFF1F, 0x201D, 0x2019, 0};
+static const Py_UCS4 BULLET_WIDE[] = {0x2022, 0x2023, 0x25E6, 0x25AA, 0x2013, 0};
+static const Py_UCS4 NONE_WIDE[] = {0};
+#define END_MARK(c) in_set((c), ".!?:;\"')]", END_WIDE)
+#define BULLET(c) in_set((c), "-*+", BULLET_WIDE)
+#define OPENS(c) in_set((c), ">|", NONE_WIDE)
+#define DOT_PAREN(c) ((c) == '.' || (c) == ')')
+#define BLANK(c) ((c) == ' ' || (c) == '\t')
+#define LETTER(c) (((c) >= 'a' && (c) <= 'z') || ((c) >= 'A' && (c) <= 'Z'))
+
+/* LEAD_BREAK's lookahead at `at` (past a newline's indentation): a list item, heading,
+ * quote or table row opens there. */
+static int
+opens_item(int kind, const void *data, Py_ssize_t n, Py_ssize_t at)
+{
+    Py_UCS4 w[8];
+    for (int j = 0; j < 8; j++) {
+        w[j] = at + j < n ? PyUnicode_READ(kind, data, at + j) : 0;
+    }
+    if ((BULLET(w[0]) && BLANK(w[1])) || OPENS(w[0])) {
+        return 1;
+    }
+    if (LETTER(w[0]) && DOT_PAREN(w[1]) && BLANK(w[2])) {
+        return 1;
+    }
+    int hashes = 0;
+    while (hashes < 7 && w[hashes] == '#') {
+        hashes++;
+    }
+    if (hashes >= 1 && hashes <= 6 && BLANK(w[hashes])) {
+        return 1;
+    }
+    int digits = 0;
+    while (digits < 4 && w[digits] != 0 && Py_UNICODE_ISDECIMAL(w[digits])) {
+        digits++;
+    }
+    return digits >= 1 && digits <= 3 && DOT_PAREN(w[digits]) && BLANK(w[digits + 1]);
+}
+
+typedef struct {
+    int64_t *at;
+    Py_ssize_t len, cap;
+} Offsets;
+
+static int
+push(Offsets *o, int64_t x)
+{
+    if (o->len == o->cap) {
+        Py_ssize_t cap = o->cap ? 2 * o->cap : 64;
+        int64_t *at = PyMem_Realloc(o->at, (size_t)cap * sizeof(int64_t));
+        if (at == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        o->at = at;
+        o->cap = cap;
+    }
+    o->at[o->len++] = x;
+    return 0;
+}
+
+static PyObject *
+line_breaks(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text, *seams_o;
+    if (!PyArg_ParseTuple(args, "UO", &text, &seams_o)) {
+        return NULL;
+    }
+    PyObject *seams = PySequence_Fast(seams_o, "seams must be a sequence of ints");
+    if (seams == NULL) {
+        return NULL;
+    }
+    Py_ssize_t ns = PySequence_Fast_GET_SIZE(seams);
+    int64_t *seam = PyMem_Malloc((size_t)(ns > 0 ? ns : 1) * sizeof(int64_t));
+    Offsets lead = {NULL, 0, 0}, end = {NULL, 0, 0};
+    PyObject *result = NULL;
+    if (seam == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ns; i++) {
+        seam[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seams, i));
+        if (seam[i] == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (i > 0 && seam[i] < seam[i - 1]) {
+            PyErr_SetString(PyExc_ValueError, "seams must be sorted");
+            goto done;
+        }
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    for (Py_ssize_t i = 0; i < n; i++) { /* odd whitespace: the regexes decide */
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c <= 32 ? (c != ' ' && c != '\t' && c != '\n') : (c >= 0x85 && Py_UNICODE_ISSPACE(c))) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+    }
+    /* one whitespace run at a time: its start, its first newline (and where that break
+     * starts), whether it holds a second newline */
+    Py_ssize_t run = -1, first_nl = -1, k = 0;
+    int64_t first_at = 0;
+    int several = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        Py_UCS4 c = i < n ? PyUnicode_READ(kind, data, i) : 0;
+        int ws = i < n && (c == ' ' || c == '\t' || c == '\n');
+        if (ws) {
+            if (run < 0) {
+                run = i;
+            }
+            if (c != '\n') {
+                continue;
+            }
+            Py_UCS4 p1 = i >= 1 ? PyUnicode_READ(kind, data, i - 1) : 0;
+            Py_UCS4 p2 = i >= 2 ? PyUnicode_READ(kind, data, i - 2) : 0;
+            int64_t at = i;
+            if (i >= 1 && BLANK(p1)) { /* a break after blanks starts at them */
+                at = run;
+                while (k < ns && seam[k] <= i) {
+                    k++;
+                }
+                if (k > 0 && seam[k - 1] > at) {
+                    at = seam[k - 1];
+                }
+                else if (k == 0 && at < 0) {
+                    at = 0;
+                }
+            }
+            if ((i >= 1 && END_MARK(p1)) || (i >= 2 && BLANK(p1) && END_MARK(p2))) {
+                if (push(&end, at) < 0) {
+                    goto done;
+                }
+            }
+            if (first_nl < 0) {
+                first_nl = i;
+                first_at = at;
+            }
+            else {
+                several = 1;
+            }
+            continue;
+        }
+        if (run >= 0 && first_nl >= 0) { /* the run ends before i */
+            if (several || (i < n && opens_item(kind, data, n, i))) {
+                if (push(&lead, first_at) < 0) {
+                    goto done;
+                }
+            }
+        }
+        run = -1;
+        first_nl = -1;
+        several = 0;
+    }
+    /* y# makes None of a NULL buffer: an empty list is "" */
+    result = Py_BuildValue("(y#y#)", lead.at ? (const char *)lead.at : "",
+                           lead.len * (Py_ssize_t)sizeof(int64_t),
+                           end.at ? (const char *)end.at : "",
+                           end.len * (Py_ssize_t)sizeof(int64_t));
+
+done:
+    PyMem_Free(lead.at);
+    PyMem_Free(end.at);
+    PyMem_Free(seam);
+    Py_DECREF(seams);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -784,6 +974,9 @@ static PyMethodDef methods[] = {
     {"unit_terms", unit_terms, METH_VARARGS,
      "unit_terms(starts, pos, terms, words, pu, pt, tf) -> (triples, distinct terms) or "
      "None: words per unit and the unit x term matrix (compressor/document.py)."},
+    {"line_breaks", line_breaks, METH_VARARGS,
+     "line_breaks(text, seams) -> (lead, end) int64 bytes, or None for the regexes "
+     "(compressor/linebreaks.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -313,3 +313,40 @@ def test_count_all_joins_long_texts_exactly() -> None:
     for k in range(len(texts)):
         group = texts[k : k + 4]
         assert TokenCounter(cl).count_all(group) == sum(len(cl.encode(t)) for t in group)
+
+
+_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(list(" \t\n\n\n-*+•‣◦▪–#>|.)!?:;…。！？\"'”’]aZx017٣𝟎\x00\r\xa0\u2028")),
+        st.sampled_from(["\n- ", "\n  * ", "\n## ", "\n####### ", "\n12. ", "\n1234. ", "\na) "]),
+        st.text(max_size=5),
+    ),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_LINES, st.data())
+def test_line_breaks_are_the_numpy_ones(text: str, data: st.DataObject) -> None:
+    from compressor import linebreaks
+
+    text = "\n" + text  # the path both take only for a text with a newline
+    seams = sorted(set(data.draw(st.lists(st.integers(0, len(text) - 1), max_size=3))))
+    got = fast.line_breaks(text, seams)
+    if got is None:  # odd whitespace: both leave it to the regexes
+        cp = [ord(c) for c in text]
+        assert any((c <= 32 and c not in (9, 10, 32)) or (c > 32 and chr(c).isspace()) for c in cp)
+        return
+    lead, end = linebreaks._numpy_breaks(text, seams)
+    assert np.frombuffer(got[0], dtype=np.int64).tolist() == lead.tolist()
+    assert np.frombuffer(got[1], dtype=np.int64).tolist() == end.tolist()
+
+
+def test_line_breaks_refuse_bad_seams() -> None:
+    with pytest.raises(ValueError):
+        fast.line_breaks("a\nb", [2, 1])
+    with pytest.raises(TypeError):
+        fast.line_breaks("a\nb", [None])
+    with pytest.raises(TypeError):
+        fast.line_breaks(b"a\nb", [])
+    assert fast.line_breaks("a.\n", []) == (b"", np.asarray([2], dtype=np.int64).tobytes())
