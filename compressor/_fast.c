@@ -53,6 +53,37 @@ load_le8(const unsigned char *p)
     return w;
 }
 
+/* The exact key of the piece of plen ≤ MAX_KEY_BYTES bytes at data[start:] (piecetable.py's
+ * piece_keys) into key, and its home slot (PieceTable._slots). */
+static inline uint64_t
+key_of(const unsigned char *data, Py_ssize_t len, Py_ssize_t start, Py_ssize_t plen,
+       unsigned shift, uint64_t *key)
+{
+    const unsigned char *p = data + start;
+    if (start + 8 * WORDS <= len) { /* whole words, masked to the piece */
+        for (int w = 0; w < WORDS; w++) {
+            Py_ssize_t k = plen - 8 * w;
+            uint64_t word = load_le8(p + 8 * w);
+            key[w] = k >= 8 ? word : (k <= 0 ? 0 : word & ((1ULL << (8 * k)) - 1));
+        }
+    }
+    else { /* near the end of the text: never read past it */
+        for (int w = 0; w < WORDS; w++) {
+            Py_ssize_t k = plen - 8 * w;
+            k = k < 0 ? 0 : (k > 8 ? 8 : k);
+            key[w] = k > 0 ? load_le(p + 8 * w, k) : 0;
+        }
+    }
+    key[WORDS - 1] |= (uint64_t)(plen + 1) << 56;
+    uint64_t h = 0;
+    for (int w = 0; w < WORDS; w++) {
+        h += key[w] * MIX[w];
+    }
+    h ^= h >> 31;
+    h *= MIX[0];
+    return h >> shift;
+}
+
 /* Pieces are keyed a block at a time and their home slots prefetched before any is probed:
  * the table (10 MB) is mostly out of cache, and the misses of a block then overlap. */
 #define BLOCK 32
@@ -103,30 +134,7 @@ probe_all(const unsigned char *data, Py_ssize_t len, const uint64_t *rows, uint6
         found[i] = 0;
         Py_ssize_t plen = end - start;
         if (plen <= MAX_KEY_BYTES) {
-            uint64_t *key = keys[m];
-            const unsigned char *p = data + start;
-            if (start + 8 * WORDS <= len) { /* whole words, masked to the piece */
-                for (int w = 0; w < WORDS; w++) {
-                    Py_ssize_t k = plen - 8 * w;
-                    uint64_t word = load_le8(p + 8 * w);
-                    key[w] = k >= 8 ? word : (k <= 0 ? 0 : word & ((1ULL << (8 * k)) - 1));
-                }
-            }
-            else { /* near the end of the text: never read past it */
-                for (int w = 0; w < WORDS; w++) {
-                    Py_ssize_t k = plen - 8 * w;
-                    k = k < 0 ? 0 : (k > 8 ? 8 : k);
-                    key[w] = load_le(p + 8 * w, k);
-                }
-            }
-            key[WORDS - 1] |= (uint64_t)(plen + 1) << 56;
-            uint64_t h = 0;
-            for (int w = 0; w < WORDS; w++) {
-                h += key[w] * MIX[w];
-            }
-            h ^= h >> 31;
-            h *= MIX[0];
-            slots[m] = h >> shift;
+            slots[m] = key_of(data, len, start, plen, shift, keys[m]);
             idx[m] = i;
 #if defined(__GNUC__)
             __builtin_prefetch(rows + slots[m] * ROW);
@@ -960,6 +968,123 @@ done:
     return result;
 }
 
+/* insert_pieces(raw, starts, ends, at, values, rows, mask, shift) -> placed:
+ * PieceTable.insert of the keys of pieces at[i] (distinct, each ≤ MAX_KEY_BYTES bytes) with
+ * values[i], slot for slot as the numpy rounds place them: each round, in order, a key
+ * whose slot is still free takes it (the first that wants a free slot gets it), the others
+ * move on one slot; after PROBES rounds the rest are left out (the dict answers them). */
+static PyObject *
+insert_pieces(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer raw, starts_b, ends_b, at_b, values_b, rows_b;
+    PyObject *starts_o, *ends_o, *at_o, *values_o, *rows_o;
+    unsigned long long mask;
+    unsigned int shift;
+    if (!PyArg_ParseTuple(args, "y*OOOOOKI", &raw, &starts_o, &ends_o, &at_o, &values_o,
+                          &rows_o, &mask, &shift)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    uint64_t(*keys)[WORDS] = NULL;
+    uint64_t *slot = NULL;
+    Py_ssize_t *todo = NULL;
+    int held = 0;
+    Py_ssize_t n = -1, m = -1;
+    if (shift < 1 || shift > 63 || mask != (UINT64_MAX >> shift)) {
+        PyErr_SetString(PyExc_ValueError, "mask must be 2**(64 - shift) - 1");
+        goto done;
+    }
+    if (get_in(starts_o, &starts_b, &n, "starts") < 0) {
+        goto done;
+    }
+    held = 1;
+    if (get_in(ends_o, &ends_b, &n, "ends") < 0) {
+        goto done;
+    }
+    held = 2;
+    if (get_in(at_o, &at_b, &m, "at") < 0) {
+        goto done;
+    }
+    held = 3;
+    if (get_in(values_o, &values_b, &m, "values") < 0) {
+        goto done;
+    }
+    held = 4;
+    if (PyObject_GetBuffer(rows_o, &rows_b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        goto done;
+    }
+    held = 5;
+    if ((unsigned long long)rows_b.len != (mask + 1) * ROW * sizeof(uint64_t)) {
+        PyErr_SetString(PyExc_ValueError, "rows: (mask + 1) * 5 uint64 expected");
+        goto done;
+    }
+    const int64_t *starts = starts_b.buf, *ends = ends_b.buf, *at = at_b.buf;
+    const int64_t *values = values_b.buf;
+    uint64_t *rows = rows_b.buf;
+    keys = PyMem_Malloc((size_t)(m > 0 ? m : 1) * sizeof(*keys));
+    slot = PyMem_Malloc((size_t)(m > 0 ? m : 1) * sizeof(uint64_t));
+    todo = PyMem_Malloc((size_t)(m > 0 ? m : 1) * sizeof(Py_ssize_t));
+    if (keys == NULL || slot == NULL || todo == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        int64_t j = at[i];
+        if (j < 0 || j >= n || starts[j] < 0 || starts[j] > ends[j] || ends[j] > raw.len ||
+            ends[j] - starts[j] > MAX_KEY_BYTES) {
+            PyErr_SetString(PyExc_ValueError, "not a keyed piece of the text");
+            goto done;
+        }
+        slot[i] = key_of(raw.buf, raw.len, starts[j], ends[j] - starts[j], shift, keys[i]);
+        todo[i] = i;
+    }
+    Py_ssize_t left = m, placed = 0;
+    for (int r = 0; r < PROBES && left > 0; r++) {
+        Py_ssize_t next = 0;
+        for (Py_ssize_t t = 0; t < left; t++) {
+            Py_ssize_t i = todo[t];
+            uint64_t *row = rows + slot[i] * ROW;
+            if (row[WORDS - 1] == 0) {
+                memcpy(row, keys[i], sizeof(keys[i]));
+                row[WORDS] = (uint64_t)values[i];
+                placed++;
+            }
+            else {
+                slot[i] = (slot[i] + 1) & mask;
+                todo[next++] = i;
+            }
+        }
+        left = next;
+    }
+    result = PyLong_FromSsize_t(placed);
+
+done:
+    PyMem_Free(keys);
+    PyMem_Free(slot);
+    PyMem_Free(todo);
+    switch (held) {
+    case 5:
+        PyBuffer_Release(&rows_b);
+        /* fall through */
+    case 4:
+        PyBuffer_Release(&values_b);
+        /* fall through */
+    case 3:
+        PyBuffer_Release(&at_b);
+        /* fall through */
+    case 2:
+        PyBuffer_Release(&ends_b);
+        /* fall through */
+    case 1:
+        PyBuffer_Release(&starts_b);
+        /* fall through */
+    default:
+        break;
+    }
+    PyBuffer_Release(&raw);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -977,6 +1102,9 @@ static PyMethodDef methods[] = {
     {"line_breaks", line_breaks, METH_VARARGS,
      "line_breaks(text, seams) -> (lead, end) int64 bytes, or None for the regexes "
      "(compressor/linebreaks.py)."},
+    {"insert_pieces", insert_pieces, METH_VARARGS,
+     "insert_pieces(raw, starts, ends, at, values, rows, mask, shift) -> placed: "
+     "PieceTable.insert of the pieces' keys (compressor/piecetable.py)."},
     {NULL, NULL, 0, NULL},
 };
 

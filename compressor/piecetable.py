@@ -298,7 +298,12 @@ def _resolve(
     # one index per distinct piece (its first occurrence: later ones are overwritten)
     new = list(dict(zip(map(piece_at, keyed), keyed, strict=True)).values())
     if new:
-        if keys is None:
+        if keys is None and _fast is not None:  # the C path: keys made and placed there
+            at = np.asarray(new, dtype=np.int64)
+            table.size += _fast.insert_pieces(
+                raw, starts, ends, at, values[at], table.rows, table.capacity - 1, table.shift
+            )
+        elif keys is None:
             data = np.frombuffer(raw + bytes(8 * WORDS), dtype=np.uint8)
             table.insert(piece_keys(data, starts[new], lengths[new]), values[new])
         else:

@@ -350,3 +350,32 @@ def test_line_breaks_refuse_bad_seams() -> None:
     with pytest.raises(TypeError):
         fast.line_breaks(b"a\nb", [])
     assert fast.line_breaks("a.\n", []) == (b"", np.asarray([2], dtype=np.int64).tobytes())
+
+
+def test_insert_pieces_refuses_what_is_not_a_keyed_piece() -> None:
+    table = PieceTable(bits=4)
+    i8 = np.int64
+
+    def call(raw: bytes, starts: list[int], ends: list[int], at: list[int]) -> object:
+        return fast.insert_pieces(
+            raw, np.asarray(starts, dtype=i8), np.asarray(ends, dtype=i8),
+            np.asarray(at, dtype=i8), np.ones(len(at), dtype=i8), table.rows, 15, 60,
+        )  # fmt: skip
+
+    assert call(b"ab cd", [0, 3], [2, 5], [1]) == 1
+    for bad in (
+        (b"ab cd", [0, 3], [2, 5], [2]),  # no piece 2
+        (b"ab cd", [0, 3], [2, 6], [1]),  # past the end
+        (b"x" * 40, [0], [40], [0]),  # too long for a key
+        (b"ab cd", [0, 3], [2, 5], [-1]),
+    ):
+        with pytest.raises(ValueError):
+            call(*bad)
+    with pytest.raises(ValueError):
+        fast.insert_pieces(b"a", np.zeros(1, i8), np.ones(1, i8), np.zeros(1, i8),
+                           np.zeros(1, i8), table.rows[:-5], 15, 60)  # fmt: skip
+    frozen = table.rows.copy()
+    frozen.setflags(write=False)
+    with pytest.raises((BufferError, ValueError)):
+        fast.insert_pieces(b"a", np.zeros(1, i8), np.ones(1, i8), np.zeros(1, i8),
+                           np.zeros(1, i8), frozen, 15, 60)  # fmt: skip
