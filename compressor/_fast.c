@@ -1085,6 +1085,128 @@ done:
     return result;
 }
 
+/* compressor/scoring.py's TextRank iterations: textrank(pu, pt, x, self_sim, inv_degree,
+ * rank, teleport, damping, iterations, n_terms) updates `rank` in place,
+ *     v = rank · inv_degree;  col = Σ_pt x · v[pu];  s = Σ_pu x · col[pt] − self_sim · v;
+ *     rank = teleport + damping · s
+ * with numpy's operations in numpy's order (np.bincount adds its weights one by one in
+ * index order; every other step is elementwise), so the floats are bit for bit the same.
+ * setup.py compiles this file with -ffp-contract=off: no fused multiply-adds. */
+static PyObject *
+textrank(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer pu_b, pt_b, x_b, ss_b, inv_b, rank_b;
+    PyObject *pu_o, *pt_o, *x_o, *ss_o, *inv_o, *rank_o;
+    double teleport, damping;
+    int iterations;
+    Py_ssize_t v_terms;
+    if (!PyArg_ParseTuple(args, "OOOOOOddin", &pu_o, &pt_o, &x_o, &ss_o, &inv_o, &rank_o,
+                          &teleport, &damping, &iterations, &v_terms)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    double *v = NULL, *col = NULL, *out = NULL;
+    int held = 0;
+    Py_ssize_t nnz = -1, n = -1;
+    if (get_in(pu_o, &pu_b, &nnz, "pu") < 0) {
+        goto done;
+    }
+    held = 1;
+    if (get_in(pt_o, &pt_b, &nnz, "pt") < 0) {
+        goto done;
+    }
+    held = 2;
+    if (get_in(x_o, &x_b, &nnz, "x") < 0) {
+        goto done;
+    }
+    held = 3;
+    if (get_in(ss_o, &ss_b, &n, "self_sim") < 0) {
+        goto done;
+    }
+    held = 4;
+    if (get_in(inv_o, &inv_b, &n, "inv_degree") < 0) {
+        goto done;
+    }
+    held = 5;
+    if (get_out(rank_o, &rank_b, 8, n, "rank") < 0) {
+        goto done;
+    }
+    held = 6;
+    const int64_t *pu = pu_b.buf, *pt = pt_b.buf;
+    const double *x = x_b.buf, *self_sim = ss_b.buf, *inv = inv_b.buf;
+    double *rank = rank_b.buf;
+    if (v_terms < 0) {
+        PyErr_SetString(PyExc_ValueError, "n_terms must be ≥ 0");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nnz; i++) {
+        if (pu[i] < 0 || pu[i] >= n || pt[i] < 0 || pt[i] >= v_terms) {
+            PyErr_SetString(PyExc_ValueError, "a matrix entry outside the units or terms");
+            goto done;
+        }
+    }
+    v = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    out = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    col = PyMem_Malloc((size_t)(v_terms > 0 ? v_terms : 1) * sizeof(double));
+    if (v == NULL || out == NULL || col == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int it = 0; it < iterations; it++) {
+        for (Py_ssize_t u = 0; u < n; u++) {
+            v[u] = rank[u] * inv[u];
+            out[u] = 0.0;
+        }
+        for (Py_ssize_t t = 0; t < v_terms; t++) {
+            col[t] = 0.0;
+        }
+        for (Py_ssize_t i = 0; i < nnz; i++) {
+            double w = x[i] * v[pu[i]];
+            col[pt[i]] += w;
+        }
+        for (Py_ssize_t i = 0; i < nnz; i++) {
+            double w = x[i] * col[pt[i]];
+            out[pu[i]] += w;
+        }
+        for (Py_ssize_t u = 0; u < n; u++) {
+            double own = self_sim[u] * v[u];
+            double s = out[u] - own;
+            double scaled = damping * s;
+            rank[u] = teleport + scaled;
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+
+done:
+    PyMem_Free(v);
+    PyMem_Free(out);
+    PyMem_Free(col);
+    switch (held) {
+    case 6:
+        PyBuffer_Release(&rank_b);
+        /* fall through */
+    case 5:
+        PyBuffer_Release(&inv_b);
+        /* fall through */
+    case 4:
+        PyBuffer_Release(&ss_b);
+        /* fall through */
+    case 3:
+        PyBuffer_Release(&x_b);
+        /* fall through */
+    case 2:
+        PyBuffer_Release(&pt_b);
+        /* fall through */
+    case 1:
+        PyBuffer_Release(&pu_b);
+        /* fall through */
+    default:
+        break;
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -1105,6 +1227,9 @@ static PyMethodDef methods[] = {
     {"insert_pieces", insert_pieces, METH_VARARGS,
      "insert_pieces(raw, starts, ends, at, values, rows, mask, shift) -> placed: "
      "PieceTable.insert of the pieces' keys (compressor/piecetable.py)."},
+    {"textrank", textrank, METH_VARARGS,
+     "textrank(pu, pt, x, self_sim, inv_degree, rank, teleport, damping, iterations, "
+     "n_terms): TextRank's iterations in place (compressor/scoring.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,6 +5,7 @@ and on any text; bad arguments raise, and memory stays flat over many calls."""
 from __future__ import annotations
 
 import resource
+from functools import lru_cache
 
 import numpy as np
 import pytest
@@ -68,6 +69,7 @@ def test_the_compiled_path_is_the_default_unless_pure() -> None:
     assert compiled.fast is fast or compiled.fast is None  # FLEETGATE_PURE=1: None
 
 
+@lru_cache(maxsize=1)
 def _corpus_texts() -> list[str]:
     from bench.shapes import shape_set
 
@@ -379,3 +381,44 @@ def test_insert_pieces_refuses_what_is_not_a_keyed_piece() -> None:
     with pytest.raises((BufferError, ValueError)):
         fast.insert_pieces(b"a", np.zeros(1, i8), np.ones(1, i8), np.zeros(1, i8),
                            np.zeros(1, i8), frozen, 15, 60)  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def _analyzer() -> object:
+    from compressor.document import Analyzer
+
+    return Analyzer()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from("ab cd ef gh. \nXY"), max_size=200), max_size=3))
+def test_textrank_floats_are_numpy_s_bit_for_bit(extra: list[str]) -> None:
+    from compressor import scoring
+    from compressor.document import Analyzer
+
+    analyzer = _analyzer()
+    assert isinstance(analyzer, Analyzer)
+    texts = [*_corpus_texts()[:2], *extra]
+    for k in range(len(texts)):
+        doc = analyzer.analyse(texts[k:])
+        with_c = scoring.scores(doc)
+        scoring._fast = None
+        try:
+            without = scoring.scores(doc)
+        finally:
+            scoring._fast = compiled.fast
+        assert with_c.tobytes() == without.tobytes()
+
+
+def test_textrank_refuses_entries_outside_the_matrix() -> None:
+    i8, f8 = np.int64, np.float64
+    one = np.zeros(1, dtype=f8)
+    with pytest.raises(ValueError):
+        fast.textrank(np.asarray([1], i8), np.asarray([0], i8), one, one, one, one.copy(),
+                      0.1, 0.85, 3, 1)  # fmt: skip
+    with pytest.raises(ValueError):
+        fast.textrank(np.asarray([0], i8), np.asarray([1], i8), one, one, one, one.copy(),
+                      0.1, 0.85, 3, 1)  # fmt: skip
+    with pytest.raises(ValueError):
+        fast.textrank(np.asarray([0], i8), np.asarray([0], i8), one, one, one, one.copy(),
+                      0.1, 0.85, 3, -1)  # fmt: skip
