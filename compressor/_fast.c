@@ -859,6 +859,121 @@ push(Offsets *o, int64_t x)
     return 0;
 }
 
+/* Whitespace other than " ", "\t", "\n", or a control character: str.isspace's set above
+ * U+0020 (tests/unit/compressor/test_fast.py checks the list against str.isspace). */
+static inline int
+odd_char(Py_UCS4 c)
+{
+    if (c <= 32) {
+        return c != ' ' && c != '\t' && c != '\n';
+    }
+    if (c < 0x85) {
+        return 0;
+    }
+    return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+           c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+static unsigned char ODD_LATIN1[256]; /* odd_char per byte of a 1-byte string (module init) */
+
+#define WS(c) ((c) == ' ' || (c) == '\t' || (c) == '\n')
+
+/* The first newline at or after `from`, or -1. */
+static inline __attribute__((always_inline)) Py_ssize_t
+find_nl(int kind, const void *data, Py_ssize_t from, Py_ssize_t n)
+{
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = (const Py_UCS1 *)data;
+        const void *at = memchr(p + from, '\n', (size_t)(n - from));
+        return at ? (Py_ssize_t)((const Py_UCS1 *)at - p) : -1;
+    }
+    for (Py_ssize_t i = from; i < n; i++) {
+        if (PyUnicode_READ(kind, data, i) == '\n') {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* The scan itself, for one string kind (inlined per kind: the reads are then plain loads).
+ * 1: odd whitespace (nothing written), 0: done, -1: error. */
+static inline __attribute__((always_inline)) int
+scan_breaks(int kind, const void *data, Py_ssize_t n, const int64_t *seam, Py_ssize_t ns,
+            Offsets *lead, Offsets *end)
+{
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *p = (const Py_UCS1 *)data;
+        unsigned char odd = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            odd |= ODD_LATIN1[p[i]];
+        }
+        if (odd) {
+            return 1;
+        }
+    }
+    else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (odd_char(PyUnicode_READ(kind, data, i))) {
+                return 1;
+            }
+        }
+    }
+    /* newline to newline, one whitespace run at a time: [run, stop) holds the newline i,
+     * the first of its run; the run's first newline opens a paragraph when the run holds
+     * another one (a blank line) or an item starts right after it */
+    Py_ssize_t pos = 0, k = 0;
+    while (pos < n) {
+        Py_ssize_t i = find_nl(kind, data, pos, n);
+        if (i < 0) {
+            break;
+        }
+        Py_ssize_t run = i, stop = i + 1;
+        while (run > 0 && WS(PyUnicode_READ(kind, data, run - 1))) {
+            run--;
+        }
+        while (stop < n && WS(PyUnicode_READ(kind, data, stop))) {
+            stop++;
+        }
+        int several = 0;
+        int64_t first_at = 0;
+        for (Py_ssize_t j = i; j < stop; j++) {
+            if (PyUnicode_READ(kind, data, j) != '\n') {
+                continue;
+            }
+            Py_UCS4 p1 = j >= 1 ? PyUnicode_READ(kind, data, j - 1) : 0;
+            Py_UCS4 p2 = j >= 2 ? PyUnicode_READ(kind, data, j - 2) : 0;
+            int64_t at = j;
+            if (j >= 1 && BLANK(p1)) { /* a break after blanks starts at them */
+                at = run;
+                while (k < ns && seam[k] <= j) {
+                    k++;
+                }
+                if (k > 0 && seam[k - 1] > at) { /* not before its own text's seam */
+                    at = seam[k - 1];
+                }
+            }
+            if ((j >= 1 && END_MARK(p1)) || (j >= 2 && BLANK(p1) && END_MARK(p2))) {
+                if (push(end, at) < 0) {
+                    return -1;
+                }
+            }
+            if (j == i) {
+                first_at = at;
+            }
+            else {
+                several = 1;
+            }
+        }
+        if (several || (stop < n && opens_item(kind, data, n, stop))) {
+            if (push(lead, first_at) < 0) {
+                return -1;
+            }
+        }
+        pos = stop;
+    }
+    return 0;
+}
+
 static PyObject *
 line_breaks(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -891,68 +1006,23 @@ line_breaks(PyObject *Py_UNUSED(self), PyObject *args)
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    for (Py_ssize_t i = 0; i < n; i++) { /* odd whitespace: the regexes decide */
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c <= 32 ? (c != ' ' && c != '\t' && c != '\n') : (c >= 0x85 && Py_UNICODE_ISSPACE(c))) {
-            result = Py_None;
-            Py_INCREF(result);
-            goto done;
-        }
+    int got;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        got = scan_breaks(PyUnicode_1BYTE_KIND, data, n, seam, ns, &lead, &end);
     }
-    /* one whitespace run at a time: its start, its first newline (and where that break
-     * starts), whether it holds a second newline */
-    Py_ssize_t run = -1, first_nl = -1, k = 0;
-    int64_t first_at = 0;
-    int several = 0;
-    for (Py_ssize_t i = 0; i <= n; i++) {
-        Py_UCS4 c = i < n ? PyUnicode_READ(kind, data, i) : 0;
-        int ws = i < n && (c == ' ' || c == '\t' || c == '\n');
-        if (ws) {
-            if (run < 0) {
-                run = i;
-            }
-            if (c != '\n') {
-                continue;
-            }
-            Py_UCS4 p1 = i >= 1 ? PyUnicode_READ(kind, data, i - 1) : 0;
-            Py_UCS4 p2 = i >= 2 ? PyUnicode_READ(kind, data, i - 2) : 0;
-            int64_t at = i;
-            if (i >= 1 && BLANK(p1)) { /* a break after blanks starts at them */
-                at = run;
-                while (k < ns && seam[k] <= i) {
-                    k++;
-                }
-                if (k > 0 && seam[k - 1] > at) {
-                    at = seam[k - 1];
-                }
-                else if (k == 0 && at < 0) {
-                    at = 0;
-                }
-            }
-            if ((i >= 1 && END_MARK(p1)) || (i >= 2 && BLANK(p1) && END_MARK(p2))) {
-                if (push(&end, at) < 0) {
-                    goto done;
-                }
-            }
-            if (first_nl < 0) {
-                first_nl = i;
-                first_at = at;
-            }
-            else {
-                several = 1;
-            }
-            continue;
-        }
-        if (run >= 0 && first_nl >= 0) { /* the run ends before i */
-            if (several || (i < n && opens_item(kind, data, n, i))) {
-                if (push(&lead, first_at) < 0) {
-                    goto done;
-                }
-            }
-        }
-        run = -1;
-        first_nl = -1;
-        several = 0;
+    else if (kind == PyUnicode_2BYTE_KIND) {
+        got = scan_breaks(PyUnicode_2BYTE_KIND, data, n, seam, ns, &lead, &end);
+    }
+    else {
+        got = scan_breaks(PyUnicode_4BYTE_KIND, data, n, seam, ns, &lead, &end);
+    }
+    if (got < 0) {
+        goto done;
+    }
+    if (got > 0) { /* odd whitespace: the regexes decide */
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
     }
     /* y# makes None of a NULL buffer: an empty list is "" */
     result = Py_BuildValue("(y#y#)", lead.at ? (const char *)lead.at : "",
@@ -1242,5 +1312,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__fast(void)
 {
+    for (int b = 0; b < 256; b++) {
+        ODD_LATIN1[b] = (unsigned char)odd_char((Py_UCS4)b);
+    }
     return PyModule_Create(&module);
 }

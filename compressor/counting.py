@@ -195,10 +195,9 @@ class TokenCounter:
         """Σ count(text) in one look-up and one chunk pass over the texts joined by spaces,
         each text's first piece a head (encoded on its own, as compressor/document.py
         counts a document's texts)."""
-        heads, n = [], 0
-        for t in texts:
-            heads.append(n)
-            n += t.count(" ") + 1
+        heads = [0]
+        for t in texts[:-1]:
+            heads.append(heads[-1] + t.count(" ") + 1)
         joined = " ".join(texts)
         with self._lock:
             if self._table is None:

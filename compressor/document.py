@@ -324,15 +324,13 @@ class Analyzer:
             # each text is encoded on its own: joined by one space, the texts' pieces
             # are those of each text split on its own, one after the other
             joined = " ".join([texts[k] for k in missing])
-            heads: list[int] = []
-            n_pieces = 0
-            for k in missing:
-                heads.append(n_pieces)
-                n_pieces += texts[k].count(" ") + 1
+            heads = [0]
+            for k in missing[:-1]:  # the last text's pieces need no count: they end the rest
+                heads.append(heads[-1] + texts[k].count(" ") + 1)
             with self._lock:
                 packed, spans = lookup_spans(self._table, joined, self._memo)
             counts, glued = self.counter.piece_counts_of(joined, packed, spans, heads)
-            ends = [*heads[1:], n_pieces]
+            ends = [*heads[1:], len(packed)]
             cut = np.searchsorted(glued, ends, side="left").tolist()
             g0 = 0
             for arr in (packed, counts, glued):

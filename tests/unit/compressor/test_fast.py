@@ -422,3 +422,13 @@ def test_textrank_refuses_entries_outside_the_matrix() -> None:
     with pytest.raises(ValueError):
         fast.textrank(np.asarray([0], i8), np.asarray([0], i8), one, one, one, one.copy(),
                       0.1, 0.85, 3, -1)  # fmt: skip
+
+
+def test_the_odd_whitespace_list_is_str_isspace_s() -> None:
+    """_fast.c's odd_char names str.isspace's characters above U+0020 one by one: a text
+    holding any of them (or a control character) goes to the regexes."""
+    for c in [*range(0x21), *range(0x21, 0x3100, 1), 0xFEFF, 0x10FFFF]:
+        got = fast.line_breaks("a\n" + chr(c), [])
+        odd = (c <= 32 and chr(c) not in " \t\n") or (c > 32 and chr(c).isspace())
+        assert (got is None) == odd, hex(c)
+    assert [c for c in range(0x3100, 0x110000) if chr(c).isspace()] == []
