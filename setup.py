@@ -1,7 +1,7 @@
 """Only the optional C helper (compressor/_fast.c); everything else is in pyproject.toml.
 
-`optional=True`: without a compiler the install still succeeds and compressor/piecetable.py
-uses its numpy path (the same results)."""
+`optional=True`: without a compiler the install still succeeds and the compressor runs its
+numpy/Python path (compressor/compiled.py; the same results)."""
 
 from setuptools import Extension, setup
 

@@ -1,23 +1,22 @@
-/* compressor._fast: the compressor's per-piece passes in C (the optional compiled path;
- * compressor/piecetable.py and compressor/counting.py keep the numpy ones as the fallback
- * and as the reference the tests compare these with, value for value).
+/* compressor._fast: the compressor's per-piece and per-character passes in C, the optional
+ * compiled path (setup.py, optional=True; compressor/compiled.py loads it). Each function
+ * replaces one numpy/Python step that stays in the package as the fallback and as the
+ * reference tests/unit/compressor/test_fast.py compares it with, value for value (floats
+ * bit for bit); every one works on one whole text or document per call, so Python is left
+ * with per-unit (hundreds), not per-piece (thousands), work:
  *
- * probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends) fills, for each
- * piece of raw.split(b" ") (n = raw.count(b" ") + 1 of them, the caller sizes the arrays):
- * starts/ends its byte span; for a piece of at most MAX_KEY_BYTES bytes whose exact key is
- * in the table (found within PROBES linear-probe rounds from its home slot, as
- * PieceTable.lookup) values its value and found 1; for a longer piece, its value in the
- * dict `memo` if it is there (an exact lookup: a subclass's __missing__ is not called).
- * The key, the slot hash and the probe order are piecetable.py's bit for bit
- * (little-endian words; the table is shared). Only reads `rows`; the GIL is released
- * during the table pass (the buffers are held).
+ *   probe_pieces   piecetable.py: split on b" ", key and look up every piece (longer ones
+ *                  in the memo dict)
+ *   insert_pieces  piecetable.py: PieceTable.insert of the misses' keys, slot for slot
+ *   chunk_counts   counting.py: piece_counts_in (glued chunks looked up in the memo here)
+ *   piece_features document.py: per-piece offsets, sentence flags, term ids
+ *   unit_terms     document.py: words per unit and the unit x term matrix (_sparse)
+ *   line_breaks    linebreaks.py: the vectorised line-break search, as one scan
+ *   textrank       scoring.py: TextRank's iterations
  *
- * chunk_counts(raw, starts, ends, packed, heads, spaced, head, counts, glued) is
- * counting.py's piece_counts_in on byte spans: per piece its tokens (the packed count; 0
- * for a piece glued to its predecessor; a glued run's whole chunk charged to its first
- * piece, looked up in `spaced`, or in `head` when a text starts there) and the glued
- * pieces' indices. Returns (number glued, the chunks no dict held: [(piece, str,
- * starts a text)]) for the caller to count. */
+ * Hostile input: the text only ever arrives as a str or its UTF-8 bytes; every array is
+ * length-checked, every index read from one is range-checked before use, the memo dicts
+ * are only read (a miss comes back to Python), and errors release what was taken. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -208,6 +207,15 @@ dict_value(PyObject *memo, const unsigned char *p, Py_ssize_t len, int64_t *valu
     return 1;
 }
 
+/* probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends) fills, for each
+ * piece of raw.split(b" ") (n = raw.count(b" ") + 1 of them, the caller sizes the arrays):
+ * starts/ends its byte span; for a piece of at most MAX_KEY_BYTES bytes whose exact key is
+ * in the table (found within PROBES linear-probe rounds from its home slot, as
+ * PieceTable.lookup) values its value and found 1; for a longer piece, its value in the
+ * dict `memo` if it is there (an exact lookup: a subclass's __missing__ is not called).
+ * The key, the slot hash and the probe order are piecetable.py's bit for bit
+ * (little-endian words; the table is shared). Only reads `rows`; the GIL is released
+ * during the table pass (the buffers are held). */
 static PyObject *
 probe_pieces(PyObject *Py_UNUSED(self), PyObject *args)
 {
@@ -304,6 +312,13 @@ check_heads(const int64_t *heads, Py_ssize_t k, Py_ssize_t n)
     }
     return 0;
 }
+
+/* chunk_counts(raw, starts, ends, packed, heads, spaced, head, counts, glued) is
+ * counting.py's piece_counts_in on byte spans: per piece its tokens (the packed count; 0
+ * for a piece glued to its predecessor; a glued run's whole chunk charged to its first
+ * piece, looked up in `spaced`, or in `head` when a text starts there) and the glued
+ * pieces' indices. Returns (number glued, the chunks no dict held: [(piece, str,
+ * starts a text)]) for the caller to count. */
 
 /* counting.py's packed memo value: bits 0-19 the count, 42 empty or ends in whitespace */
 #define COUNT_MASK ((INT64_C(1) << 20) - 1)

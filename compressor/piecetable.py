@@ -24,6 +24,10 @@ half its slots (the owner clears it when fuller, and with the memo whose values 
 holds: compressor/document.py, compressor/counting.py). 262,144 slots of 40 bytes: 10 MB
 per table. Thread safety: the owner holds a lock around `lookup_pieces` (the gateway
 compresses on a thread pool).
+
+With the compiled helper (compressor/_fast.c, compressor/compiled.py) the split, keys,
+probes and inserts run in C on the same table, slot for slot, and pieces longer than a key
+are read from the dict there; this numpy path is the fallback and the tests' reference.
 """
 
 from __future__ import annotations
