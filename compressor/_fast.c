@@ -13,6 +13,7 @@
  *   unit_terms     document.py: words per unit and the unit x term matrix (_sparse)
  *   line_breaks    linebreaks.py: the vectorised line-break search, as one scan
  *   textrank       scoring.py: TextRank's iterations
+ *   code_counts    content.py: code_score's substring counts, in one scan
  *
  * Hostile input: the text only ever arrives as a str or its UTF-8 bytes; every array is
  * length-checked, every index read from one is range-checked before use, the memo dicts
@@ -1292,6 +1293,82 @@ done:
     return result;
 }
 
+/* compressor/content.py's code_score counts in one scan: code_counts(s) -> (code, doctest,
+ * prose, lines) where code = newlines after one of ":;{}),", plus str.count's " = ", "()",
+ * "return ", "def "; doctest = ">>> "; prose = ". " + ", "; lines = "\n". str.count counts
+ * non-overlapping occurrences from the left: of these only " = " can overlap itself. */
+static inline __attribute__((always_inline)) void
+scan_code(int kind, const void *d, Py_ssize_t n, Py_ssize_t *out)
+{
+#define AT(j) ((j) < n ? PyUnicode_READ(kind, d, (j)) : 0)
+    Py_ssize_t code = 0, doctest = 0, prose = 0, lines = 0, eq_free = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, d, i);
+        switch (c) {
+        case '\n':
+            lines++;
+            if (i > 0) {
+                Py_UCS4 p = PyUnicode_READ(kind, d, i - 1);
+                code += p == ':' || p == ';' || p == '{' || p == '}' || p == ')' || p == ',';
+            }
+            break;
+        case ' ':
+            if (i >= eq_free && AT(i + 1) == '=' && AT(i + 2) == ' ') {
+                code++;
+                eq_free = i + 3;
+            }
+            break;
+        case '(':
+            code += AT(i + 1) == ')';
+            break;
+        case 'r':
+            code += AT(i + 1) == 'e' && AT(i + 2) == 't' && AT(i + 3) == 'u' &&
+                    AT(i + 4) == 'r' && AT(i + 5) == 'n' && AT(i + 6) == ' ';
+            break;
+        case 'd':
+            code += AT(i + 1) == 'e' && AT(i + 2) == 'f' && AT(i + 3) == ' ';
+            break;
+        case '.':
+        case ',':
+            prose += AT(i + 1) == ' ';
+            break;
+        case '>':
+            doctest += AT(i + 1) == '>' && AT(i + 2) == '>' && AT(i + 3) == ' ';
+            break;
+        default:
+            break;
+        }
+    }
+#undef AT
+    out[0] = code;
+    out[1] = doctest;
+    out[2] = prose;
+    out[3] = lines;
+}
+
+static PyObject *
+code_counts(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text)) {
+        return NULL;
+    }
+    Py_ssize_t out[4];
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        scan_code(PyUnicode_1BYTE_KIND, data, n, out);
+    }
+    else if (kind == PyUnicode_2BYTE_KIND) {
+        scan_code(PyUnicode_2BYTE_KIND, data, n, out);
+    }
+    else {
+        scan_code(PyUnicode_4BYTE_KIND, data, n, out);
+    }
+    return Py_BuildValue("(nnnn)", out[0], out[1], out[2], out[3]);
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -1315,6 +1392,9 @@ static PyMethodDef methods[] = {
     {"textrank", textrank, METH_VARARGS,
      "textrank(pu, pt, x, self_sim, inv_degree, rank, teleport, damping, iterations, "
      "n_terms): TextRank's iterations in place (compressor/scoring.py)."},
+    {"code_counts", code_counts, METH_VARARGS,
+     "code_counts(s) -> (code, doctest, prose, lines): code_score's counts "
+     "(compressor/content.py)."},
     {NULL, NULL, 0, NULL},
 };
 

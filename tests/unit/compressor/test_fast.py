@@ -432,3 +432,23 @@ def test_the_odd_whitespace_list_is_str_isspace_s() -> None:
         odd = (c <= 32 and chr(c) not in " \t\n") or (c > 32 and chr(c).isspace())
         assert (got is None) == odd, hex(c)
     assert [c for c in range(0x3100, 0x110000) if chr(c).isspace()] == []
+
+
+_CODEY = st.lists(
+    st.one_of(
+        st.sampled_from([" = ", " = = ", "()", "(()", "return ", "rreturn ", "def ", "ddef ",
+                         ". ", ", ", ">>> ", ">>>> ", "\n", ":\n", ")\n", ",\n", "x", " ", "="]),
+        st.text(max_size=4),
+    ),
+    max_size=60,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_CODEY)
+def test_code_counts_are_str_count_s(s: str) -> None:
+    from compressor import content
+
+    c = s.count
+    code = len(content._CODE_ENDINGS.findall(s)) + c(" = ") + c("()") + c("return ") + c("def ")
+    assert fast.code_counts(s) == (code, c(">>> "), c(". ") + c(", "), c("\n"))
