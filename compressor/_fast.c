@@ -14,6 +14,7 @@
  *   line_breaks    linebreaks.py: the vectorised line-break search, as one scan
  *   textrank       scoring.py: TextRank's iterations
  *   code_counts    content.py: code_score's substring counts, in one scan
+ *   kept_segments  exact.py: kept_tokens' walk over the kept spans
  *
  * Hostile input: the text only ever arrives as a str or its UTF-8 bytes; every array is
  * length-checked, every index read from one is range-checked before use, the memo dicts
@@ -1369,6 +1370,216 @@ code_counts(PyObject *Py_UNUSED(self), PyObject *args)
     return Py_BuildValue("(nnnn)", out[0], out[1], out[2], out[3]);
 }
 
+/* compressor/exact.py's kept_tokens walk: kept_segments(text, a, b, hard, cs, counts) ->
+ * (total, new) for the kept spans [a, b) (ascending, cut at the seams; hard[i]: span i
+ * starts a text), the chunk starts cs (ascending) and their tokens: the tokens of the
+ * chunks the spans keep whole, and the new strings (segments around junctions that are
+ * not safe cuts) for the caller to count. Step for step exact.py's loop. */
+static Py_ssize_t
+bisect(const int64_t *x, Py_ssize_t n, int64_t v, int right)
+{
+    Py_ssize_t lo = 0, hi = n;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (right ? x[mid] <= v : x[mid] < v) {
+            lo = mid + 1;
+        }
+        else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* Close the open segment: its known count, or its text appended to `out` (0 tokens here). */
+static int
+close_segment(PyObject **parts, int64_t known, int64_t *total, PyObject *out)
+{
+    if (*parts == NULL) {
+        return 0;
+    }
+    int err = 0;
+    if (known >= 0) {
+        *total += known;
+    }
+    else {
+        PyObject *empty = PyUnicode_New(0, 0);
+        PyObject *joined = empty ? PyUnicode_Join(empty, *parts) : NULL;
+        Py_XDECREF(empty);
+        err = joined == NULL || PyList_Append(out, joined) < 0;
+        Py_XDECREF(joined);
+    }
+    Py_CLEAR(*parts);
+    return err ? -1 : 0;
+}
+
+/* Start a new open segment with text[s:e] (or append it to the open one). */
+static int
+add_part(PyObject **parts, PyObject *text, Py_ssize_t s, Py_ssize_t e)
+{
+    PyObject *piece = PyUnicode_Substring(text, s, e);
+    if (piece == NULL) {
+        return -1;
+    }
+    if (*parts == NULL && (*parts = PyList_New(0)) == NULL) {
+        Py_DECREF(piece);
+        return -1;
+    }
+    int err = PyList_Append(*parts, piece);
+    Py_DECREF(piece);
+    return err;
+}
+
+static PyObject *
+kept_segments(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    Py_buffer a_b, b_b, hard_b, cs_b, n_b;
+    PyObject *text, *a_o, *b_o, *hard_o, *cs_o, *n_o;
+    if (!PyArg_ParseTuple(args, "UOOOOO", &text, &a_o, &b_o, &hard_o, &cs_o, &n_o)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *out = NULL, *parts = NULL;
+    int64_t *cum = NULL;
+    int held = 0;
+    Py_ssize_t k = -1, m = -1;
+    if (get_in(a_o, &a_b, &k, "a") < 0) {
+        goto done;
+    }
+    held = 1;
+    if (get_in(b_o, &b_b, &k, "b") < 0) {
+        goto done;
+    }
+    held = 2;
+    if (get_in(hard_o, &hard_b, &k, "hard") < 0) {
+        goto done;
+    }
+    held = 3;
+    if (get_in(cs_o, &cs_b, &m, "cs") < 0) {
+        goto done;
+    }
+    held = 4;
+    if (get_in(n_o, &n_b, &m, "counts") < 0) {
+        goto done;
+    }
+    held = 5;
+    const int64_t *sa = a_b.buf, *sb = b_b.buf, *hard = hard_b.buf, *cs = cs_b.buf;
+    const int64_t *cn = n_b.buf;
+    Py_ssize_t len = PyUnicode_GET_LENGTH(text);
+    if (m == 0) {
+        PyErr_SetString(PyExc_ValueError, "no chunks");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (sa[i] < 0 || sa[i] > sb[i] || sb[i] > len) { /* empty: at an empty text */
+            PyErr_SetString(PyExc_ValueError, "a span outside the text");
+            goto done;
+        }
+    }
+    for (Py_ssize_t j = 1; j < m; j++) {
+        if (cs[j] < cs[j - 1]) {
+            PyErr_SetString(PyExc_ValueError, "chunk starts must ascend");
+            goto done;
+        }
+    }
+    cum = PyMem_Malloc((size_t)(m + 1) * sizeof(int64_t));
+    out = PyList_New(0);
+    if (cum == NULL || out == NULL) {
+        if (cum == NULL) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    cum[0] = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        cum[j + 1] = cum[j] + cn[j];
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t top = m - 1;
+    int64_t total = 0, known = -1, prev_end = -1;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int64_t s = sa[i], e = sb[i];
+        Py_ssize_t lo = bisect(cs, m, s, 1); /* chunks lo..hi-1 start strictly inside */
+        Py_ssize_t hi = bisect(cs, m, e, 0);
+        total += cum[hi - 1 > lo ? hi - 1 : lo] - cum[lo];
+        int inner = hi > lo;
+        int64_t first = cs[lo < top ? lo : top];
+        Py_ssize_t last_k = hi - 1 < 0 ? 0 : (hi - 1 > top ? top : hi - 1);
+        int64_t last_end = last_k < top ? cs[last_k + 1] : len;
+        int64_t tail_n = inner && last_end == e ? cn[last_k] : -1;
+        Py_ssize_t ka = bisect(cs, m, s, 0);
+        ka = ka < top ? ka : top;
+        int64_t ka_end = ka < top ? cs[ka + 1] : len;
+        int64_t head_end = inner ? first : e;
+        int64_t head_n = cs[ka] == s && ka_end == head_end ? cn[ka] : -1;
+        if (prev_end >= 0) {
+            int junction = hard[i] != 0;
+            if (!junction && s >= len) {
+                PyErr_SetString(PyExc_IndexError, "an empty span inside a text");
+                goto done;
+            }
+            if (!junction && PyUnicode_READ(kind, data, s) == ' ') {
+                Py_ssize_t before = prev_end >= 1 ? prev_end - 1 : len - 1; /* text[-1] */
+                junction = !Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, before));
+            }
+            if (junction) { /* a new text, or a safe junction: the open segment ends */
+                if (close_segment(&parts, known, &total, out) < 0) {
+                    goto done;
+                }
+                known = -1;
+            }
+        }
+        if (parts == NULL && head_n >= 0) {
+            known = head_n;
+        }
+        else {
+            known = -1;
+        }
+        if (add_part(&parts, text, (Py_ssize_t)s, (Py_ssize_t)head_end) < 0) {
+            goto done;
+        }
+        if (inner) {
+            if (close_segment(&parts, known, &total, out) < 0) {
+                goto done;
+            }
+            known = tail_n;
+            if (add_part(&parts, text, (Py_ssize_t)cs[last_k], (Py_ssize_t)e) < 0) {
+                goto done;
+            }
+        }
+        prev_end = e;
+    }
+    if (close_segment(&parts, known, &total, out) < 0) {
+        goto done;
+    }
+    result = Py_BuildValue("(LO)", (long long)total, out);
+
+done:
+    Py_XDECREF(parts);
+    Py_XDECREF(out);
+    PyMem_Free(cum);
+    switch (held) {
+    case 5:
+        PyBuffer_Release(&n_b);
+        /* fall through */
+    case 4:
+        PyBuffer_Release(&cs_b);
+        /* fall through */
+    case 3:
+        PyBuffer_Release(&hard_b);
+        /* fall through */
+    case 2:
+        PyBuffer_Release(&b_b);
+        /* fall through */
+    case 1:
+        PyBuffer_Release(&a_b);
+        /* fall through */
+    default:
+        break;
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -1395,6 +1606,9 @@ static PyMethodDef methods[] = {
     {"code_counts", code_counts, METH_VARARGS,
      "code_counts(s) -> (code, doctest, prose, lines): code_score's counts "
      "(compressor/content.py)."},
+    {"kept_segments", kept_segments, METH_VARARGS,
+     "kept_segments(text, a, b, hard, cs, counts) -> (tokens, new strings): "
+     "compressor/exact.py's walk over the kept spans."},
     {NULL, NULL, 0, NULL},
 };
 

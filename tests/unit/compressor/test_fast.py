@@ -452,3 +452,49 @@ def test_code_counts_are_str_count_s(s: str) -> None:
     c = s.count
     code = len(content._CODE_ENDINGS.findall(s)) + c(" = ") + c("()") + c("return ") + c("def ")
     assert fast.code_counts(s) == (code, c(">>> "), c(". ") + c(", "), c("\n"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.text(alphabet=st.sampled_from("ab c. D\n\n  \t-é"), max_size=300), max_size=4),
+    st.lists(st.booleans(), min_size=1, max_size=400),
+)
+def test_kept_segments_are_exact_py_s(extra: list[str], keep_bits: list[bool]) -> None:
+    from compressor import exact
+    from compressor.compress import _spans
+    from compressor.document import Analyzer
+
+    analyzer = _analyzer()
+    assert isinstance(analyzer, Analyzer)
+    texts = [*_corpus_texts()[:1], "", *extra]
+    doc = analyzer.analyse(texts)
+    keep = np.resize(np.asarray(keep_bits, dtype=np.bool_), len(doc))
+    spans = _spans(doc, keep)
+    got = exact.kept_tokens(doc, spans, analyzer.counter)
+    exact._fast = None
+    try:
+        want = exact.kept_tokens(doc, spans, analyzer.counter)
+    finally:
+        exact._fast = compiled.fast
+    assert got == want
+
+
+def test_kept_segments_refuse_spans_outside_the_text() -> None:
+    i8 = np.int64
+    cs, n = np.asarray([0, 2], dtype=i8), np.asarray([1, 1], dtype=i8)
+
+    def call(a: list[int], b: list[int], hard: list[int]) -> object:
+        return fast.kept_segments(
+            "ab cd", np.asarray(a, dtype=i8), np.asarray(b, dtype=i8),
+            np.asarray(hard, dtype=i8), cs, n,
+        )  # fmt: skip
+
+    assert call([0], [5], [1]) == (2, [])
+    assert call([0, 3], [2, 5], [1, 0]) == (0, ["abcd"])  # "c" after "b": one new string
+    assert call([0, 2], [2, 5], [1, 0]) == (2, [])  # " cd" after "b": a safe cut, both known
+    for bad in (([0], [6], [1]), ([3], [2], [1]), ([-1], [2], [1])):
+        with pytest.raises(ValueError):
+            call(*bad)
+    with pytest.raises(ValueError):
+        fast.kept_segments("ab", np.zeros(1, i8), np.ones(1, i8), np.ones(1, i8),
+                           np.zeros(0, i8), np.zeros(0, i8))  # fmt: skip
