@@ -6,7 +6,7 @@ STAMP := $(VENV)/.fleetgate-installed
 
 .PHONY: run test deps redis prometheus lint fmt unit e2e bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py compressor/_fast.c
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $(STAMP)

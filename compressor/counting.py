@@ -45,7 +45,8 @@ from itertools import islice, pairwise
 import numpy as np
 import numpy.typing as npt
 
-from compressor.piecetable import PieceTable, lookup_pieces
+from compressor.compiled import fast as _fast
+from compressor.piecetable import PieceTable, Spans, lookup_spans
 from compressor.tokenizer import Tokenizer, cl100k
 
 IntArray = npt.NDArray[np.int64]
@@ -168,12 +169,15 @@ class TokenCounter:
         with self._lock:
             if self._table is None:
                 self._table = PieceTable()
-            packed = lookup_pieces(self._table, text, self._packed.__getitem__)
-        return int(self.piece_counts_in(text, packed, [0])[0].sum())
+            packed, spans = lookup_spans(self._table, text, self._packed)
+        return int(self.piece_counts_of(text, packed, spans, [0])[0].sum())
 
     def count_all(self, texts: list[str]) -> int:
-        """Σ count(text) over `texts` (many short strings: one memo check, lean loop)."""
+        """Σ count(text) over `texts` (many short strings: one memo check, lean loop; with
+        the compiled pass, long ones all at once)."""
         self.trim_memo()
+        if _fast is not None and len(texts) > 1 and sum(map(len, texts)) >= _LONG:
+            return self._count_joined(texts)
         spaced = self._spaced.__getitem__
         head = self._head
         search = _SPACE_AFTER_WS.search
@@ -186,6 +190,20 @@ class TokenCounter:
             first = pieces[0]
             total += sum(map(spaced, islice(pieces, 1, None))) + (head[first] if first else 0)
         return total
+
+    def _count_joined(self, texts: list[str]) -> int:
+        """Σ count(text) in one look-up and one chunk pass over the texts joined by spaces,
+        each text's first piece a head (encoded on its own, as compressor/document.py
+        counts a document's texts)."""
+        heads = [0]
+        for t in texts[:-1]:
+            heads.append(heads[-1] + t.count(" ") + 1)
+        joined = " ".join(texts)
+        with self._lock:
+            if self._table is None:
+                self._table = PieceTable()
+            packed, spans = lookup_spans(self._table, joined, self._packed)
+        return int(self.piece_counts_of(joined, packed, spans, heads)[0].sum())
 
     def head(self, piece: str) -> int:
         """count(piece) for a piece that starts a text (no leading space)."""
@@ -238,6 +256,26 @@ class TokenCounter:
             chunks = [text[a:b] for a, b in zip(lo, hi, strict=True)]
             counts[starts] = self._chunk_values(chunks, starts, heads)
         return counts, glued
+
+    def piece_counts_of(
+        self, text: str, packed: IntArray, spans: Spans, heads: list[int]
+    ) -> tuple[IntArray, IntArray]:
+        """`piece_counts_in`, in one compiled pass when there is one: it reads the glued
+        chunks from the pieces' byte `spans` and looks them up in the memo itself, so only
+        the chunks the memo lacks come back to be counted here."""
+        if _fast is None:
+            return self.piece_counts_in(text, packed, heads)
+        n = len(packed)
+        counts = np.empty(n, dtype=np.int64)
+        glued = np.empty(n, dtype=np.int64)
+        head_at = np.asarray(heads, dtype=np.int64)
+        m, misses = _fast.chunk_counts(
+            spans.raw, spans.starts, spans.ends, packed, head_at, self._spaced, self._head,
+            counts, glued,
+        )  # fmt: skip
+        for i, chunk, is_head in misses:
+            counts[i] = self._head[chunk] if is_head else self._spaced[chunk]
+        return counts, glued[:m].copy()
 
     def _chunk_values(self, chunks: list[str], starts: list[int], heads: list[int]) -> list[int]:
         """Counts of glued chunks: spaced, or as a text's start when a head opens one."""

@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compressor.arrays import unique_counts, unique_inverse
+from compressor.compiled import fast as _fast
 from compressor.counting import (
     DEFAULT_MAX_ENTRIES,
     LEN_MASK,
@@ -38,7 +39,7 @@ from compressor.counting import (
     TokenCounter,
     default_counter,
 )
-from compressor.piecetable import PieceTable, lookup_pieces
+from compressor.piecetable import PieceTable, lookup_spans
 from compressor.sentences import (
     DEFAULT_MAX_UNIT_CHARS,
     NONEMPTY_FLAG,
@@ -323,15 +324,13 @@ class Analyzer:
             # each text is encoded on its own: joined by one space, the texts' pieces
             # are those of each text split on its own, one after the other
             joined = " ".join([texts[k] for k in missing])
-            heads: list[int] = []
-            n_pieces = 0
-            for k in missing:
-                heads.append(n_pieces)
-                n_pieces += texts[k].count(" ") + 1
+            heads = [0]
+            for k in missing[:-1]:  # the last text's pieces need no count: they end the rest
+                heads.append(heads[-1] + texts[k].count(" ") + 1)
             with self._lock:
-                packed = lookup_pieces(self._table, joined, self._memo.__getitem__)
-            counts, glued = self.counter.piece_counts_in(joined, packed, heads)
-            ends = [*heads[1:], n_pieces]
+                packed, spans = lookup_spans(self._table, joined, self._memo)
+            counts, glued = self.counter.piece_counts_of(joined, packed, spans, heads)
+            ends = [*heads[1:], len(packed)]
             cut = np.searchsorted(glued, ends, side="left").tolist()
             g0 = 0
             for arr in (packed, counts, glued):
@@ -403,14 +402,9 @@ class Analyzer:
             glued = np.concatenate(
                 [p.glued + h for p, h in zip(parts, heads, strict=True)] or [_EMPTY]
             )
-        lengths = (packed >> LEN_SHIFT) & LEN_MASK
-        terms = ((packed >> USER_SHIFT) & _TERM_MASK) - 1
-        flags = (packed >> _FLAG_SHIFT) | np.where(lengths > 0, NONEMPTY_FLAG, 0)
-        pos = piece_offsets(lengths, head_idx)
+        pos, flags, terms = _piece_fields(packed, head_idx)
         units = split_units(text, max_unit_chars, offsets[:-1], ranges, (pos, flags))
         starts = np.asarray(units.starts, dtype=np.int64)
-        unit_of = np.searchsorted(starts, pos, side="right") - 1
-        n = len(units)
         if len(glued):
             chunk = np.ones(n_pieces, dtype=np.bool_)
             chunk[glued] = False
@@ -418,15 +412,48 @@ class Analyzer:
         else:
             chunk_pos, chunk_tokens = pos, counts
         tokens = _unit_tokens(starts, chunk_pos, chunk_tokens, len(text))
-        words = np.bincount(unit_of, minlength=n).astype(np.int64)
-        has = terms >= 0
-        pu, pt, tf, n_terms = _sparse(unit_of[has], terms[has], n)
+        words, pu, pt, tf, n_terms = _unit_matrix(starts, pos, terms)
         seams = np.asarray(offsets[:-1], dtype=np.int64)
         group = np.searchsorted(seams, starts, side="right") - 1
         return Document(
             units, tuple(offsets), group, tokens, words, pu, pt, tf, n_terms,
             chunk_pos=chunk_pos, chunk_tokens=chunk_tokens,
         )  # fmt: skip
+
+
+def _piece_fields(packed: IntArray, heads: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+    """Per piece of the joined texts (`heads`: each text's first piece): its offset
+    (sentences.piece_offsets), its sentence flags and its term id (−1: none)."""
+    if _fast is not None:
+        n = len(packed)
+        pos, flags, terms = (np.empty(n, dtype=np.int64) for _ in range(3))
+        _fast.piece_features(
+            packed, heads, USER_SHIFT, _FLAG_SHIFT, NONEMPTY_FLAG, pos, flags, terms
+        )
+        return pos, flags, terms
+    lengths = (packed >> LEN_SHIFT) & LEN_MASK
+    terms = ((packed >> USER_SHIFT) & _TERM_MASK) - 1
+    flags = (packed >> _FLAG_SHIFT) | np.where(lengths > 0, NONEMPTY_FLAG, 0)
+    return piece_offsets(lengths, heads), flags, terms
+
+
+def _unit_matrix(
+    starts: IntArray, pos: IntArray, terms: IntArray
+) -> tuple[IntArray, IntArray, IntArray, IntArray, int]:
+    """Words per unit (the pieces that start in it) and the unit × term matrix (`_sparse`)."""
+    n = len(starts)
+    if _fast is not None:
+        m = len(pos)
+        words = np.empty(n, dtype=np.int64)
+        pu, pt, tf = (np.empty(m, dtype=np.int64) for _ in range(3))
+        got = _fast.unit_terms(starts, pos, terms, words, pu, pt, tf)
+        if got is not None:  # None: units out of order (not from split_units)
+            k, v = got
+            return words, pu[:k].copy(), pt[:k].copy(), tf[:k].copy(), v
+    unit_of = np.searchsorted(starts, pos, side="right") - 1
+    words = np.bincount(unit_of, minlength=n).astype(np.int64)
+    has = terms >= 0
+    return (words, *_sparse(unit_of[has], terms[has], n))
 
 
 def _unit_tokens(starts: IntArray, cpos: IntArray, cn: IntArray, length: int) -> IntArray:

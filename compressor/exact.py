@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from compressor.compiled import fast as _fast
 from compressor.counting import TokenCounter
 from compressor.document import Document
 
@@ -60,6 +61,12 @@ def kept_tokens(doc: Document, spans: Sequence[tuple[int, int]], counter: TokenC
     cs = doc.chunk_pos
     n = doc.chunk_tokens
     spans, hard = _split_at_seams(spans, doc.offsets)
+    if _fast is not None and len(cs):  # the same walk in C (compressor/_fast.c)
+        flat = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+        walked: tuple[int, list[str]] = _fast.kept_segments(
+            text, flat[:, 0].copy(), flat[:, 1].copy(), np.asarray(hard, dtype=np.int64), cs, n
+        )
+        return walked[0] + counter.count_all(walked[1])
     a = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
     b = np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans))
     ends = np.append(cs[1:], len(text))

@@ -27,6 +27,8 @@ from bisect import bisect_right
 import numpy as np
 import numpy.typing as npt
 
+from compressor.compiled import fast as _fast
+
 IntArray = npt.NDArray[np.int64]
 
 LEAD_BREAK = re.compile(  # a blank line, or the next line opens an item, heading, quote, row
@@ -135,6 +137,19 @@ def line_breaks(text: str, seams: list[int]) -> tuple[IntArray, IntArray]:
     text it is in."""
     if "\n" not in text:
         return _NONE, _NONE
+    if _fast is not None:  # the same scan in C (compressor/_fast.c); None: odd whitespace
+        got = _fast.line_breaks(text, seams)
+        if got is not None:
+            return np.frombuffer(got[0], dtype=np.int64), np.frombuffer(got[1], dtype=np.int64)
+        return (
+            np.asarray(_regex_breaks(text, LEAD_BREAK, seams), dtype=np.int64),
+            np.asarray(_regex_breaks(text, END_BREAK, seams), dtype=np.int64),
+        )
+    return _numpy_breaks(text, seams)
+
+
+def _numpy_breaks(text: str, seams: list[int]) -> tuple[IntArray, IntArray]:
+    """`line_breaks` of a text holding a newline, vectorised (the path without the C helper)."""
     cp = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     n = len(cp)
     ws = np.flatnonzero(cp <= _SPACE)

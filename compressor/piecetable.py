@@ -24,14 +24,22 @@ half its slots (the owner clears it when fuller, and with the memo whose values 
 holds: compressor/document.py, compressor/counting.py). 262,144 slots of 40 bytes: 10 MB
 per table. Thread safety: the owner holds a lock around `lookup_pieces` (the gateway
 compresses on a thread pool).
+
+With the compiled helper (compressor/_fast.c, compressor/compiled.py) the split, keys,
+probes and inserts run in C on the same table, slot for slot, and pieces longer than a key
+are read from the dict there; this numpy path is the fallback and the tests' reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+from compressor.compiled import fast as _fast
 
 IntArray = npt.NDArray[np.int64]
 U64Array = npt.NDArray[np.uint64]
@@ -121,6 +129,16 @@ class PieceTable:
     def capacity(self) -> int:
         return self._mask + 1
 
+    @property
+    def rows(self) -> U64Array:
+        """The slots, row after row (read by compressor/_fast.c)."""
+        return self._rows
+
+    @property
+    def shift(self) -> int:
+        """64 − bits: a hash's top bits are its home slot."""
+        return int(self._shift)
+
     def clear(self) -> None:
         self._rows.fill(0)
         self.size = 0
@@ -194,16 +212,79 @@ class PieceTable:
             slot = (slot[left] + 1) & self._mask
 
 
-def lookup_pieces(table: PieceTable, text: str, memo: Callable[[str], int]) -> IntArray:
+class Spans(NamedTuple):
+    """A text's UTF-8 bytes and the byte [start, end) of each piece of `text.split(" ")`."""
+
+    raw: bytes
+    starts: IntArray
+    ends: IntArray
+
+
+def lookup_pieces(table: PieceTable, text: str, memo: dict[str, int]) -> IntArray:
     """Memo values of `text.split(" ")`'s pieces: through the table, and the dict `memo`
-    for the rest (whose short keys are then added to the table)."""
+    (its `__getitem__`, so a subclass's `__missing__` computes a new piece) for the rest
+    (whose short keys are then added to the table)."""
+    return lookup_spans(table, text, memo)[0]
+
+
+def lookup_spans(table: PieceTable, text: str, memo: dict[str, int]) -> tuple[IntArray, Spans]:
+    """`lookup_pieces` and the pieces' byte spans (compressor/counting.py's chunk counts
+    read the chunks from them)."""
+    if _fast is not None:
+        return lookup_pieces_fast(_fast, table, text, memo)
+    return lookup_pieces_numpy(table, text, memo)
+
+
+def lookup_pieces_numpy(
+    table: PieceTable, text: str, memo: dict[str, int]
+) -> tuple[IntArray, Spans]:
+    """lookup_spans in numpy (the fallback, and the reference for the C path)."""
     raw, data, starts, ends = split_bytes(text)
     lengths = ends - starts
     keys = piece_keys(data, starts, lengths)
     values, found = table.lookup(keys)
     rest = np.flatnonzero(~found)
-    if len(rest) == 0:
-        return values
+    if len(rest):
+        _resolve(table, text, memo.__getitem__, raw, starts, ends, values, rest, keys)
+    return values, Spans(raw, starts, ends)
+
+
+def lookup_pieces_fast(
+    fast: ModuleType, table: PieceTable, text: str, memo: dict[str, int]
+) -> tuple[IntArray, Spans]:
+    """lookup_spans with the split, the keys and the probes in C (one pass, the same table
+    and the same results; pieces longer than a key are looked up in `memo` there too, so
+    only true misses come back); the misses go through the same `_resolve`."""
+    raw = text.encode("utf-8", "surrogatepass")
+    n = raw.count(b" ") + 1
+    values = np.empty(n, dtype=np.int64)
+    found = np.empty(n, dtype=np.bool_)
+    starts = np.empty(n, dtype=np.int64)
+    ends = np.empty(n, dtype=np.int64)
+    fast.probe_pieces(
+        raw, table.rows, table.capacity - 1, table.shift, memo, values, found, starts, ends
+    )
+    rest = np.flatnonzero(~found)
+    if len(rest):
+        _resolve(table, text, memo.__getitem__, raw, starts, ends, values, rest, None)
+    return values, Spans(raw, starts, ends)
+
+
+def _resolve(
+    table: PieceTable,
+    text: str,
+    memo: Callable[[str], int],
+    raw: bytes,
+    starts: IntArray,
+    ends: IntArray,
+    values: IntArray,
+    rest: IntArray,
+    keys: Keys | None,
+) -> None:
+    """The pieces at `rest` (not found in the table) from the dict `memo`, written into
+    `values`; their short keys are then added to the table (`keys`: all pieces' keys, or
+    None to compute only the new ones')."""
+    lengths = ends - starts
     at = rest.tolist()
     piece_at: Callable[[int], str]
     if 8 * len(rest) > len(starts):  # many misses (a cold table): split the text once
@@ -221,5 +302,13 @@ def lookup_pieces(table: PieceTable, text: str, memo: Callable[[str], int]) -> I
     # one index per distinct piece (its first occurrence: later ones are overwritten)
     new = list(dict(zip(map(piece_at, keyed), keyed, strict=True)).values())
     if new:
-        table.insert([k[new] for k in keys], values[new])
-    return values
+        if keys is None and _fast is not None:  # the C path: keys made and placed there
+            at = np.asarray(new, dtype=np.int64)
+            table.size += _fast.insert_pieces(
+                raw, starts, ends, at, values[at], table.rows, table.capacity - 1, table.shift
+            )
+        elif keys is None:
+            data = np.frombuffer(raw + bytes(8 * WORDS), dtype=np.uint8)
+            table.insert(piece_keys(data, starts[new], lengths[new]), values[new])
+        else:
+            table.insert([k[new] for k in keys], values[new])

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compressor.compiled import fast as _fast
 from compressor.document import Document, FloatArray, IntArray
 
 
@@ -115,8 +116,14 @@ def scores(doc: Document, config: ScoreConfig | None = None) -> FloatArray:
         rank = degree / degree.sum()
         d = config.damping
         teleport = (1.0 - d) / n
-        for _ in range(config.textrank_iterations):
-            rank = teleport + d * similarity_times(rank * inv_degree)
+        if _fast is not None:  # the same iterations in C, the same floats
+            _fast.textrank(
+                pu, pt, x, self_sim, inv_degree, rank, teleport, d,
+                config.textrank_iterations, v_terms,
+            )  # fmt: skip
+        else:
+            for _ in range(config.textrank_iterations):
+                rank = teleport + d * similarity_times(rank * inv_degree)
         total += w.textrank * _minmax(rank)
 
     if w.novelty > 0:

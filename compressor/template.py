@@ -200,7 +200,7 @@ class Llama3Cl100k:
 
     def chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int:
         fixed, texts, _ = self.chat_segments(messages, tools=tools)
-        return fixed + sum(self.counter.count(t) for t in texts)
+        return fixed + self.counter.count_all(texts)
 
     def quick_chat_tokens(self, messages: Sequence[Message], tools: Tools = ()) -> int:
         return self.chat_tokens(messages, tools)

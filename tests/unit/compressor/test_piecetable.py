@@ -8,15 +8,19 @@ from hypothesis import strategies as st
 from compressor.piecetable import MAX_KEY_BYTES, PieceTable, lookup_pieces
 
 
+class _Ids(dict[str, int]):
+    """piece → an id of its own, given on first sight (a memo's `__missing__`)."""
+
+    def __missing__(self, piece: str) -> int:
+        self[piece] = len(self) + 1
+        return self[piece]
+
+
 def _check(table: PieceTable, text: str) -> None:
-    memo: dict[str, int] = {}
-
-    def value(piece: str) -> int:
-        return memo.setdefault(piece, len(memo) + 1)
-
+    memo = _Ids()
     for _ in range(2):  # the first pass fills the table, the second reads it
-        got = lookup_pieces(table, text, value)
-        assert got.tolist() == [value(p) for p in text.split(" ")]
+        got = lookup_pieces(table, text, memo)
+        assert got.tolist() == [memo[p] for p in text.split(" ")]
 
 
 def test_a_long_piece_never_matches_its_short_prefix() -> None:
