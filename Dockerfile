@@ -25,14 +25,15 @@ COPY . .
 # Every dependency ships manylinux wheels for CPython 3.11 (amd64 and arm64); the only
 # compiled code is the project's own compressor/_fast.c, so this stage (not the final image)
 # gets gcc. A regular (not editable) install: /src is not in the final image. The import
-# check fails the build if the C helper was skipped (setup.py marks it optional).
+# check fails the build if the C helper was skipped (setup.py marks it optional); -I, so
+# that it imports the installed package, not the source tree in /src.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 RUN pip install --upgrade pip \
  && pip install . \
  && fleetgate --version \
- && python -c "import compressor._fast"
+ && python -I -c "import compressor._fast"
 
 # --- runtime: the venv and nothing else ------------------------------------------------------
 FROM python:${PYTHON_VERSION}-slim
