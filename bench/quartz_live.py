@@ -132,6 +132,10 @@ class Setup:
     rate: float = 26.0  # requests per experiment second: FIFO-LL's P99 TTFT ≈ 2–4 s here
     requests: int = 400
     drain: float = 30.0  # experiment seconds after the last arrival
+    # the gateway's max_num_seqs above the engine's: each engine may queue this many, so
+    # its own scheduler refills a freed slot at the next step instead of after a round
+    # trip through the gateway (README, QUARTZ live: late binding's refill)
+    gateway_slack: int = 0
 
 
 # --- the trace ----------------------------------------------------------------------------
@@ -217,7 +221,7 @@ def gateway_config(
             "short": {
                 "max_model_len": 8192,
                 "models": [MODEL],
-                "max_num_seqs": setup.max_num_seqs,
+                "max_num_seqs": setup.max_num_seqs + setup.gateway_slack,
                 "workers": [{"url": e.url, "name": e.name} for e in engines],
             }
         },
@@ -494,6 +498,8 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=D.workers)
     ap.add_argument("--max-num-seqs", type=int, default=D.max_num_seqs)
+    ap.add_argument("--gateway-slack", type=int, default=D.gateway_slack,
+                    help="the gateway's max_num_seqs is the engines' + this")  # fmt: skip
     ap.add_argument("--time-scale", type=float, default=D.scale)
     ap.add_argument("--output-scale", type=float, default=D.output_scale)
     ap.add_argument("--rate", type=float, default=D.rate, help="req / experiment s")
@@ -502,7 +508,7 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="skip the warm-up: use this model file")
     args = ap.parse_args()
     setup = Setup(args.workers, args.max_num_seqs, args.time_scale, args.output_scale,
-                  args.rate, args.requests)  # fmt: skip
+                  args.rate, args.requests, gateway_slack=args.gateway_slack)  # fmt: skip
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     methods = [METHODS[m] for m in args.methods.split(",")]

@@ -66,7 +66,7 @@ from policies.core import Core, Ticket
 from policies.dispatch import attach_clock, make_dispatcher
 from policies.hooks import Hook
 from policies.intake import Intake
-from policies.leases import Load
+from policies.leases import Load, WorkerSlot
 from policies.pools import make_placement
 from policies.quantile.predictor import Prediction, attach
 from policies.routing import Router, make_router
@@ -227,7 +227,7 @@ class Pipeline:
                 d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
             ),
             on_released=self._released,
-            on_woken=_wake,
+            on_woken=self._woken,
             track_prefill=predictor is not None or d.prefill_room is not None,
             prefill_room=d.prefill_room is not None,
         )
@@ -476,7 +476,6 @@ class Pipeline:
         t0: float,
         source: BodySource,
     ) -> None:
-        info = ticket.info
         att.ticket = ticket
         estimated = ticket.taken.estimated_prompt_tokens
         extra = [(b"x-fleetgate-tokens-estimated", b"%d" % estimated), *att.tenancy_headers]
@@ -490,25 +489,28 @@ class Pipeline:
         tried: set[str] = set()
         last_error: UpstreamError | None = None
         core = self.core
+        # a request woken from the queue comes back already bound to a worker (its slot
+        # taken when the room freed): `bound`, used by the next pass of the loop
+        bound: _Bound | None = None
         if core.queued_behind(ticket):
-            await self._wait_for_room(ticket, att)  # first come, first served
+            bound = await self._wait_for_room(ticket, att, tried, t0)  # first come, first served
         while True:
-            worker = self._route(ticket, tried, att)
-            if worker is None:
-                if last_error is not None:
-                    raise self._map(last_error)
-                if not self._any_routable(ticket.pools, tried):
-                    raise self._no_worker(ticket.pools)
-                await self._wait_for_room(ticket, att)  # every such worker is full
-                continue
-            att.worker = worker.id
-            now = self.loop.time()
-            self.metrics.pool(att.pool).overhead.observe(now - t0)
+            if bound is not None:
+                worker, slot = bound
+                bound = None
+            else:
+                routed = self._route(ticket, tried, att)
+                if routed is None:
+                    if last_error is not None:
+                        raise self._map(last_error)
+                    if not self._any_routable(ticket.pools, tried):
+                        raise self._no_worker(ticket.pools)
+                    # every such worker is full
+                    bound = await self._wait_for_room(ticket, att, tried, t0)
+                    continue
+                worker, slot = routed, self._bind(ticket, routed, att, t0)
             # the worker's slot is held for this attempt only: a retry releases it first
-            with core.dispatch(ticket, worker.id, worker, now, info.total_tokens):
-                if self.predictor is not None:
-                    att.prediction = self.predictor.pending(info.id)
-                    att.dispatched = now
+            with slot:
                 try:
                     up = await self.client.request(
                         worker.endpoint, b"POST", path, headers + worker.extra_headers, body
@@ -573,8 +575,23 @@ class Pipeline:
             w.routable(now) and w.id not in tried for p in pools for w in self.fleet.pools[p]
         )
 
-    async def _wait_for_room(self, ticket: Ticket, att: _Attempt) -> None:
-        """Step 6: wait (FIFO) until a slot frees in one of its pools, or refuse."""
+    def _bind(self, ticket: Ticket, worker: WorkerState, att: _Attempt, t0: float) -> WorkerSlot:
+        """Dispatch this attempt to `worker`: its slot (and prefill share) taken now."""
+        att.worker = worker.id
+        now = self.loop.time()
+        self.metrics.pool(att.pool).overhead.observe(now - t0)
+        slot = self.core.dispatch(ticket, worker.id, worker, now, ticket.info.total_tokens)
+        if self.predictor is not None:
+            att.prediction = self.predictor.pending(ticket.info.id)
+            att.dispatched = now
+        return slot
+
+    async def _wait_for_room(
+        self, ticket: Ticket, att: _Attempt, tried: set[str], t0: float
+    ) -> _Bound | None:
+        """Step 6: wait (in the dispatcher's order) until room frees in one of its pools,
+        or refuse. The wake binds it (`_woken`): the worker and slot it was given; None
+        when the room had gone by then (routing again, it waits again)."""
         now = self.loop.time()
         pools = ticket.pools
         waiter = self.core.wait(ticket, now)
@@ -584,8 +601,8 @@ class Pipeline:
                 code="queue_full",
                 retry_after=1,
             )
-        woken = self.loop.create_future()
-        ticket.token = woken
+        woken: asyncio.Future[_Bound | None] = self.loop.create_future()
+        ticket.token = _Waiting(woken, att, tried, t0)
         self.metrics.queue_waits.inc()
         try:
             await asyncio.wait_for(asyncio.shield(woken), waiter.deadline - now)
@@ -602,6 +619,27 @@ class Pipeline:
         finally:
             self.core.dispatcher.cancel(waiter)  # a no-op once woken or expired
             self.metrics.queue_wait_seconds.observe(self.loop.time() - now)
+        return woken.result()
+
+    def _woken(self, ticket: Ticket) -> None:
+        """The core gave room freed in one of its pools to this waiting request: route it
+        and take its slot now, inside the release that freed the room, then resume its
+        handler. Binding later, when the handler runs, left the gateway's counts showing
+        the room as free in between: a first token on that worker woke a second waiter
+        for the same slot, which found none and went to the back of the queue (the
+        simulator binds at the instant of the release; so does this)."""
+        waiting = ticket.token
+        if not isinstance(waiting, _Waiting) or waiting.woken.done():
+            return
+        try:
+            worker = self._route(ticket, waiting.tried, waiting.att)
+            bound = None
+            if worker is not None:
+                bound = (worker, self._bind(ticket, worker, waiting.att, waiting.t0))
+        except Exception as exc:  # the waiting request's failure, not the releasing one's
+            waiting.woken.set_exception(exc)
+            return
+        waiting.woken.set_result(bound)
 
     def _released(self, worker: Load) -> None:
         """A request left a worker: a draining worker whose last request this was leaves
@@ -888,8 +926,19 @@ class _LoopClock:
         return self.loop.time()
 
 
-def _wake(ticket: Ticket) -> None:
-    """The core gave a freed slot to this waiting request: resume its handler."""
-    woken = ticket.token
-    if isinstance(woken, asyncio.Future) and not woken.done():
-        woken.set_result(None)
+_Bound = tuple[WorkerState, WorkerSlot]  # a woken request's worker and the slot it took
+
+
+class _Waiting:
+    """A request in the queue: its handler's future (resolved by the wake with the worker
+    it was bound to) and what binding it needs."""
+
+    __slots__ = ("att", "t0", "tried", "woken")
+
+    def __init__(
+        self, woken: asyncio.Future[_Bound | None], att: _Attempt, tried: set[str], t0: float
+    ) -> None:
+        self.woken = woken
+        self.att = att
+        self.tried = tried
+        self.t0 = t0
