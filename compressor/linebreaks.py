@@ -137,14 +137,9 @@ def line_breaks(text: str, seams: list[int]) -> tuple[IntArray, IntArray]:
     text it is in."""
     if "\n" not in text:
         return _NONE, _NONE
-    if _fast is not None:  # the same scan in C (compressor/_fast.c); None: odd whitespace
-        got = _fast.line_breaks(text, seams)
-        if got is not None:
-            return np.frombuffer(got[0], dtype=np.int64), np.frombuffer(got[1], dtype=np.int64)
-        return (
-            np.asarray(_regex_breaks(text, LEAD_BREAK, seams), dtype=np.int64),
-            np.asarray(_regex_breaks(text, END_BREAK, seams), dtype=np.int64),
-        )
+    if _fast is not None:  # the same scan in C (compressor/_fast.c), odd whitespace too
+        got = _fast.line_breaks(text, seams, True)
+        return np.frombuffer(got[0], dtype=np.int64), np.frombuffer(got[1], dtype=np.int64)
     return _numpy_breaks(text, seams)
 
 
