@@ -1596,6 +1596,52 @@ done:
     return result;
 }
 
+/* has_fence_marker(text) -> bool: `"```" in text or "~~~" in text` (compressor/fences.py's
+ * test before looking for fenced blocks). One memchr hop per backtick or tilde instead of
+ * two substring searches of the whole text: most prompts hold inline code, few a fence. */
+static int
+run3_1byte(const Py_UCS1 *p, Py_ssize_t n, Py_UCS1 ch)
+{
+    const Py_UCS1 *end = p + n, *at = p;
+    while (end - at >= 3) {
+        at = memchr(at, ch, (size_t)(end - at - 2));
+        if (at == NULL) {
+            return 0;
+        }
+        if (at[1] == ch && at[2] == ch) {
+            return 1;
+        }
+        at++;
+    }
+    return 0;
+}
+
+static PyObject *
+has_fence_marker(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *text;
+    if (!PyArg_ParseTuple(args, "U", &text)) {
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int found = 0;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        found = run3_1byte(data, n, '`') || run3_1byte(data, n, '~');
+    }
+    else {
+        Py_ssize_t run_b = 0, run_t = 0;
+        for (Py_ssize_t i = 0; i < n && !found; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            run_b = c == '`' ? run_b + 1 : 0;
+            run_t = c == '~' ? run_t + 1 : 0;
+            found = run_b >= 3 || run_t >= 3;
+        }
+    }
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -1626,6 +1672,9 @@ static PyMethodDef methods[] = {
     {"kept_segments", kept_segments, METH_VARARGS,
      "kept_segments(text, a, b, hard, cs, counts) -> (tokens, new strings): "
      "compressor/exact.py's walk over the kept spans."},
+    {"has_fence_marker", has_fence_marker, METH_VARARGS,
+     "has_fence_marker(text) -> bool: '```' in text or '~~~' in text "
+     "(compressor/fences.py)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compressor.arrays import member, unique
-from compressor.fences import code_spans
+from compressor.fences import code_spans, has_fence_marker
 from compressor.linebreaks import line_breaks
 from compressor.linebreaks import sep_start as _sep_start
 
@@ -298,7 +298,7 @@ def split_units(
         parts.append(np.asarray(cjk, dtype=np.int64))
     found = np.concatenate(parts)
     code_starts: set[int] = set()
-    fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
+    fenced = code_spans(text) if has_fence_marker(text) else []
     if fenced and seam_list:  # a fence left open in one text ends at the next seam
         cut: list[tuple[int, int]] = []
         for a, b in fenced:

@@ -546,3 +546,24 @@ def test_kept_segments_refuse_spans_outside_the_text() -> None:
     with pytest.raises(ValueError):
         fast.kept_segments("ab", np.zeros(1, i8), np.ones(1, i8), np.ones(1, i8),
                            np.zeros(0, i8), np.zeros(0, i8))  # fmt: skip
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(["`", "~", "``", "~~", "\n", " ", "a", "é", "€", "𝟎"]),
+                  st.text(max_size=3)),
+        max_size=40,
+    ).map("".join)
+)  # fmt: skip
+def test_has_fence_marker_is_the_substring_test(text: str) -> None:
+    """Any string of any kind (1, 2, 4 bytes a character), a marker at either end."""
+    for t in (text, text + "```", "~~~" + text, text[:-1]):
+        assert fast.has_fence_marker(t) is ("```" in t or "~~~" in t)
+
+
+def test_has_fence_marker_refuses_what_is_not_a_str() -> None:
+    with pytest.raises(TypeError):
+        fast.has_fence_marker(b"```")
+    with pytest.raises(TypeError):
+        fast.has_fence_marker()
