@@ -1642,6 +1642,71 @@ has_fence_marker(PyObject *Py_UNUSED(self), PyObject *args)
     return PyBool_FromLong(found);
 }
 
+/* count_spaces(s) -> int: s.count(" ") of a str, or of bytes / a buffer (b" "). A plain
+ * loop the compiler vectorises: str.count and bytes.count look for a one-character needle
+ * a character at a time (~55 µs on 37 KB; the look-up sizes its arrays with it). */
+static Py_ssize_t
+spaces_1byte(const unsigned char *p, Py_ssize_t n)
+{
+    const uint64_t low7 = 0x7F7F7F7F7F7F7F7FULL, spaces = 0x2020202020202020ULL;
+    Py_ssize_t count = 0, i = 0;
+    while (i + 8 <= n) { /* eight bytes at a time: the zero bytes of w ^ "        " */
+        uint64_t lanes = 0; /* per byte lane, how many spaces (≤ 255 words per round) */
+        for (int k = 0; k < 255 && i + 8 <= n; k++, i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            uint64_t x = w ^ spaces;
+            uint64_t nonzero = ((x & low7) + low7) | x; /* high bit set: the byte is not 0 */
+            lanes += (~nonzero & ~low7) >> 7;
+        }
+        for (int b = 0; b < 8; b++) {
+            count += (Py_ssize_t)((lanes >> (8 * b)) & 0xFF);
+        }
+    }
+    for (; i < n; i++) {
+        count += p[i] == ' ';
+    }
+    return count;
+}
+
+static PyObject *
+count_spaces(PyObject *Py_UNUSED(self), PyObject *args)
+{
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "O", &obj)) {
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    if (PyUnicode_Check(obj)) {
+        int kind = PyUnicode_KIND(obj);
+        const void *data = PyUnicode_DATA(obj);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(obj);
+        if (kind == PyUnicode_1BYTE_KIND) {
+            count = spaces_1byte(data, n);
+        }
+        else if (kind == PyUnicode_2BYTE_KIND) {
+            const Py_UCS2 *p = data;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                count += p[i] == ' ';
+            }
+        }
+        else {
+            const Py_UCS4 *p = data;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                count += p[i] == ' ';
+            }
+        }
+        return PyLong_FromSsize_t(count);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    count = spaces_1byte(view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(count);
+}
+
 static PyMethodDef methods[] = {
     {"probe_pieces", probe_pieces, METH_VARARGS,
      "probe_pieces(raw, rows, mask, shift, memo, values, found, starts, ends): split raw on "
@@ -1675,6 +1740,8 @@ static PyMethodDef methods[] = {
     {"has_fence_marker", has_fence_marker, METH_VARARGS,
      "has_fence_marker(text) -> bool: '```' in text or '~~~' in text "
      "(compressor/fences.py)."},
+    {"count_spaces", count_spaces, METH_VARARGS,
+     "count_spaces(s) -> int: s.count(' ') of a str, or of bytes (b' ')."},
     {NULL, NULL, 0, NULL},
 };
 

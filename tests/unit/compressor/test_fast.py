@@ -567,3 +567,22 @@ def test_has_fence_marker_refuses_what_is_not_a_str() -> None:
         fast.has_fence_marker(b"```")
     with pytest.raises(TypeError):
         fast.has_fence_marker()
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(" a\t\x00\xa0\xe9\xff€\u3000𝟎 ")), max_size=80))
+def test_count_spaces_is_str_count(text: str) -> None:
+    """Any kind of str, and its UTF-8 bytes; lengths around the 8-byte words it reads."""
+    for t in (text, text * 9):
+        assert fast.count_spaces(t) == t.count(" ")
+        assert fast.count_spaces(t.encode("utf-8", "surrogatepass")) == t.count(" ")
+
+
+def test_count_spaces_over_many_words() -> None:
+    """Past 255 words per lane sum (where a lane could overflow) and at every tail."""
+    for n in (0, 1, 7, 8, 9, 2039, 2040, 2041, 100_003):
+        assert fast.count_spaces(" " * n) == n
+        assert fast.count_spaces(b" " * n) == n
+        assert fast.count_spaces(memoryview(b"x " * n)) == n
+    with pytest.raises(TypeError):
+        fast.count_spaces(3)
