@@ -113,13 +113,11 @@ def test_degenerate_texts_tile(text: str) -> None:
     units_of(text)
 
 
+_BREAKY = st.sampled_from(list(" \t\n\r\x0b\x0c\x1c\x85\xa0\u2028\u3000ab."))
+
+
 @settings(max_examples=3000, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from(list(" \t\n\r\x0b\x0c\x1c\x85\xa0\u2028\u3000ab.")), max_size=40
-    ).map("".join),
-    st.data(),
-)
+@given(st.lists(_BREAKY, max_size=40).map("".join), st.data())
 def test_break_runs_are_the_any_break_matches(text: str, data: st.DataObject) -> None:
     """_cut_long's line cuts: the starts of `\\s*\\n\\s*`'s matches after `a` in text[a:b],
     with a and b anywhere (inside a whitespace run too)."""
