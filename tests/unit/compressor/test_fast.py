@@ -217,6 +217,11 @@ def test_memory_stays_flat_over_many_calls() -> None:
             t = texts[i % 3] + str(i % 7)
             packed, spans = lookup_pieces_fast(fast, PieceTable(bits=6), t, counter._packed)
             counter.piece_counts_of(t, packed, spans, [0])
+            odd = t.replace("\n", "\xa0\n", 1)  # odd whitespace: the any_space scan
+            fast.line_breaks(odd, [0, 3], True)
+            fast.has_fence_marker(odd + "```")
+            fast.count_spaces(odd)
+            fast.count_spaces(odd.encode())
 
     calls(2000)
     before = _rss_kb()
