@@ -14,7 +14,8 @@ Computation: the text's code points as one numpy array (one `str.encode`); newli
 positions, whitespace runs and a few characters after each run are then vectorised
 tests, ~1.7× faster than the regex engine's per-newline attempts on 35 KB of prose.
 Only `\\t`, `\\n` and `" "` are assumed to be whitespace: a text holding any other
-whitespace or control character (`\\r`, no-break spaces, …) takes the regex path.
+whitespace or control character (`\\r`, no-break spaces, …) takes the regex path (the
+compiled scan takes it too, with str.isspace's set: the regexes' `\\s`).
 Failure posture: exact by construction (the regexes decide whenever the fast path's
 assumptions do not hold).
 """
