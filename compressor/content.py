@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compressor.compiled import fast as _fast
-from compressor.fences import code_spans
+from compressor.fences import code_spans, has_fence_marker
 from compressor.template import content_text
 from policies.types import Category
 
@@ -82,7 +82,7 @@ def code_score(text: str, sample: int = _SAMPLE) -> float:
 
 def _fenced_share(text: str) -> float:
     s = _sample(text)
-    if "```" not in s and "~~~" not in s:
+    if not has_fence_marker(s):
         return 0.0
     return sum(b - a for a, b in code_spans(s)) / max(len(s), 1)
 
@@ -110,7 +110,7 @@ def is_log(text: str, sample: int = _SAMPLE) -> bool:
 
 def unfenced(text: str) -> str:
     """`text` without its fenced code blocks."""
-    if "```" not in text and "~~~" not in text:
+    if not has_fence_marker(text):
         return text
     out, pos = [], 0
     for a, b in code_spans(text):

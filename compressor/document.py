@@ -203,6 +203,7 @@ STOP_WORDS = frozenset(
 )
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+
 DEFAULT_CACHED_PIECES = 1 << 18  # ≈ 40 prompts of 10K tokens: ~6 MB of arrays
 _TERM_BITS = 18  # term id + 1 in the counter's free high bits, then the sentence flags
 _TERM_MASK = (1 << _TERM_BITS) - 1
@@ -234,6 +235,15 @@ class _ChunkMemo(dict[str, int]):
         )
         self[piece] = value
         return value
+
+
+def _spaces(text: str) -> int:
+    """text.count(" "): in C when built (str.count looks for a one-character needle a
+    character at a time, ~55 µs on 37 KB)."""
+    if _fast is not None:
+        n: int = _fast.count_spaces(text)
+        return n
+    return text.count(" ")
 
 
 def _term_of(chunk: str) -> str | None:
@@ -326,7 +336,7 @@ class Analyzer:
             joined = " ".join([texts[k] for k in missing])
             heads = [0]
             for k in missing[:-1]:  # the last text's pieces need no count: they end the rest
-                heads.append(heads[-1] + texts[k].count(" ") + 1)
+                heads.append(heads[-1] + _spaces(texts[k]) + 1)
             with self._lock:
                 packed, spans = lookup_spans(self._table, joined, self._memo)
             counts, glued = self.counter.piece_counts_of(joined, packed, spans, heads)

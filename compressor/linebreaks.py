@@ -14,7 +14,8 @@ Computation: the text's code points as one numpy array (one `str.encode`); newli
 positions, whitespace runs and a few characters after each run are then vectorised
 tests, ~1.7× faster than the regex engine's per-newline attempts on 35 KB of prose.
 Only `\\t`, `\\n` and `" "` are assumed to be whitespace: a text holding any other
-whitespace or control character (`\\r`, no-break spaces, …) takes the regex path.
+whitespace or control character (`\\r`, no-break spaces, …) takes the regex path (the
+compiled scan takes it too, with str.isspace's set: the regexes' `\\s`).
 Failure posture: exact by construction (the regexes decide whenever the fast path's
 assumptions do not hold).
 """
@@ -137,14 +138,9 @@ def line_breaks(text: str, seams: list[int]) -> tuple[IntArray, IntArray]:
     text it is in."""
     if "\n" not in text:
         return _NONE, _NONE
-    if _fast is not None:  # the same scan in C (compressor/_fast.c); None: odd whitespace
-        got = _fast.line_breaks(text, seams)
-        if got is not None:
-            return np.frombuffer(got[0], dtype=np.int64), np.frombuffer(got[1], dtype=np.int64)
-        return (
-            np.asarray(_regex_breaks(text, LEAD_BREAK, seams), dtype=np.int64),
-            np.asarray(_regex_breaks(text, END_BREAK, seams), dtype=np.int64),
-        )
+    if _fast is not None:  # the same scan in C (compressor/_fast.c), odd whitespace too
+        got = _fast.line_breaks(text, seams, True)
+        return np.frombuffer(got[0], dtype=np.int64), np.frombuffer(got[1], dtype=np.int64)
     return _numpy_breaks(text, seams)
 
 

@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from compressor.arrays import member, unique
-from compressor.fences import code_spans
+from compressor.fences import code_spans, has_fence_marker
 from compressor.linebreaks import line_breaks
 from compressor.linebreaks import sep_start as _sep_start
 
@@ -122,7 +122,8 @@ _OPENERS = "\"'“‘«([{¿¡"
 _MARKS = ".!?…‼⁉"
 _CJK_MARKS = "。！？．"
 _CJK_END = re.compile(r"[。！？．]+[」』”’）】〉》]*")
-_ANY_BREAK = re.compile(r"\s*\n\s*")
+_ANY_BREAK = re.compile(r"\s*\n\s*")  # the reference for _break_runs
+_NL_RUN = re.compile(r"\n\s*")
 
 # Per-piece flags (a piece is a space-delimited chunk of text.split(" ")).
 END_FLAG = 1  # ends a sentence if the next word starts one
@@ -234,11 +235,26 @@ def piece_offsets(
     return pos
 
 
+def _break_runs(text: str, a: int, b: int) -> list[int]:
+    """The starts of _ANY_BREAK's matches in text[a:b] after `a`: of each whitespace run
+    holding a newline. The regex engine tries `\\s*\\n` at every character; `\\n\\s*` is
+    searched for its newline directly and matches once per such run (its first newline:
+    `\\s*` takes the rest), whose start is then a short walk back over whitespace."""
+    cuts: list[int] = []
+    for m in _NL_RUN.finditer(text, a, b):
+        s = m.start()
+        while s > a and text[s - 1].isspace():
+            s -= 1
+        if s > a:
+            cuts.append(s)
+    return cuts
+
+
 def _cut_long(text: str, a: int, b: int, limit: int, out: list[int]) -> None:
     """Boundaries inside text[a:b] so no piece exceeds `limit` chars: lines, then spaces."""
     if b - a <= limit:
         return
-    cuts = [m.start() for m in _ANY_BREAK.finditer(text, a, b) if m.start() > a]
+    cuts = _break_runs(text, a, b)
     points = [a, *cuts, b]
     for x, y in pairwise(points):
         if x != a:
@@ -298,7 +314,7 @@ def split_units(
         parts.append(np.asarray(cjk, dtype=np.int64))
     found = np.concatenate(parts)
     code_starts: set[int] = set()
-    fenced = code_spans(text) if ("```" in text or "~~~" in text) else []
+    fenced = code_spans(text) if has_fence_marker(text) else []
     if fenced and seam_list:  # a fence left open in one text ends at the next seam
         cut: list[tuple[int, int]] = []
         for a, b in fenced:

@@ -217,6 +217,11 @@ def test_memory_stays_flat_over_many_calls() -> None:
             t = texts[i % 3] + str(i % 7)
             packed, spans = lookup_pieces_fast(fast, PieceTable(bits=6), t, counter._packed)
             counter.piece_counts_of(t, packed, spans, [0])
+            odd = t.replace("\n", "\xa0\n", 1)  # odd whitespace: the any_space scan
+            fast.line_breaks(odd, [0, 3], True)
+            fast.has_fence_marker(odd + "```")
+            fast.count_spaces(odd)
+            fast.count_spaces(odd.encode())
 
     calls(2000)
     before = _rss_kb()
@@ -344,6 +349,52 @@ def test_line_breaks_are_the_numpy_ones(text: str, data: st.DataObject) -> None:
     assert np.frombuffer(got[1], dtype=np.int64).tolist() == end.tolist()
 
 
+# str.isspace's characters the regexes' \\s takes and " \t\n" do not (C0 separators, NEL,
+# no-break and ideographic spaces, line and paragraph separators), around the patterns' marks
+_ODD_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(list(" \t\n\n\n-*+•#>|.)!?:;…。\"'”’]aZ1٣𝟎\x00\x01")),
+        st.sampled_from(list("\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u2000\u2028\u2029\u3000")),
+        st.sampled_from(["\n- ", "\n  * ", "\n## ", "\n12. ", "\na) ", ".\n", ". \n", "\n\xa0- "]),
+        st.text(max_size=4),
+    ),
+    max_size=60,
+).map("".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_ODD_LINES, st.data())
+def test_line_breaks_with_any_whitespace_are_the_regexes(text: str, data: st.DataObject) -> None:
+    """any_space: a text holding odd whitespace is scanned in C with str.isspace's set and
+    gives exactly the reference regexes' offsets (what the pure path returns for it)."""
+    from compressor.linebreaks import END_BREAK, LEAD_BREAK, _regex_breaks
+
+    seams = sorted(set(data.draw(st.lists(st.integers(0, max(len(text) - 1, 0)), max_size=3))))
+    got = fast.line_breaks(text, seams, True)
+    assert got is not None
+    assert np.frombuffer(got[0], dtype=np.int64).tolist() == _regex_breaks(text, LEAD_BREAK, seams)
+    assert np.frombuffer(got[1], dtype=np.int64).tolist() == _regex_breaks(text, END_BREAK, seams)
+    if fast.line_breaks(text, seams) is not None:  # no odd whitespace: the two modes agree
+        assert fast.line_breaks(text, seams) == got
+
+
+def test_line_breaks_with_any_whitespace_on_each_character() -> None:
+    """Each code point of the BMP's whitespace-bearing blocks between blanks, newlines and
+    marks: the C scan equals the regexes (str.isspace's set, not a list of its own)."""
+    from compressor.linebreaks import END_BREAK, LEAD_BREAK, _regex_breaks
+
+    for c in [*range(0x3100), 0xFEFF, 0x10FFFF]:
+        ch = chr(c)
+        for text in (f"a.{ch}\n- b", f"a. \n{ch}\nb", f"x{ch} \n# h", f"\n{ch}1. y\n"):
+            lead, end = fast.line_breaks(text, [0, 1], True)
+            assert np.frombuffer(lead, dtype=np.int64).tolist() == _regex_breaks(
+                text, LEAD_BREAK, [0, 1]
+            ), hex(c)
+            assert np.frombuffer(end, dtype=np.int64).tolist() == _regex_breaks(
+                text, END_BREAK, [0, 1]
+            ), hex(c)
+
+
 def test_line_breaks_refuse_bad_seams() -> None:
     with pytest.raises(ValueError):
         fast.line_breaks("a\nb", [2, 1])
@@ -352,6 +403,8 @@ def test_line_breaks_refuse_bad_seams() -> None:
     with pytest.raises(TypeError):
         fast.line_breaks(b"a\nb", [])
     assert fast.line_breaks("a.\n", []) == (b"", np.asarray([2], dtype=np.int64).tobytes())
+    with pytest.raises(TypeError):
+        fast.line_breaks("a\nb", [], True, 1)
 
 
 def test_insert_pieces_refuses_what_is_not_a_keyed_piece() -> None:
@@ -498,3 +551,43 @@ def test_kept_segments_refuse_spans_outside_the_text() -> None:
     with pytest.raises(ValueError):
         fast.kept_segments("ab", np.zeros(1, i8), np.ones(1, i8), np.ones(1, i8),
                            np.zeros(0, i8), np.zeros(0, i8))  # fmt: skip
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(["`", "~", "``", "~~", "\n", " ", "a", "é", "€", "𝟎"]),
+                  st.text(max_size=3)),
+        max_size=40,
+    ).map("".join)
+)  # fmt: skip
+def test_has_fence_marker_is_the_substring_test(text: str) -> None:
+    """Any string of any kind (1, 2, 4 bytes a character), a marker at either end."""
+    for t in (text, text + "```", "~~~" + text, text[:-1]):
+        assert fast.has_fence_marker(t) is ("```" in t or "~~~" in t)
+
+
+def test_has_fence_marker_refuses_what_is_not_a_str() -> None:
+    with pytest.raises(TypeError):
+        fast.has_fence_marker(b"```")
+    with pytest.raises(TypeError):
+        fast.has_fence_marker()
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(" a\t\x00\xa0\xe9\xff€\u3000𝟎 ")), max_size=80))
+def test_count_spaces_is_str_count(text: str) -> None:
+    """Any kind of str, and its UTF-8 bytes; lengths around the 8-byte words it reads."""
+    for t in (text, text * 9):
+        assert fast.count_spaces(t) == t.count(" ")
+        assert fast.count_spaces(t.encode("utf-8", "surrogatepass")) == t.count(" ")
+
+
+def test_count_spaces_over_many_words() -> None:
+    """Past 255 words per lane sum (where a lane could overflow) and at every tail."""
+    for n in (0, 1, 7, 8, 9, 2039, 2040, 2041, 100_003):
+        assert fast.count_spaces(" " * n) == n
+        assert fast.count_spaces(b" " * n) == n
+        assert fast.count_spaces(memoryview(b"x " * n)) == n
+    with pytest.raises(TypeError):
+        fast.count_spaces(3)

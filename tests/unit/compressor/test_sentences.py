@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compressor.sentences import split_units
 
@@ -109,3 +111,19 @@ def test_seams_and_frozen_ranges() -> None:
 )
 def test_degenerate_texts_tile(text: str) -> None:
     units_of(text)
+
+
+_BREAKY = st.sampled_from(list(" \t\n\r\x0b\x0c\x1c\x85\xa0\u2028\u3000ab."))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(_BREAKY, max_size=40).map("".join), st.data())
+def test_break_runs_are_the_any_break_matches(text: str, data: st.DataObject) -> None:
+    """_cut_long's line cuts: the starts of `\\s*\\n\\s*`'s matches after `a` in text[a:b],
+    with a and b anywhere (inside a whitespace run too)."""
+    from compressor.sentences import _ANY_BREAK, _break_runs
+
+    a = data.draw(st.integers(0, len(text)))
+    b = data.draw(st.integers(a, len(text)))
+    want = [m.start() for m in _ANY_BREAK.finditer(text, a, b) if m.start() > a]
+    assert _break_runs(text, a, b) == want
