@@ -266,7 +266,7 @@ def lookup_pieces_fast(
     )
     rest = np.flatnonzero(~found)
     if len(rest):
-        _resolve(table, text, memo.__getitem__, raw, starts, ends, values, rest, None)
+        _resolve(table, text, memo.__getitem__, raw, starts, ends, values, rest, fast)
     return values, Spans(raw, starts, ends)
 
 
@@ -279,11 +279,11 @@ def _resolve(
     ends: IntArray,
     values: IntArray,
     rest: IntArray,
-    keys: Keys | None,
+    keys: Keys | ModuleType,
 ) -> None:
     """The pieces at `rest` (not found in the table) from the dict `memo`, written into
-    `values`; their short keys are then added to the table (`keys`: all pieces' keys, or
-    None to compute only the new ones')."""
+    `values`; their short keys are then added to the table: from `keys`, all pieces' keys
+    (the numpy path), or made and placed by the compiled helper `keys` is (the C path)."""
     lengths = ends - starts
     at = rest.tolist()
     piece_at: Callable[[int], str]
@@ -302,13 +302,10 @@ def _resolve(
     # one index per distinct piece (its first occurrence: later ones are overwritten)
     new = list(dict(zip(map(piece_at, keyed), keyed, strict=True)).values())
     if new:
-        if keys is None and _fast is not None:  # the C path: keys made and placed there
+        if isinstance(keys, ModuleType):  # the C path: keys made and placed there
             at = np.asarray(new, dtype=np.int64)
-            table.size += _fast.insert_pieces(
+            table.size += keys.insert_pieces(
                 raw, starts, ends, at, values[at], table.rows, table.capacity - 1, table.shift
             )
-        elif keys is None:
-            data = np.frombuffer(raw + bytes(8 * WORDS), dtype=np.uint8)
-            table.insert(piece_keys(data, starts[new], lengths[new]), values[new])
         else:
             table.insert([k[new] for k in keys], values[new])
