@@ -53,6 +53,7 @@ def _load_builtins() -> None:
         power_of_two,
         prefix_overlap,
         quartz,
+        regime_adaptive,
         round_robin,
         session_affinity,
     )

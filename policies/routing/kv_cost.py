@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.hooks import Hook
 from policies.routing import config_from, register
 from policies.routing.kv_state import CacheConfig, KvState, blocks_for
 from policies.routing.profile import Profile
@@ -101,6 +102,10 @@ class KvCostRouter:
         index = state.index
         self.picker = Softmax(c.temperature, c.seed, c.normalise, lambda w: index.blocks_of(w.id))
         self._profile = Profile(self.name, self.picker, ((self.cost, 1.0),))
+
+    def hooks(self) -> tuple[Hook, ...]:
+        """What the composition root attaches to the core: the index and accounting."""
+        return (self.state,)
 
     def set_params(self, temperature: float, overlap_weight: float) -> None:
         """Switch (τ, ω) (the regime controller's knob)."""

@@ -60,6 +60,10 @@ class KvState:
             if w.id not in known:
                 known.add(w.id)
 
+    def knows(self, worker: str) -> bool:
+        """Whether `worker` was a routing candidate here (is in this router's pool)."""
+        return worker in self._known
+
     def active_blocks(self, worker: str) -> int:
         """Active blocks this gateway has in flight on `worker`."""
         refs = self._refs.get(worker)

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.hooks import Hook
 from policies.routing import config_from, register
 from policies.routing.kv_state import CacheConfig, KvState
 from policies.routing.profile import Load, LowestScore, Profile
@@ -66,6 +67,10 @@ class PrefixOverlapRouter:
         self.state = state
         scorers = ((PrefixOverlap(state), 1.0), (Load(), self.config.load_weight))
         self._profile = Profile(self.name, LowestScore(), scorers)
+
+    def hooks(self) -> tuple[Hook, ...]:
+        """What the composition root attaches to the core: the index and accounting."""
+        return (self.state,)
 
     def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
         workers = list(candidates)
