@@ -81,7 +81,10 @@ class PrefixIndex:
 
     block_tokens: int = 16  # tokens per hashed block (the engine's block size)
     ttl_s: float = 120.0  # Dynamo's approximate indexer forgets a block after 120 s
-    max_blocks: int = 1_000_000  # (worker, block) entries held at most: the memory bound
+    # (worker, block) entries held at most: the memory bound, ~230 bytes an entry (about
+    # 60 MB here; bench/prefix_index.py). More than the pool's engines hold in all their KV
+    # caches (Σ num_gpu_blocks) buys nothing: they would have evicted the rest.
+    max_blocks: int = 262_144
     clock: Clock | None = None
     # per worker: block hash → when it was last sent, least recent first
     _workers: dict[str, OrderedDict[int, float]] = field(default_factory=dict)

@@ -133,7 +133,9 @@ class CacheConfig:
     # token blocks). The gateway's byte chunks: block_bytes / 4.
     hash_block_tokens: int | None = None
     ttl_s: float = 120.0  # Dynamo's approximate indexer's TTL
-    max_blocks: int = 1_000_000  # the prefix index's hard bound, (worker, block) entries
+    # the prefix index's hard bound, (worker, block) entries (~230 bytes each): about the
+    # pool's engines' KV blocks together (Σ num_gpu_blocks); more buys nothing
+    max_blocks: int = 262_144
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
