@@ -47,18 +47,26 @@ class PoaWindow:
     index: PrefixIndex | None = None  # for o_qj; None: no overlap term
     cost: PaperCost = field(default_factory=PaperCost)
     capacity: float = 64.0  # C for the fitted model (the paper's C_j)
+    max_pending: int = 100_000  # requests between arrival and completion, at most
     _arrived: dict[str, float] = field(default_factory=dict)
     _dispatched: dict[str, tuple[str, int]] = field(default_factory=dict)
     _in_flight: dict[str, int] = field(default_factory=dict)
     _done: deque[Completed] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
-        if not self.window_s > 0 or self.max_requests < 1 or not self.capacity > 0:
-            raise ValueError("window_s, max_requests, capacity: must be positive")
+        if not self.window_s > 0 or not self.capacity > 0:
+            raise ValueError("window_s, capacity: must be positive")
+        if self.max_requests < 1 or self.max_pending < 1:
+            raise ValueError("max_requests, max_pending: must be >= 1")
 
     # --- policies/hooks.py -------------------------------------------------------------
     def on_arrival(self, request: RequestInfo, now: float) -> None:
-        self._arrived[request.id] = now
+        pending = self._arrived
+        if len(pending) >= self.max_pending:  # a lost completion must not leak
+            gone = next(iter(pending))
+            del pending[gone]
+            self._leave(gone)
+        pending[request.id] = now
 
     def on_dispatch(self, request: RequestInfo, worker: str, now: float) -> None:
         self._leave(request.id)  # a retry: the first attempt no longer loads its worker

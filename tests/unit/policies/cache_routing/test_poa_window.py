@@ -66,3 +66,13 @@ def test_overlap_from_the_index_and_the_calibrated_estimate():
     cal = w.calibrated(5.0)
     assert cal is not None and cal.actual == pytest.approx(1.4) and cal.ratio > 0
     assert PoaWindow().calibrated(0.0) is None
+
+
+def test_pending_requests_are_bounded():
+    w = PoaWindow(max_pending=2)
+    for i in range(5):
+        q = req(i)
+        w.on_arrival(q, 0.0)
+        w.on_dispatch(q, "w0", 0.0)
+    assert len(w._arrived) == 2 and len(w._dispatched) <= 3
+    assert w._in_flight == {"w0": len(w._dispatched)}
