@@ -38,6 +38,12 @@ class RequestInfo:
     slo_class: str = "standard"
     temperature: float = 1.0  # decoding parameters (QUARTZ's θ_r); 1.0 when not given
     top_p: float = 1.0
+    # cache-aware routing (docs/CACHE_ROUTING.md): the session key session_affinity hashes
+    # (a header or the request's `user` field; "" when none), and a per-request override
+    # of kv_cost's softmax temperature τ and overlap weight ω (None: the router's own)
+    session: str = ""
+    router_temperature: float | None = None
+    overlap_weight: float | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -76,6 +82,11 @@ class WorkerView:
     # (`dispatch.prefill_room`, policies/dispatch.py); None: not considered
     prefill_tokens: int = 0
     prefill_capacity: int | None = None
+    # cache-aware routing (docs/CACHE_ROUTING.md): the engine's KV block size in tokens
+    # (vllm:cache_config_info's block_size) and its active decode blocks when a driver
+    # knows them; None: the router's own configuration / accounting decides
+    block_size: int | None = None
+    active_blocks: int | None = None
 
     @property
     def has_room(self) -> bool:

@@ -47,11 +47,15 @@ _ANY = RequestInfo(id="", model="", arrival=0.0, prompt_tokens=0, max_tokens=0)
 
 def _load_builtins() -> None:
     from policies.routing import (  # noqa: F401
+        kv_cost,
         least_loaded,
         locality,
         power_of_two,
+        prefix_overlap,
         quartz,
+        regime_adaptive,
         round_robin,
+        session_affinity,
     )
 
 

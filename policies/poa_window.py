@@ -1,0 +1,146 @@
+"""The PoA diagnostics over a sliding window of completed requests, fed by the core's
+events (policies/poa.py has the estimators; docs/CACHE_ROUTING.md).
+
+`PoaWindow` implements the core's `Hook` protocol: it times each request from arrival to
+completion (the latency L_q; only `ok` outcomes count), notes the worker it ran on and how
+many of this window's requests were in flight there when it was dispatched (its n), and
+keeps the last `window_s` seconds of completions, at most `max_requests` of them. On demand:
+
+- `paper(now)`: eq. 12 verbatim, with each worker's n_j frozen at the mean n of its
+  requests in the window (workers without one: 0) and, when an index is given, o_qj the
+  fraction of q's prompt blocks the worker holds *now* (the index has moved on since the
+  request was routed: an approximation);
+- `calibrated(now)`: one latency function fitted to the window's (n, L) pairs — pooled
+  over workers, which a short window needs — and the window's mean total concurrency,
+  estimated as the mean n at dispatch times the number of workers used.
+
+Both are regime indicators, not efficiencies (policies/poa.py says why). Estimating costs a
+Hungarian assignment of the window (milliseconds for a few hundred requests): call it per
+control interval, never per request. The hooks themselves are O(1).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from policies.poa import PaperCost, PoaResult, fit_latency, poa_calibrated, poa_paper
+from policies.prefix_index import PrefixIndex
+from policies.types import Outcome, RequestInfo, Status
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """One request of the window."""
+
+    finished: float
+    latency: float
+    worker: str
+    load: int  # requests in flight on the worker when this one was dispatched, itself included
+    hashes: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class PoaWindow:
+    window_s: float = 60.0
+    max_requests: int = 512  # the Hungarian matrix is requests × copies: keep it small
+    index: PrefixIndex | None = None  # for o_qj; None: no overlap term
+    cost: PaperCost = field(default_factory=PaperCost)
+    capacity: float = 64.0  # C for the fitted model (the paper's C_j)
+    max_pending: int = 100_000  # requests between arrival and completion, at most
+    _arrived: dict[str, float] = field(default_factory=dict)
+    _dispatched: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _in_flight: dict[str, int] = field(default_factory=dict)
+    _done: deque[Completed] = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        if not self.window_s > 0 or not self.capacity > 0:
+            raise ValueError("window_s, capacity: must be positive")
+        if self.max_requests < 1 or self.max_pending < 1:
+            raise ValueError("max_requests, max_pending: must be >= 1")
+
+    # --- policies/hooks.py -------------------------------------------------------------
+    def on_arrival(self, request: RequestInfo, now: float) -> None:
+        pending = self._arrived
+        if len(pending) >= self.max_pending:  # a lost completion must not leak
+            gone = next(iter(pending))
+            del pending[gone]
+            self._leave(gone)
+        pending[request.id] = now
+
+    def on_dispatch(self, request: RequestInfo, worker: str, now: float) -> None:
+        self._leave(request.id)  # a retry: the first attempt no longer loads its worker
+        n = self._in_flight.get(worker, 0) + 1
+        self._in_flight[worker] = n
+        self._dispatched[request.id] = (worker, n)
+
+    def on_first_token(self, request: RequestInfo, now: float) -> None:
+        return None
+
+    def on_complete(self, request: RequestInfo, outcome: Outcome, now: float) -> None:
+        t0 = self._arrived.pop(request.id, None)
+        ran = self._leave(request.id)
+        if t0 is None or ran is None or outcome.status is not Status.OK:
+            return
+        done = self._done
+        done.append(Completed(now, now - t0, ran[0], ran[1], request.prefix_hashes))
+        if len(done) > self.max_requests:
+            done.popleft()
+
+    def _leave(self, request_id: str) -> tuple[str, int] | None:
+        ran = self._dispatched.pop(request_id, None)
+        if ran is not None:
+            left = self._in_flight[ran[0]] - 1
+            if left:
+                self._in_flight[ran[0]] = left
+            else:
+                del self._in_flight[ran[0]]
+        return ran
+
+    # --- estimates ---------------------------------------------------------------------
+    def window(self, now: float) -> list[Completed]:
+        done = self._done
+        oldest = now - self.window_s
+        while done and done[0].finished < oldest:
+            done.popleft()
+        return list(done)
+
+    def paper(self, now: float, workers: list[str] | None = None) -> PoaResult | None:
+        """Eq. 12 over the window (None when it is empty). `workers`: the columns (default:
+        the workers the window's requests ran on)."""
+        done = self.window(now)
+        if not done:
+            return None
+        loads: dict[str, list[int]] = {w: [] for w in workers or ()}
+        for d in done:
+            loads.setdefault(d.worker, []).append(d.load)
+        n = {w: (sum(v) / len(v) if v else 0.0) for w, v in loads.items()}
+        overlap = None
+        index = self.index
+        if index is not None:
+            overlap = [
+                {w: index.overlap(w, d.hashes, now) / len(d.hashes) for w in n} if d.hashes else {}
+                for d in done
+            ]
+        return poa_paper([d.latency for d in done], n, overlap, self.cost)
+
+    def calibrated(self, now: float, workers: list[str] | None = None) -> PoaResult | None:
+        """The calibrated estimate (None with fewer than 3 completions, or when the fit
+        cannot serve the window)."""
+        done = self.window(now)
+        if len(done) < 3:
+            return None
+        if any(d.load >= self.capacity for d in done):
+            return None
+        model = fit_latency([(float(d.load), d.latency) for d in done], self.capacity)
+        columns = sorted({*(workers or ()), *(d.worker for d in done)})
+        concurrency = sum(d.load for d in done) / len(done) * len({d.worker for d in done})
+        try:
+            return poa_calibrated(
+                [d.latency for d in done],
+                [d.worker for d in done],
+                dict.fromkeys(columns, model),
+                max(concurrency, 1e-9),
+            )
+        except ValueError:
+            return None
