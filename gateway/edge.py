@@ -99,15 +99,23 @@ class RequestBody:
         length = self._length
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             raise self._too_large()
-        message = await self._receive()
-        if message["type"] == "http.disconnect":
-            self.client_gone = True
-            raise ClientGone("client disconnected before sending its body")
-        body: bytes = message.get("body", b"")
-        if message.get("more_body", False):
-            body = await self._read_rest(body)
-        elif len(body) > self.max_bytes:
-            raise self._too_large()
+        try:
+            # the deadline covers the first message too: a head with no body byte after
+            # it waited for ever
+            async with asyncio.timeout(self.timeout_s):
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self.client_gone = True
+                    raise ClientGone("client disconnected before sending its body")
+                body: bytes = message.get("body", b"")
+                if message.get("more_body", False):
+                    body = await self._read_rest(body)
+                elif len(body) > self.max_bytes:
+                    raise self._too_large()
+        except TimeoutError:
+            raise RequestTimeout(
+                f"request body not received within {self.timeout_s:g} s (limits.body_timeout_s)"
+            ) from None
         if self._link is not None:
             self._link.watch()
         else:
@@ -118,24 +126,18 @@ class RequestBody:
     async def _read_rest(self, first: bytes) -> bytes:
         parts = [first]
         total = len(first)
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                while True:
-                    message = await self._receive()
-                    if message["type"] == "http.disconnect":
-                        self.client_gone = True
-                        raise ClientGone("client disconnected while sending its body")
-                    chunk = message.get("body", b"")
-                    total += len(chunk)
-                    if total > self.max_bytes:
-                        raise self._too_large()
-                    parts.append(chunk)
-                    if not message.get("more_body", False):
-                        return b"".join(parts)
-        except TimeoutError:
-            raise RequestTimeout(
-                f"request body not received within {self.timeout_s:g} s (limits.body_timeout_s)"
-            ) from None
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.client_gone = True
+                raise ClientGone("client disconnected while sending its body")
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_bytes:
+                raise self._too_large()
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
 
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
