@@ -1,7 +1,7 @@
 """The gateway's driver of the request pipeline core, for /v1/chat/completions and
 /v1/completions.
 
-parse (400) → authenticate (401) → [core] estimate the budget → place (404/413) →
+parse (400) → authenticate (401) → [core] estimate the budget → place (404/400) →
 admit (429) → wait for room (429/503) → route (503) → forward, with one retry on another
 worker for a connect failure (502/504) → relay → [core] settle; then metrics and the
 request log. Every decision is the pure core's (policies/core.py), the same object the

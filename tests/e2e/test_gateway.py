@@ -115,7 +115,7 @@ def test_long_prompt_goes_to_the_long_pool(fleet):
     assert raw.parse().usage.prompt_tokens > 8192
 
 
-def test_400_404_413(fleet):
+def test_400_404(fleet):
     c = client(fleet)
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model=MODEL, messages=[])
@@ -125,14 +125,31 @@ def test_400_404_413(fleet):
     with pytest.raises(openai.NotFoundError) as e:
         c.chat.completions.create(model="no-such-model", messages=HELLO)
     assert e.value.body["code"] == "model_not_found"
-    with pytest.raises(openai.APIStatusError) as e:
+    r = httpx.post(fleet.url + "/v1/chat/completions", content=b"{not json", timeout=5)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_too_long_for_every_pool_is_openai_context_length_exceeded(fleet):
+    """Was: 413, which the SDK raises as a bare APIStatusError (and LiteLLM does not see as
+    a context-window error). OpenAI, vLLM and SGLang answer 400 context_length_exceeded."""
+    c = client(fleet)
+    with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": long_prompt(80000)}]
         )
-    assert e.value.status_code == 413
-    assert e.value.body["code"] == "context_length_exceeded"
-    r = httpx.post(fleet.url + "/v1/chat/completions", content=b"{not json", timeout=5)
-    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    assert e.value.status_code == 400
+    err = e.value.response.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
+    assert err["code"] == "context_length_exceeded"
+    assert err["param"] == "messages"
+    assert "connection" not in e.value.response.headers or (
+        e.value.response.headers["connection"] != "close"
+    )  # the body was read whole: the connection goes on
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL, prompt=long_prompt(80000), max_tokens=4)
+    err = e.value.response.json()["error"]
+    assert (err["code"], err["param"]) == ("context_length_exceeded", "prompt")
 
 
 def test_engine_4xx_passes_through_unchanged(fleet):

@@ -25,7 +25,7 @@ TRACE = [("t0", 300, 16), ("t1", 6000, 16), ("t2", 70000, 16)]
 EXPECTED = {
     "t0": ["arrival", "dispatch", "first_token", "complete:ok"],
     "t1": ["arrival", "dispatch", "first_token", "complete:ok"],
-    "t2": [],  # refused at placement (413): policies never hear of it
+    "t2": [],  # refused at placement (400): policies never hear of it
 }
 
 
