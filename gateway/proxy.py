@@ -747,8 +747,8 @@ class Pipeline:
             worker.request_succeeded()
             if up.status == 200:
                 self._count_usage(usage_of(body), att)
-                if att.ticket is not None:  # a whole answer: its first token comes with it
-                    self._first_token(att)
+                if att.ticket is not None:  # a whole answer: no first token seen, no prefill
+                    self.core.answered(att.ticket, self.loop.time())
         att.status = up.status
         await responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
 

@@ -66,9 +66,11 @@ async def _live(tmp_path) -> tuple[Events, dict[str, str | None]]:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
                 for rid, prompt, max_tokens in TRACE:
-                    # token ids: the gateway's count is exact, as the simulator's is
+                    # token ids: the gateway's count is exact, as the simulator's is;
+                    # streamed: the gateway sees a first token only in a stream
                     body = {"model": MODEL, "prompt": list(range(1000, 1000 + prompt)),
-                            "max_tokens": max_tokens, "ignore_eos": True}  # fmt: skip
+                            "max_tokens": max_tokens, "ignore_eos": True,
+                            "stream": True}  # fmt: skip
                     r = await c.post("/v1/completions", json=body, headers={"x-request-id": rid})
                     pools[rid] = r.headers.get("x-fleetgate-pool")
             for w in app.gateway.fleet.workers.values():
