@@ -203,3 +203,70 @@ def test_client_hanging_up_right_after_done_is_a_success(fleet):
     assert metric(after, "fleetgate_client_disconnects_total") == metric(
         before, "fleetgate_client_disconnects_total"
     )
+
+
+def _engine_id(answer_id: str) -> str:
+    """The request id the engine used: vLLM's answer id is `chatcmpl-` + the id it was sent
+    (X-Request-Id; WIRE_SPEC §3), the emulator's too."""
+    assert answer_id.startswith("chatcmpl-"), answer_id
+    return answer_id.removeprefix("chatcmpl-")
+
+
+def test_engines_get_the_gateways_request_id_never_the_clients(fleet):
+    """Was: the client's X-Request-Id forwarded as the engine's request id, and the ids the
+    gateway made up predictable (a per-process prefix + a counter): one tenant could claim
+    the id another tenant's request was then given (vLLM refuses duplicate ids)."""
+    alice, mallory = client(fleet), client(fleet)
+    # a request without an id: the gateway's id, in the answer's header
+    raw = alice.chat.completions.with_raw_response.create(model=MODEL, messages=HELLO, max_tokens=2)
+    given = raw.headers["x-request-id"]
+    first = _engine_id(raw.parse().id)
+    # another tenant sends that id, and the ones a counter would give next
+    guesses = [given, *(given[:-1] + c for c in "0123456789abcdef"), "victim-1"]
+    seen = {first}
+    for guess in guesses:
+        raw = mallory.chat.completions.with_raw_response.create(
+            model=MODEL, messages=HELLO, max_tokens=2, extra_headers={"x-request-id": guess}
+        )
+        assert raw.headers["x-request-id"] == guess  # the client's id comes back to it
+        engine = _engine_id(raw.parse().id)
+        assert engine not in seen and engine not in guesses
+        assert len(engine) >= 32  # 128 bits: not guessable
+        seen.add(engine)
+    # the same client id on two concurrent requests: two engine ids, both answered
+    import concurrent.futures
+
+    def stream_once() -> str:
+        with alice.chat.completions.with_streaming_response.create(
+            model=MODEL, messages=HELLO, max_tokens=20, stream=True,
+            extra_body={"ignore_eos": True}, extra_headers={"x-request-id": "same"},
+        ) as r:  # fmt: skip
+            assert r.headers["x-request-id"] == "same"
+            ids = {c.id for c in r.parse()}
+        assert len(ids) == 1
+        return _engine_id(ids.pop())
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda _: stream_once(), range(2))
+    assert a != b and "same" not in (a, b)
+
+
+def test_a_body_request_id_does_not_reach_the_engine(fresh_procs):
+    """SGLang takes its request id from the body's `rid` (vLLM from the header, else the
+    body's `request_id`): a client's own goes no further than the gateway."""
+    from tests.e2e.fleet import emulator, gateway_config, start_gateway
+
+    emu = emulator(fresh_procs, "rid-sglang", 8192, "--personality", "sglang").wait_ready("/health")
+    cfg = gateway_config([emu.url], [])
+    cfg["pools"]["short"]["workers"][0]["engine"] = "sglang"
+    gw = start_gateway(fresh_procs, cfg)
+    c = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    ids = set()
+    for _ in range(2):
+        r = c.chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=2,
+            extra_body={"rid": "victim-rid", "request_id": "victim-rid"},
+        )  # fmt: skip
+        assert r.id != "victim-rid"  # SGLang's answer id is its rid
+        ids.add(r.id)
+    assert len(ids) == 2

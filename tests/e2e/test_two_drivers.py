@@ -71,8 +71,14 @@ async def _live(tmp_path) -> tuple[Events, dict[str, str | None]]:
                     body = {"model": MODEL, "prompt": list(range(1000, 1000 + prompt)),
                             "max_tokens": max_tokens, "ignore_eos": True,
                             "stream": True}  # fmt: skip
+                    seen = len(events.seen)
                     r = await c.post("/v1/completions", json=body, headers={"x-request-id": rid})
                     pools[rid] = r.headers.get("x-fleetgate-pool")
+                    # policies know a request by the gateway's own id, never the client's
+                    # (gateway/request_ids.py): name its events by the trace's
+                    own = {r for r, _ in events.seen[seen:]}
+                    assert rid not in own and len(own) <= 1
+                    events.seen[seen:] = [(rid, e) for _, e in events.seen[seen:]]
             for w in app.gateway.fleet.workers.values():
                 assert w.in_flight == 0 and w.outstanding_tokens == 0  # every slot came back
         finally:
