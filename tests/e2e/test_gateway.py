@@ -270,3 +270,29 @@ def test_a_body_request_id_does_not_reach_the_engine(fresh_procs):
         assert r.id != "victim-rid"  # SGLang's answer id is its rid
         ids.add(r.id)
     assert len(ids) == 2
+
+
+def test_tool_calls_pass_through_the_gateway(fleet):
+    """The emulator answers a named tool_choice with a call (as vLLM): through the gateway
+    the SDK reads the same call, whole and streamed."""
+    import json
+
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}]  # fmt: skip
+    choice = {"type": "function", "function": {"name": "get_time"}}
+    c = client(fleet)
+    r = c.chat.completions.create(
+        model=MODEL, messages=HELLO, tools=tools, tool_choice=choice, max_tokens=32
+    )
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_time" and "tz" in json.loads(call.function.arguments)
+    parts, names = [], set()
+    for chunk in c.chat.completions.create(
+        model=MODEL, messages=HELLO, tools=tools, tool_choice=choice, max_tokens=32, stream=True
+    ):
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                if tc.function.name:
+                    names.add(tc.function.name)
+                parts.append(tc.function.arguments or "")
+    assert names == {"get_time"} and "tz" in json.loads("".join(parts))
