@@ -13,6 +13,10 @@ request ends at exactly that token; a stream shows the text as far as the person
 would (vLLM holds back max(len(stop)) − 1 characters while stop strings are set). SGLang answers only once the first output
 exists; its role chunk goes per choice, and its finish reason follows in its own chunk.
 
+Tool calls (vLLM personality, emulator/tools.py): a choice whose plan has a call answers
+with it instead of text — whole in the body, or in a stream as the opening DeltaToolCall
+then argument parts in proportion to the tokens generated, complete at the finish chunk.
+
 Failure posture: whatever ends the handler — client gone (a failed write, or aiohttp
 cancelling the handler on disconnect), an injected cut, an error — every engine request
 of this HTTP request is aborted in `finally`, so running/waiting return to zero. An
