@@ -194,6 +194,8 @@ def test_a_whole_answer_records_no_prefill(fresh_procs, tmp_path):
     assert wait_until(lambda: log.exists() and len(log.read_text().splitlines()) == 2)
     entries = {e["request_id"]: e for e in map(json.loads, log.read_text().splitlines())}
     assert entries["whole"]["prefill_s"] is None
+    # the log names the engine's id too (the gateway's own, the vLLM answer's id suffix)
+    assert entries["whole"]["engine_request_id"] == r.json()["id"].removeprefix("chatcmpl-")
     assert entries["whole"]["features"] is not None  # it was routed by the predictor
     assert entries["streamed"]["prefill_s"] > 0
     text = httpx.get(gw.url + "/metrics").text
