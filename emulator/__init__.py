@@ -9,6 +9,7 @@ schema.py         pydantic-shaped 400s for malformed bodies
 chat_template.py  vocabulary (cl100k + Llama-3 specials) and the chat template
 prefix.py         chained block hashes for prefix caching
 sampling.py       the EOS output-length model and the generated text
+tools.py          when a chat request gets a tool call (vLLM), and schema-valid arguments
 wire*.py          byte-exact response shapes per personality
 metrics*.py       /metrics per personality
 routes_sglang.py  SGLang-only endpoints

@@ -13,6 +13,10 @@ request ends at exactly that token; a stream shows the text as far as the person
 would (vLLM holds back max(len(stop)) − 1 characters while stop strings are set). SGLang answers only once the first output
 exists; its role chunk goes per choice, and its finish reason follows in its own chunk.
 
+Tool calls (vLLM personality, emulator/tools.py): a choice whose plan has a call answers
+with it instead of text — whole in the body, or in a stream as the opening DeltaToolCall
+then argument parts in proportion to the tokens generated, complete at the finish chunk.
+
 Failure posture: whatever ends the handler — client gone (a failed write, or aiohttp
 cancelling the handler on disconnect), an injected cut, an error — every engine request
 of this HTTP request is aborted in `finally`, so running/waiting return to zero. An
@@ -35,7 +39,8 @@ from emulator.requests import GenPlan, SeqPlan, plan
 from emulator.sampling import text_slice, token_at, token_logprobs, visible_chars
 from emulator.schema import ApiError
 from emulator.state import Emulator
-from emulator.wire import DONE, Choice, Head, TokenLogprob, Usage
+from emulator.tools import new_call_id
+from emulator.wire import DONE, Choice, Head, TokenLogprob, ToolCall, Usage
 
 log = logging.getLogger("emulator.generate")
 
@@ -50,6 +55,8 @@ class _Choice:
     tokens: int = 0  # generated so far (EOS included)
     sent: int = 0  # characters of the answer already streamed
     fin: FinishedRequest | None = None
+    call_id: str = ""  # its tool call's id, when the plan has one
+    opened: bool = False  # its tool call's opening delta was streamed
 
 
 async def generate(
@@ -72,6 +79,9 @@ async def generate(
     )
     queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]] = asyncio.Queue()
     choices = {s.index: _Choice(s.index, s.prompt_tokens, s) for s in p.seqs}
+    if p.tool is not None:
+        for c in choices.values():
+            c.call_id = new_call_id()
     ids: list[str] = []
     driver = emu.driver
     try:
@@ -138,14 +148,37 @@ def _logprobs(p: GenPlan, c: _Choice, start: int, stop: int) -> tuple[TokenLogpr
 def _final(p: GenPlan, c: _Choice) -> Choice:
     """The whole answer of a finished choice (non-streamed bodies)."""
     o = c.seq.outcome
+    reason = c.fin.reason if c.fin else None
     return Choice(
         c.index,
         o.text,
-        c.fin.reason if c.fin else None,
+        _tool_finish(p, reason),
         o.eos,
         o.stop_reason,
         _logprobs(p, c, 0, c.tokens),
+        tool_call=None if p.tool is None else ToolCall(c.call_id, p.tool.name, p.tool.arguments),
     )
+
+
+def _tool_finish(p: GenPlan, reason: str | None) -> str | None:
+    """vLLM: a required or auto call that the engine ended by itself says `tool_calls`."""
+    if p.tool is not None and reason == "stop":
+        return p.tool.finish
+    return reason
+
+
+def _tool_delta(p: GenPlan, c: _Choice, finished: bool) -> ToolCall:
+    """The part of the call's arguments a stream shows after `c.tokens` tokens: in
+    proportion to the tokens generated, all of it once the choice ends."""
+    assert p.tool is not None
+    args = p.tool.arguments
+    total = max(1, c.seq.output_tokens)
+    shown = len(args) if finished else min(len(args), len(args) * c.tokens // total)
+    sent = c.sent
+    first = sent == 0 and not c.opened
+    c.opened = True
+    c.sent = max(sent, shown)
+    return ToolCall(c.call_id, p.tool.name, args[sent:shown] if shown > sent else "", first)
 
 
 async def _collect(
@@ -217,11 +250,17 @@ async def _stream(
                     pending = 0
                     break
             o = c.seq.outcome
-            shown = visible_chars(o, c.tokens, p.holdback)
-            sent = c.sent
-            text = text_slice(sent, shown) if shown > sent else ""
-            c.sent = max(sent, shown)
             reason = fin.reason if fin is not None else None
+            if p.tool is not None:
+                sent, text = c.sent, ""
+                call: ToolCall | None = _tool_delta(p, c, fin is not None)
+                reason = _tool_finish(p, reason)
+            else:
+                shown = visible_chars(o, c.tokens, p.holdback)
+                sent = c.sent
+                text = text_slice(sent, shown) if shown > sent else ""
+                c.sent = max(sent, shown)
+                call = None
             choice = Choice(
                 c.index,
                 text,
@@ -230,6 +269,7 @@ async def _stream(
                 o.stop_reason if reason is not None else None,
                 _logprobs(p, c, start, c.tokens),
                 sent,
+                call,
             )
             out += wire.delta(head, choice, Usage(c.prompt_tokens, c.tokens))
         else:

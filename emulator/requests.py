@@ -29,6 +29,7 @@ from emulator.chat_template import render_chat, render_completion
 from emulator.prefix import block_hashes
 from emulator.sampling import Outcome, OutputModel, plan_outcome
 from emulator.schema import COERCE, ApiError, FieldError, SchemaError, check
+from emulator.tools import ToolPlan, plan_tool
 
 MAX_STOP_STRINGS = 4  # vLLM's VLLM_MAX_STOP_STRINGS
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default
@@ -75,6 +76,7 @@ class GenPlan:
     max_tokens_param: int | None  # what the client asked for (metrics)
     top_n: int | None = None  # logprobs: entries in each token's top list; None: no logprobs
     holdback: int = 0  # characters a stream holds back while stop strings may still match
+    tool: ToolPlan | None = None  # every choice answers with this tool call (emulator/tools.py)
 
 
 _COMMON = {
@@ -190,6 +192,7 @@ def plan(kind: str, body: Any, headers: Mapping[str, str], info: ModelInfo) -> G
         max_tokens_param=m,
         top_n=top_n,
         holdback=max(len(s) for s in stop) - 1 if vllm and stop else 0,
+        tool=plan_tool(b) if vllm and kind == "chat" else None,
     )
 
 

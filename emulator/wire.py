@@ -70,6 +70,17 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A choice's tool call (emulator/tools.py): whole in a body; in a stream, the part of
+    its arguments this chunk adds, `first` on the chunk that opens it (id, type, name)."""
+
+    id: str
+    name: str
+    arguments: str
+    first: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Choice:
     index: int
     text: str
@@ -79,6 +90,7 @@ class Choice:
     # Logprobs of the tokens this body / chunk covers; None when not asked for.
     logprobs: tuple[TokenLogprob, ...] | None = None
     text_offset: int = 0  # characters of the answer sent before this chunk (completions)
+    tool_call: ToolCall | None = None  # the answer is this call, not `text` (chat)
 
 
 class Wire(Protocol):

@@ -81,6 +81,50 @@ def completion_logprobs(
     }
 
 
+def _message(c: Choice) -> dict[str, Any]:
+    """ChatMessage.model_dump(): `tool_calls` (between function_call and reasoning) is
+    dropped when empty; a tool call's message has content "" (a named or required call)."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": c.text if c.tool_call is None else "",
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
+    call = c.tool_call
+    if call is not None:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+        ]
+    message["reasoning"] = None
+    return message
+
+
+def _delta(c: Choice) -> dict[str, Any]:
+    """DeltaMessage(exclude_unset): content, or one DeltaToolCall — id, type, index and the
+    function's name with the first arguments when it opens, then index and arguments."""
+    call = c.tool_call
+    if call is None:
+        return {"content": c.text}
+    if call.first:
+        return {
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "index": 0,
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+            ]
+        }
+    return {"tool_calls": [{"index": 0, "function": {"arguments": call.arguments}}]}
+
+
 class VllmWire:
     personality = "vllm"
 
@@ -116,15 +160,7 @@ class VllmWire:
                 "choices": [
                     {
                         "index": c.index,
-                        "message": {
-                            "role": "assistant",
-                            "content": c.text,
-                            "refusal": None,
-                            "annotations": None,
-                            "audio": None,
-                            "function_call": None,
-                            "reasoning": None,
-                        },
+                        "message": _message(c),
                         "logprobs": _chat_logprobs(c.logprobs),
                         "finish_reason": c.finish_reason,
                         "stop_reason": c.stop_reason,
@@ -211,7 +247,7 @@ class VllmWire:
         if head.chat:
             c: dict[str, Any] = {
                 "index": choice.index,
-                "delta": {"content": choice.text},
+                "delta": _delta(choice),
                 "logprobs": _chat_logprobs(choice.logprobs),
                 "finish_reason": choice.finish_reason,
             }

@@ -99,15 +99,18 @@ class RequestBody:
         length = self._length
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             raise self._too_large()
-        message = await self._receive()
-        if message["type"] == "http.disconnect":
-            self.client_gone = True
-            raise ClientGone("client disconnected before sending its body")
-        body: bytes = message.get("body", b"")
-        if message.get("more_body", False):
-            body = await self._read_rest(body)
-        elif len(body) > self.max_bytes:
-            raise self._too_large()
+        if self._link is not None and self._link.body_received:
+            body = await self._read_body()  # all in already (the common case): no timer
+        else:
+            try:
+                # the deadline covers the first message too: a head with no body byte
+                # after it waited for ever
+                async with asyncio.timeout(self.timeout_s):
+                    body = await self._read_body()
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"request body not received within {self.timeout_s:g} s (limits.body_timeout_s)"
+                ) from None
         if self._link is not None:
             self._link.watch()
         else:
@@ -115,27 +118,33 @@ class RequestBody:
             self._watcher = asyncio.get_running_loop().create_task(self._watch())
         return body
 
+    async def _read_body(self) -> bytes:
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            self.client_gone = True
+            raise ClientGone("client disconnected before sending its body")
+        body: bytes = message.get("body", b"")
+        if message.get("more_body", False):
+            return await self._read_rest(body)
+        if len(body) > self.max_bytes:
+            raise self._too_large()
+        return body
+
     async def _read_rest(self, first: bytes) -> bytes:
         parts = [first]
         total = len(first)
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                while True:
-                    message = await self._receive()
-                    if message["type"] == "http.disconnect":
-                        self.client_gone = True
-                        raise ClientGone("client disconnected while sending its body")
-                    chunk = message.get("body", b"")
-                    total += len(chunk)
-                    if total > self.max_bytes:
-                        raise self._too_large()
-                    parts.append(chunk)
-                    if not message.get("more_body", False):
-                        return b"".join(parts)
-        except TimeoutError:
-            raise RequestTimeout(
-                f"request body not received within {self.timeout_s:g} s (limits.body_timeout_s)"
-            ) from None
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self.client_gone = True
+                raise ClientGone("client disconnected while sending its body")
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.max_bytes:
+                raise self._too_large()
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
 
     async def _watch(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":

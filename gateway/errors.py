@@ -8,7 +8,7 @@
     ├── ModelNotFound                   404     not_found_error / model_not_found
     ├── MethodNotAllowed                405     invalid_request_error / method_not_allowed
     ├── RequestTimeout                  408     invalid_request_error / request_timeout
-    ├── ContextLengthExceeded           413     invalid_request_error / context_length_exceeded
+    ├── ContextLengthExceeded           400     invalid_request_error / context_length_exceeded
     ├── PayloadTooLarge                 413     invalid_request_error / body_too_large
     ├── UnsupportedMediaType            415     invalid_request_error / unsupported_content_encoding
     ├── RateLimited                     429     rate_limit_error / <the refusing check>
@@ -118,7 +118,11 @@ class Conflict(GatewayError):
 
 
 class ContextLengthExceeded(GatewayError):
-    status = 413
+    """Too long for every pool serving the model: 400, as OpenAI, vLLM and SGLang answer
+    (the SDK raises BadRequestError; LiteLLM's context-window fallbacks key on the code).
+    413 stays for a body over limits.max_body_bytes."""
+
+    status = 400
     type = "invalid_request_error"
     code = "context_length_exceeded"
 

@@ -67,6 +67,12 @@ class ClientLink:
             transport.close()
 
     @property
+    def body_received(self) -> bool:
+        """The whole request body has arrived: reading it cannot wait (no deadline needed)."""
+        cycle = self._cycle
+        return cycle is not None and not cycle.more_body
+
+    @property
     def write_paused(self) -> bool:
         """The client's socket buffer is full: the next write will wait for it."""
         return self._protocol.flow.write_paused

@@ -12,7 +12,12 @@ uvicorn with this subclass:
   sweeper task per server checks both, no timer per request);
 - a client that half-closes after sending its request still gets its answer;
 - uvicorn's own refusals (a malformed request: 400; `--limit-concurrency` exceeded: 503)
-  are OpenAI-shaped JSON like every other refusal, not plain text.
+  are OpenAI-shaped JSON like every other refusal, not plain text;
+- a malformed request body (a bad chunk size, a chunk without its CRLF, a chunk-size line
+  or extension over `MAX_CHUNK_LINE` bytes) is answered 400 and the connection closed, as
+  is a body whose client closed its side before the body's end (uvicorn closed without a
+  word once the app had the head; llhttp accepts a size line of any length, so an endless
+  one held the request until the client gave up).
 
 Everything else is uvicorn's. Limits are per process, set by `create_app` (uvicorn builds
 protocols after loading the app, also in each `--workers` child).
@@ -41,6 +46,13 @@ class HeadLimits:
     timeout_s = 10.0
 
 
+# a chunk-size line (size, extensions) still unfinished after this many bytes is refused
+# (Node caps chunk extensions at 16 KiB too). Checked when a read ends, so a line that
+# ends within the same socket read may be up to one read (256 KiB) longer: a bound, not
+# an exact limit, at no cost per body byte.
+MAX_CHUNK_LINE = 16 * 1024
+
+
 def _refusal(status: int, reason: bytes, message: str) -> bytes:
     body = error_body(message, "invalid_request_error", "invalid_request")
     head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n" % (status, reason)
@@ -54,6 +66,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._reading_head = True  # between a message's end and the next head's end
         self._raw_head_bytes = 0  # bytes read since the last head ended (a bound, cheap)
         self._refused = False
+        self._unframed = 0  # body bytes read since the last chunk header or body byte
         # when this connection's head (or keep-alive) time runs out; 0: a request is served
         self.deadline = 0.0
 
@@ -69,11 +82,16 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             if not self._raw_head_bytes:  # a head begins: its deadline replaces keep-alive
                 self.deadline = self.loop.time() + HeadLimits.timeout_s
             self._raw_head_bytes += len(data)
+        else:
+            self._unframed += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as exc:
             if not self._refused:
-                self.send_400_response("Invalid HTTP request received.")
+                if self._in_body():
+                    self._refuse_body(f"malformed request body: {exc}")
+                else:
+                    self.send_400_response("Invalid HTTP request received.")
             return
         except httptools.HttpParserUpgrade:
             if self._should_upgrade():
@@ -84,6 +102,43 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         # still inside the head after a whole read: that read was head bytes
         if self._reading_head and self._raw_head_bytes > HeadLimits.max_bytes:
             self._too_large()
+        elif self._unframed > MAX_CHUNK_LINE and not self._refused and self._in_body():
+            # bytes and bytes with neither a chunk header nor a body byte in them: one
+            # endless chunk-size line (leading zeros, an extension), which llhttp accepts
+            self._refuse_body(
+                f"malformed request body: chunk-size line over {MAX_CHUNK_LINE} bytes"
+            )
+
+    def on_chunk_header(self) -> None:
+        self._unframed = 0
+
+    def on_body(self, body: bytes) -> None:
+        self._unframed = 0
+        super().on_body(body)
+
+    def _in_body(self) -> bool:
+        """This connection's current request is still sending its body and has no answer
+        yet (none queued before it): a refusal now is this request's answer."""
+        cycle = self.cycle
+        return (
+            not self._reading_head
+            and cycle is not None
+            and cycle.more_body
+            and not cycle.response_started
+            and not self.pipeline
+        )
+
+    def _refuse_body(self, message: str) -> None:
+        """Answer 400 for the request whose body broke, and close. The app, waiting for
+        that body, hears a disconnect and answers nothing more."""
+        cycle = self.cycle
+        assert cycle is not None
+        self._refused = True
+        if not self.transport.is_closing():
+            self.transport.write(_refusal(400, b"Bad Request", message))
+            self.transport.close()
+        cycle.disconnected = True
+        cycle.message_event.set()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -96,6 +151,9 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             self._too_large()
             raise _Refused  # stops the parser; data_received sees _refused
         self._reading_head = False
+        # the bytes of this read after the head (about: the request line's overhead is
+        # taken as 32), the start of the body's framing count
+        self._unframed = max(0, self._raw_head_bytes - _head_size(self) - 32)
         self._raw_head_bytes = 0
         self.deadline = 0.0
         link = ClientLink(self)
@@ -121,12 +179,18 @@ class GatewayHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._reading_head = True
+        self._unframed = 0
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
         # A client may half-close (shut down its sending side) once its request is sent and
         # still read the answer: keep the connection open for that answer. A client that
         # really left is noticed when a write to it fails (a stream's next chunk) or when
         # its answer is written; TCP cannot tell the two apart at the FIN.
+        if self._in_body() and not self._refused:
+            # but a body cut short can never end: answer that now rather than at its
+            # deadline (or never, before its first byte)
+            self._refuse_body("request body truncated: the client closed before its end")
+            return None
         if self.cycle is not None and not self.cycle.response_complete:
             return True
         return None

@@ -1,7 +1,7 @@
 """The gateway's driver of the request pipeline core, for /v1/chat/completions and
 /v1/completions.
 
-parse (400) → authenticate (401) → [core] estimate the budget → place (404/413) →
+parse (400) → authenticate (401) → [core] estimate the budget → place (404/400) →
 admit (429) → wait for room (429/503) → route (503) → forward, with one retry on another
 worker for a connect failure (502/504) → relay → [core] settle; then metrics and the
 request log. Every decision is the pure core's (policies/core.py), the same object the
@@ -24,9 +24,7 @@ yielded capacity to a protected one, and a retry after Retry-After is the cure.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import os
 import re
 import time
 from concurrent.futures import Executor
@@ -36,7 +34,7 @@ import orjson
 
 from compressor.compress import CompressorConfig
 from compressor.served import ENGINE, load_served
-from gateway import logs, quartz
+from gateway import logs, quartz, request_ids
 from gateway.config import GatewayConfig
 from gateway.errors import (
     AuthenticationFailed,
@@ -87,20 +85,6 @@ _INACTIVE = {
 }
 _JSON = b"application/json"
 _SSE = b"text/event-stream; charset=utf-8"
-
-
-_ID_PREFIX = os.urandom(4).hex()  # per process: ids from several replicas do not collide
-_ids = itertools.count(1)
-
-
-def _safe_request_id(value: bytes | None) -> str:
-    """The client's x-request-id when it is printable ASCII of at most 128 bytes, else a
-    new one (a counter: no system call per request)."""
-    if value and len(value) <= 128 and value.isascii():
-        text = value.decode("ascii")
-        if text.isprintable():
-            return text
-    return f"{_ID_PREFIX}{next(_ids):08x}"
 
 
 class BodySource(Protocol):
@@ -287,7 +271,8 @@ class Pipeline:
     ) -> None:
         t0 = self.loop.time()
         arrival = time.time()
-        rid = _safe_request_id(request_id)
+        own = request_ids.new()  # the engine's id (gateway/request_ids.py)
+        rid = request_ids.client_id(request_id) or own  # the client's: logs, the answer
         logs.request_id.set(rid)  # this task's log lines name the request
         att = _Attempt()
         parsed: ParsedRequest | None = None
@@ -296,8 +281,9 @@ class Pipeline:
             att.entitlement = self._authenticate(authorization)
             raw = await source.read()
             parsed = parse(raw, endpoint)
+            raw = request_ids.scrub(parsed, raw)
             ticket = self.shaper.shape(
-                parsed, rid, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
+                parsed, own, t0, self.fleet.specs, self.fleet.live_pools(t0), self.fleet.models
             )
             if att.entitlement is not None:
                 ticket.info.entitlement = att.entitlement
@@ -485,7 +471,10 @@ class Pipeline:
         att.extra_headers = extra
         body, strip_usage = self._upstream_body(parsed, raw, rewritten_body(parsed, ticket))
         path = _PATHS[parsed.endpoint]
-        headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % rid.encode("latin-1")
+        # the engine's id is the gateway's, never the client's (gateway/request_ids.py)
+        headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % (
+            ticket.info.id.encode("latin-1")
+        )
         tried: set[str] = set()
         last_error: UpstreamError | None = None
         core = self.core
@@ -747,8 +736,8 @@ class Pipeline:
             worker.request_succeeded()
             if up.status == 200:
                 self._count_usage(usage_of(body), att)
-                if att.ticket is not None:  # a whole answer: its first token comes with it
-                    self._first_token(att)
+                if att.ticket is not None:  # a whole answer: no first token seen, no prefill
+                    self.core.answered(att.ticket, self.loop.time())
         att.status = up.status
         await responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)
 
@@ -877,6 +866,7 @@ class Pipeline:
             entry = {
                 "ts": round(arrival, 6),
                 "request_id": rid,
+                "engine_request_id": info.id if info else None,
                 "endpoint": parsed.endpoint if parsed else None,
                 "model": parsed.model if parsed else None,
                 "stream": parsed.stream if parsed else None,

@@ -180,13 +180,13 @@ def proxy_responses(stream_doc: str) -> dict[int | str, dict[str, Any]]:
         },
         400: {
             "model": ErrorResponse | EngineErrorResponse,
-            "description": "invalid request (the gateway's or the engine's own 400)",
+            "description": "invalid request, or too long for every pool (context_length_exceeded); the gateway's or the engine's own 400",
         },
         401: {**error, "description": "missing or unknown API key"},
         403: {**error, "description": "inactive entitlement"},
         404: {**error, "description": "no pool serves the model"},
         408: {**error, "description": "request body not received in time"},
-        413: {**error, "description": "context length exceeded, or body too large"},
+        413: {**error, "description": "request body over limits.max_body_bytes"},
         415: {**error, "description": "compressed request bodies are not accepted"},
         422: {
             "model": ErrorResponse | EngineErrorResponse,

@@ -4,7 +4,7 @@ requests.
 The decisions — estimate, place, apply an exact count or a compression — are the pure
 core's (policies/core.py over policies/intake.py), the same objects the simulator drives. This module adds what only the
 gateway has: the request's JSON, the real compressor run off the event loop, HTTP
-refusals (404/413 in the OpenAI shape the SDK reads), and the `fleetgate_compress_*`
+refusals (404, and 400 `context_length_exceeded`, in the OpenAI shape the SDK reads), and the `fleetgate_compress_*`
 metrics and observed-traffic histogram.
 
 Off the event loop: the exact count and compression (milliseconds of CPU) run on a thread
@@ -12,7 +12,8 @@ pool (`placement.compress_workers`, default 1; 0 runs them inline), so a borderl
 request does not stall the streams the loop is relaying.
 
 Failure posture: compression that cannot reach T_c sends the original request to the
-placement's fallback (the long pool); with no fallback the answer is 413 naming why.
+placement's fallback (the long pool); with no fallback the answer is 400
+`context_length_exceeded` naming why.
 `fleetgate_compress_*` metrics tell borderline, compressed and fell-back requests apart.
 """
 

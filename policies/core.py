@@ -13,6 +13,8 @@
                                                            … hooks.on_dispatch
     first_token  the PrefillWork lease goes back; the dispatcher hears `served`
                                                            … hooks.on_first_token
+    answered     the same for a whole answer with no first token seen (no hook: its
+                 time is not a prefill)
     complete     settle: ĉ_k learns, the admitter settles, every lease is released
                                                            … hooks.on_complete
 
@@ -246,13 +248,20 @@ class Core:
 
     # --- step 9 ---------------------------------------------------------------------
     def first_token(self, ticket: Ticket, now: float) -> None:
+        self.answered(ticket, now)
+        for h in self.hooks:
+            h.on_first_token(ticket.info, now)
+
+    def answered(self, ticket: Ticket, now: float) -> None:
+        """The engine answered but no first token was seen: a whole (non-streamed) answer,
+        which arrives with its last token. Its prompt leaves the backlog and the
+        dispatcher counts the service, but hooks hear no first token: the time to it is
+        the whole answer's, not a prefill, and QUARTZ's calibration must not learn it."""
         prefill = ticket.prefill
         if prefill is not None:
             ticket.prefill = None
             prefill.release()  # out of the backlog (and, with a prefill room, room frees)
         self.dispatcher.served(ticket.info, now)
-        for h in self.hooks:
-            h.on_first_token(ticket.info, now)
 
     def complete(self, ticket: Ticket, outcome: Outcome, now: float) -> None:
         """Settle once: learn from the engine's count, settle the reservation, release

@@ -504,3 +504,149 @@ def test_stop_and_logprobs_validation_errors(emu: Proc) -> None:
     )
     e = _err(post(emu.url, CHAT, {"messages": MSG, "stop": ["a", ""]}), 400)
     assert e["message"] == "stop cannot contain an empty string." and e["param"] is None
+
+
+# -- tool calls (vLLM 0.33 chat_completion/serving.py; WIRE_SPEC §3–§4) ---------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 2},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                "hourly": {"type": "boolean"},
+                "at": {"type": "array", "items": {"$ref": "#/$defs/point"}, "minItems": 1},
+            },
+            "required": ["city", "unit"],
+            "$defs": {
+                "point": {
+                    "type": "object",
+                    "properties": {"lat": {"type": "number", "minimum": -90, "maximum": 90}},
+                    "required": ["lat"],
+                }
+            },
+        },
+    },
+}
+CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+         "properties": {"tz": {"type": "string"}}}}}  # fmt: skip
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+TOOL_MSG = [{"role": "user", "content": "What is the weather in Paris?"}]
+TOOL_KEYS = ["role", "content", "refusal", "annotations", "audio", "function_call", "tool_calls",
+             "reasoning"]  # fmt: skip
+
+
+def _valid_arguments(name: str, arguments: str) -> dict[str, Any]:
+    """The arguments parse as JSON and conform to the function's schema (jsonschema, an
+    implementation independent of the emulator's generator)."""
+    import json
+
+    import jsonschema
+
+    tool = {"get_weather": WEATHER, "get_time": CLOCK}[name]
+    args = json.loads(arguments)
+    jsonschema.validate(args, tool["function"]["parameters"])  # type: ignore[index]
+    return args
+
+
+def _tool_body(choice: Any, stream: bool = False, **kw: Any) -> dict[str, Any]:
+    return {"model": "llama-8b", "messages": TOOL_MSG, "tools": [CLOCK, WEATHER],
+            "tool_choice": choice, "max_tokens": 64, "stream": stream} | kw  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("choice", "name", "finish"),
+    [
+        (NAMED, "get_weather", "stop"),
+        ("required", "get_time", "tool_calls"),
+        ("auto", "get_weather", "tool_calls"),
+    ],
+    ids=["named", "required", "auto"],
+)
+def test_tool_choice_answers_a_tool_call(emu: Proc, choice: Any, name: str, finish: str) -> None:
+    """Was: a text answer whatever `tool_choice` said. vLLM: a named call finishes "stop"
+    (as OpenAI), a required or auto one "tool_calls"; auto calls the first tool named in
+    the last user message (the emulator's documented rule)."""
+    asks = [{"role": "user", "content": "Please use get_weather for Paris."}]
+    r = post(emu.url, CHAT, _tool_body(choice, messages=asks))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert r.content == compact(body)
+    (c,) = body["choices"]
+    assert list(c) == CHAT_CHOICE_KEYS
+    assert list(c["message"]) == TOOL_KEYS
+    assert c["message"]["content"] == ""
+    (call,) = c["message"]["tool_calls"]
+    assert list(call) == ["id", "type", "function"]
+    assert re.fullmatch(r"chatcmpl-tool-[0-9a-f]{16}", call["id"])
+    assert call["type"] == "function" and call["function"]["name"] == name
+    _valid_arguments(name, call["function"]["arguments"])
+    assert c["finish_reason"] == finish
+
+
+def test_no_tool_call_for_none_or_no_match(emu: Proc) -> None:
+    for choice, messages in (("none", TOOL_MSG), ("auto", [{"role": "user", "content": "hi"}])):
+        r = post(emu.url, CHAT, {**_tool_body(choice), "messages": messages})
+        (c,) = r.json()["choices"]
+        assert list(c["message"]) == MESSAGE_KEYS and c["message"]["content"]
+    r = post(emu.url, CHAT, _tool_body({"type": "function", "function": {"name": "nope"}}))
+    assert r.status_code == 400 and "nope" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("choice", "finish"), [(NAMED, "stop"), ("required", "tool_calls")],
+                         ids=["named", "required"])  # fmt: skip
+def test_tool_call_stream_chunks(emu: Proc, choice: Any, finish: str) -> None:
+    """The role chunk; then a DeltaToolCall with id, type, index and the function's name
+    (and its first arguments); then index + arguments deltas; the finish chunk."""
+    r, raw = stream_raw(emu.url, CHAT, _tool_body(choice, True))
+    assert r.status_code == 200
+    events = sse_events(raw)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    deltas = [e["choices"][0]["delta"] for e in events[1:] if e.get("choices")]
+    opening = deltas[0]["tool_calls"][0]
+    assert list(opening) == ["id", "type", "index", "function"]
+    assert re.fullmatch(r"chatcmpl-tool-[0-9a-f]{16}", opening["id"])
+    assert opening["type"] == "function" and opening["index"] == 0
+    assert list(opening["function"]) == ["name", "arguments"]
+    name = opening["function"]["name"]
+    for d in deltas[1:]:
+        assert list(d) == ["tool_calls"]
+        (part,) = d["tool_calls"]
+        assert part.keys() == {"index", "function"} and list(part["function"]) == ["arguments"]
+    arguments = "".join(d["tool_calls"][0]["function"]["arguments"] for d in deltas)
+    _valid_arguments(name, arguments)
+    last = [e for e in events if e.get("choices")][-1]["choices"][0]
+    assert last["finish_reason"] == finish
+    assert raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_tool_calls_through_the_openai_sdk(emu: Proc) -> None:
+    c = openai.OpenAI(base_url=emu.url + "/v1", api_key="x", max_retries=0)
+    r = c.chat.completions.create(model="llama-8b", messages=TOOL_MSG,  # type: ignore[arg-type]
+                                  tools=[WEATHER], tool_choice=NAMED, max_tokens=64)  # type: ignore[list-item]  # fmt: skip
+    (call,) = r.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather"
+    _valid_arguments("get_weather", call.function.arguments)
+    # streamed: the SDK's chunks put together give one call with valid arguments
+    ids, names, parts = set(), set(), []
+    with c.chat.completions.create(model="llama-8b", messages=TOOL_MSG, tools=[WEATHER],  # type: ignore[arg-type,list-item]
+                                   tool_choice="required", max_tokens=64, stream=True) as s:  # fmt: skip
+        finish = None
+        for chunk in s:
+            for ch in chunk.choices:
+                for tc in ch.delta.tool_calls or []:
+                    assert tc.index == 0
+                    if tc.id:
+                        ids.add(tc.id)
+                    if tc.function and tc.function.name:
+                        names.add(tc.function.name)
+                    if tc.function and tc.function.arguments:
+                        parts.append(tc.function.arguments)
+                finish = ch.finish_reason or finish
+    assert len(ids) == 1 and names == {"get_weather"} and finish == "tool_calls"
+    _valid_arguments("get_weather", "".join(parts))

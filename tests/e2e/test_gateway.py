@@ -115,7 +115,7 @@ def test_long_prompt_goes_to_the_long_pool(fleet):
     assert raw.parse().usage.prompt_tokens > 8192
 
 
-def test_400_404_413(fleet):
+def test_400_404(fleet):
     c = client(fleet)
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model=MODEL, messages=[])
@@ -125,14 +125,31 @@ def test_400_404_413(fleet):
     with pytest.raises(openai.NotFoundError) as e:
         c.chat.completions.create(model="no-such-model", messages=HELLO)
     assert e.value.body["code"] == "model_not_found"
-    with pytest.raises(openai.APIStatusError) as e:
+    r = httpx.post(fleet.url + "/v1/chat/completions", content=b"{not json", timeout=5)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_too_long_for_every_pool_is_openai_context_length_exceeded(fleet):
+    """Was: 413, which the SDK raises as a bare APIStatusError (and LiteLLM does not see as
+    a context-window error). OpenAI, vLLM and SGLang answer 400 context_length_exceeded."""
+    c = client(fleet)
+    with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": long_prompt(80000)}]
         )
-    assert e.value.status_code == 413
-    assert e.value.body["code"] == "context_length_exceeded"
-    r = httpx.post(fleet.url + "/v1/chat/completions", content=b"{not json", timeout=5)
-    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    assert e.value.status_code == 400
+    err = e.value.response.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error"
+    assert err["code"] == "context_length_exceeded"
+    assert err["param"] == "messages"
+    assert "connection" not in e.value.response.headers or (
+        e.value.response.headers["connection"] != "close"
+    )  # the body was read whole: the connection goes on
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL, prompt=long_prompt(80000), max_tokens=4)
+    err = e.value.response.json()["error"]
+    assert (err["code"], err["param"]) == ("context_length_exceeded", "prompt")
 
 
 def test_engine_4xx_passes_through_unchanged(fleet):
@@ -186,3 +203,96 @@ def test_client_hanging_up_right_after_done_is_a_success(fleet):
     assert metric(after, "fleetgate_client_disconnects_total") == metric(
         before, "fleetgate_client_disconnects_total"
     )
+
+
+def _engine_id(answer_id: str) -> str:
+    """The request id the engine used: vLLM's answer id is `chatcmpl-` + the id it was sent
+    (X-Request-Id; WIRE_SPEC §3), the emulator's too."""
+    assert answer_id.startswith("chatcmpl-"), answer_id
+    return answer_id.removeprefix("chatcmpl-")
+
+
+def test_engines_get_the_gateways_request_id_never_the_clients(fleet):
+    """Was: the client's X-Request-Id forwarded as the engine's request id, and the ids the
+    gateway made up predictable (a per-process prefix + a counter): one tenant could claim
+    the id another tenant's request was then given (vLLM refuses duplicate ids)."""
+    alice, mallory = client(fleet), client(fleet)
+    # a request without an id: the gateway's id, in the answer's header
+    raw = alice.chat.completions.with_raw_response.create(model=MODEL, messages=HELLO, max_tokens=2)
+    given = raw.headers["x-request-id"]
+    first = _engine_id(raw.parse().id)
+    # another tenant sends that id, and the ones a counter would give next
+    guesses = [given, *(given[:-1] + c for c in "0123456789abcdef"), "victim-1"]
+    seen = {first}
+    for guess in guesses:
+        raw = mallory.chat.completions.with_raw_response.create(
+            model=MODEL, messages=HELLO, max_tokens=2, extra_headers={"x-request-id": guess}
+        )
+        assert raw.headers["x-request-id"] == guess  # the client's id comes back to it
+        engine = _engine_id(raw.parse().id)
+        assert engine not in seen and engine not in guesses
+        assert len(engine) >= 32  # 128 bits: not guessable
+        seen.add(engine)
+    # the same client id on two concurrent requests: two engine ids, both answered
+    import concurrent.futures
+
+    def stream_once() -> str:
+        with alice.chat.completions.with_streaming_response.create(
+            model=MODEL, messages=HELLO, max_tokens=20, stream=True,
+            extra_body={"ignore_eos": True}, extra_headers={"x-request-id": "same"},
+        ) as r:  # fmt: skip
+            assert r.headers["x-request-id"] == "same"
+            ids = {c.id for c in r.parse()}
+        assert len(ids) == 1
+        return _engine_id(ids.pop())
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(lambda _: stream_once(), range(2))
+    assert a != b and "same" not in (a, b)
+
+
+def test_a_body_request_id_does_not_reach_the_engine(fresh_procs):
+    """SGLang takes its request id from the body's `rid` (vLLM from the header, else the
+    body's `request_id`): a client's own goes no further than the gateway."""
+    from tests.e2e.fleet import emulator, gateway_config, start_gateway
+
+    emu = emulator(fresh_procs, "rid-sglang", 8192, "--personality", "sglang").wait_ready("/health")
+    cfg = gateway_config([emu.url], [])
+    cfg["pools"]["short"]["workers"][0]["engine"] = "sglang"
+    gw = start_gateway(fresh_procs, cfg)
+    c = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0, timeout=30)
+    ids = set()
+    for _ in range(2):
+        r = c.chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=2,
+            extra_body={"rid": "victim-rid", "request_id": "victim-rid"},
+        )  # fmt: skip
+        assert r.id != "victim-rid"  # SGLang's answer id is its rid
+        ids.add(r.id)
+    assert len(ids) == 2
+
+
+def test_tool_calls_pass_through_the_gateway(fleet):
+    """The emulator answers a named tool_choice with a call (as vLLM): through the gateway
+    the SDK reads the same call, whole and streamed."""
+    import json
+
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}]  # fmt: skip
+    choice = {"type": "function", "function": {"name": "get_time"}}
+    c = client(fleet)
+    r = c.chat.completions.create(
+        model=MODEL, messages=HELLO, tools=tools, tool_choice=choice, max_tokens=32
+    )
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_time" and "tz" in json.loads(call.function.arguments)
+    parts, names = [], set()
+    for chunk in c.chat.completions.create(
+        model=MODEL, messages=HELLO, tools=tools, tool_choice=choice, max_tokens=32, stream=True
+    ):
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                if tc.function.name:
+                    names.add(tc.function.name)
+                parts.append(tc.function.arguments or "")
+    assert names == {"get_time"} and "tz" in json.loads("".join(parts))

@@ -217,6 +217,62 @@ def test_malformed_request_is_an_openai_shaped_400(gw):
         assert_openai_error(c.read(), 400)
 
 
+_CHUNKED_HEAD = request(
+    "POST",
+    "/v1/chat/completions",
+    headers={"content-type": "application/json", "transfer-encoding": "chunked", **AUTH},
+    length=False,
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b"zz\r\n{}\r\n0\r\n\r\n", id="bad-chunk-size"),
+        pytest.param(b"-2\r\n{}\r\n0\r\n\r\n", id="negative-chunk-size"),
+        pytest.param(b"2\r\n{}XX0\r\n\r\n", id="missing-crlf-after-data"),
+        pytest.param(b"2\n{}\r\n0\r\n\r\n", id="bare-lf-after-size"),
+        pytest.param(b"F" * 20 + b"\r\n{}", id="chunk-size-overflow"),
+        # a size line still going after 32 KiB (llhttp would take leading zeros or an
+        # extension for ever)
+        pytest.param(b"0" * (32 * 1024), id="over-long-size-line"),
+        pytest.param(b"2;" + b"e" * (32 * 1024), id="over-long-extension"),
+    ],
+)
+def test_malformed_chunked_body_is_an_openai_shaped_400(gw, body):
+    """Was: no answer at all (the connection closed, or held open; uvicorn answers 400)."""
+    with Conn(gw.port, timeout=10) as c:
+        try:
+            c.send(_CHUNKED_HEAD + body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered and closed before the rest was read
+        err = assert_openai_error(c.read("POST"), 400)
+        assert err["type"] == "invalid_request_error"
+        assert "chunk" in err["message"].lower()
+        assert c.closed_by_peer()
+    assert httpx.get(gw.url + "/healthz", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("then", ["half-close", "silence"])
+@pytest.mark.parametrize("sent", [b"", b'5\r\n{"mo'], ids=["no-chunk", "mid-chunk"])
+def test_truncated_chunked_body_is_answered(gw, sent, then):
+    """A body cut short gets an answer, never a hang: 400 when the client has closed its
+    side (the body can never end), 408 after limits.body_timeout_s when it goes silent
+    (also before its first chunk)."""
+    import socket
+
+    with Conn(gw.port, timeout=10) as c:
+        c.send(_CHUNKED_HEAD + sent)
+        if then == "half-close":
+            c.sock.shutdown(socket.SHUT_WR)
+        t = time.monotonic()
+        answer = c.read("POST")
+        assert time.monotonic() - t < 8
+        err = assert_openai_error(answer, 400 if then == "half-close" else 408)
+        assert c.closed_by_peer()
+    assert err["code"] == ("invalid_request" if then == "half-close" else "request_timeout")
+
+
 def test_vllm_health_route(gw):
     """Was: 404 (guidellm's backend check failed)."""
     r = httpx.get(gw.url + "/health")

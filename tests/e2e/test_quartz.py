@@ -146,12 +146,61 @@ def test_under_coverage_falls_back_and_says_so(fresh_procs):
         quartz={"calibration": False, "min_samples": 8, "engine_w": 0.000001, "engine_h": 0.0},
     )
     gw = start_gateway(fresh_procs, cfg)
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 2,
+        "stream": True,
+    }  # fmt: skip  (a first token is observed only in a stream)
     for _ in range(10):
-        r = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=30)
-        assert r.status_code == 200
+        with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, timeout=30) as r:
+            assert r.status_code == 200
+            r.read()
     text = httpx.get(gw.url + "/metrics").text
     assert metric(text, "fleetgate_quartz_fallback") == 1.0
     assert metric(text, "fleetgate_quartz_fallback_changes_total") == 1.0
     assert metric(text, "fleetgate_quartz_coverage") < 0.9
     assert wait_until(lambda: "coverage degraded: falling back" in gw.output())
+
+
+def test_a_whole_answer_records_no_prefill(fresh_procs, tmp_path):
+    """Was: a non-streamed answer's whole latency recorded as its prefill (it has no
+    first token the gateway sees, and engines report none in the answer: WIRE_SPEC §3),
+    which fed the calibration and `train-predictor` 3.3× (up to 30×) too-high targets.
+    Now only a streamed first token is observed."""
+    from collections import Counter
+
+    from fleetgate.predictor import examples
+
+    emu = emulator(fresh_procs, "q-emu4", 8192).wait_ready()
+    log = tmp_path / "requests.jsonl"
+    cfg = gateway_config(
+        [emu.url],
+        [],
+        routing={"policy": "quartz"},
+        dispatch={"policy": "quartz"},
+        request_log={"path": str(log)},
+    )
+    gw = start_gateway(fresh_procs, cfg)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 40,
+            "ignore_eos": True}  # fmt: skip
+    r = httpx.post(gw.url + "/v1/chat/completions", json=body, headers={"x-request-id": "whole"},
+                   timeout=30)  # fmt: skip
+    assert r.status_code == 200
+    with httpx.stream("POST", gw.url + "/v1/chat/completions", json={**body, "stream": True},
+                      headers={"x-request-id": "streamed"}, timeout=30) as s:  # fmt: skip
+        assert s.status_code == 200
+        s.read()
+    assert wait_until(lambda: log.exists() and len(log.read_text().splitlines()) == 2)
+    entries = {e["request_id"]: e for e in map(json.loads, log.read_text().splitlines())}
+    assert entries["whole"]["prefill_s"] is None
+    # the log names the engine's id too (the gateway's own, the vLLM answer's id suffix)
+    assert entries["whole"]["engine_request_id"] == r.json()["id"].removeprefix("chatcmpl-")
+    assert entries["whole"]["features"] is not None  # it was routed by the predictor
+    assert entries["streamed"]["prefill_s"] > 0
+    text = httpx.get(gw.url + "/metrics").text
+    assert metric(text, "fleetgate_quartz_observations_total") == 1.0  # the calibration's
+    assert metric(text, "fleetgate_quartz_prefill_seconds_count") == 1.0
+    skipped: Counter[str] = Counter()
+    assert len(list(examples(entries.values(), skipped))) == 1  # train-predictor's view
+    assert skipped == Counter({"no features or prefill_s": 1})

@@ -25,7 +25,7 @@ TRACE = [("t0", 300, 16), ("t1", 6000, 16), ("t2", 70000, 16)]
 EXPECTED = {
     "t0": ["arrival", "dispatch", "first_token", "complete:ok"],
     "t1": ["arrival", "dispatch", "first_token", "complete:ok"],
-    "t2": [],  # refused at placement (413): policies never hear of it
+    "t2": [],  # refused at placement (400): policies never hear of it
 }
 
 
@@ -66,11 +66,19 @@ async def _live(tmp_path) -> tuple[Events, dict[str, str | None]]:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
                 for rid, prompt, max_tokens in TRACE:
-                    # token ids: the gateway's count is exact, as the simulator's is
+                    # token ids: the gateway's count is exact, as the simulator's is;
+                    # streamed: the gateway sees a first token only in a stream
                     body = {"model": MODEL, "prompt": list(range(1000, 1000 + prompt)),
-                            "max_tokens": max_tokens, "ignore_eos": True}  # fmt: skip
+                            "max_tokens": max_tokens, "ignore_eos": True,
+                            "stream": True}  # fmt: skip
+                    seen = len(events.seen)
                     r = await c.post("/v1/completions", json=body, headers={"x-request-id": rid})
                     pools[rid] = r.headers.get("x-fleetgate-pool")
+                    # policies know a request by the gateway's own id, never the client's
+                    # (gateway/request_ids.py): name its events by the trace's
+                    own = {r for r, _ in events.seen[seen:]}
+                    assert rid not in own and len(own) <= 1
+                    events.seen[seen:] = [(rid, e) for _, e in events.seen[seen:]]
             for w in app.gateway.fleet.workers.values():
                 assert w.in_flight == 0 and w.outstanding_tokens == 0  # every slot came back
         finally:
