@@ -1,4 +1,4 @@
-"""The QUARTZ paper's evaluation (../shared/seeds/003 §5) in the simulator, beside its tables.
+"""The QUARTZ paper's evaluation (§5) in the simulator, beside its tables.
 
     python bench/quartz_experiments.py --out out/quartz            # the full protocol
     python bench/quartz_experiments.py --quick --out out/quartz-q  # a small, fast version

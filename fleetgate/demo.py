@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             f'    -d \'{{"model":"{MODEL}","messages":[{{"role":"user","content":"Hello!"}}],"max_tokens":32}}\'\n\n'
             f"  python -c \"from openai import OpenAI; c = OpenAI(base_url='{url}/v1', api_key='none'); "
             f"print(c.chat.completions.create(model='{MODEL}', messages=[{{'role':'user','content':'Hello!'}}], "
-            f'max_tokens=32).choices[0].message.content)"\n',
+            f'max_tokens=32).choices[0].message.content)"'
+            "   # the openai SDK: pip install openai\n",
             flush=True,
         )
         run(config)
