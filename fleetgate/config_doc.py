@@ -20,6 +20,7 @@ import enum
 import inspect
 import io
 import json
+import re
 import sys
 import textwrap
 import tokenize
@@ -331,6 +332,7 @@ def anchor(path: str) -> str:
 def _escape(text: str) -> str:
     """Markdown table text: `|` escaped, and `<...>` outside code spans kept from reading as
     HTML."""
+    text = re.sub(r"\bNone\b", "null", text)  # the models' comments speak Python; YAML says null
     parts = text.replace("|", "\\|").split("`")
     for i in range(0, len(parts), 2):
         parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")

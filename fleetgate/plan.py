@@ -8,7 +8,7 @@
     fleetgate plan --histogram FILE             # the same, from a saved histogram
 
 Named workloads are the paper-input CDFs (`fleetgate.workload_cdf/v1` files) found in
---data-dir, $FLEETGATE_DATA_DIR, or the `shared/data` directory next to the checkout;
+--data-dir, $FLEETGATE_DATA_DIR, or the copies shipped in simulator/data/;
 PATH is any file of that schema. Without --b-short every hardware-feasible breakpoint with
 F(B) ≤ 0.999 (or each of --b-candidates) is swept (Algorithm 1); with it only γ is. The
 PR and PR + C&R baselines are read at --b-ref (default: the file's paper B_short, else the

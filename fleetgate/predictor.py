@@ -1,4 +1,4 @@
-"""`fleetgate train-predictor`: fit QUARTZ's prefill-time predictor (../shared/seeds/003 §3.2).
+"""`fleetgate train-predictor`: fit QUARTZ's prefill-time predictor (the QUARTZ paper, §3.2).
 
     fleetgate train-predictor LOG [LOG ...] -o model.json [--trees N] [--depth D]
             [--learning-rate X] [--holdout F] [--seed N] [--name S] [--json]
