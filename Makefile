@@ -1,17 +1,37 @@
 # fleetgate: `make run` serves the demo gateway in front of an emulated fleet;
-# `make test` installs what the suite needs and runs all of it.
+# `make test` installs what the suite needs (Python packages into .venv/, and Debian's
+# redis-server and prometheus when missing) and runs all of it.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.fleetgate-installed
+# `make run` installs the runtime dependencies only (what serving needs: no test, plot or
+# training extras); `make test` adds the test extra. Each stamp says which is installed.
+RUN_STAMP := $(VENV)/.fleetgate-run
+TEST_STAMP := $(VENV)/.fleetgate-test
+SOURCES := pyproject.toml setup.py compressor/_fast.c
+# pip's own progress (what it collects, builds and installs), not -q: a first install takes a
+# while and should show it is working
+PIP := $(PY) -m pip install --disable-pip-version-check --progress-bar on
+# options for `fleetgate demo`, e.g. make run DEMO_ARGS="--port 9000 --personality sglang"
+DEMO_ARGS ?=
 
-.PHONY: run test deps redis prometheus lint fmt unit e2e bench clean
+.PHONY: run test deps run-deps redis prometheus lint fmt unit e2e bench clean
 
-$(STAMP): pyproject.toml setup.py compressor/_fast.c
-	@test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
-	@touch $(STAMP)
+$(PY):
+	python3 -m venv $(VENV)
 
-deps: $(STAMP)
+$(RUN_STAMP): $(SOURCES) | $(PY)
+	@echo "fleetgate: installing the runtime dependencies into $(VENV)/ (once; make test adds the test tools)"
+	$(PIP) -e .
+	@touch $@
+
+$(TEST_STAMP): $(SOURCES) | $(PY)
+	@echo "fleetgate: installing fleetgate with its test, plot and training extras into $(VENV)/"
+	$(PIP) -e '.[test]'
+	@touch $@ $(RUN_STAMP)
+
+run-deps: $(RUN_STAMP)
+
+deps: $(TEST_STAMP)
 
 # Tests start their own redis-server on a free port; install Debian's package if missing.
 redis:
@@ -29,8 +49,8 @@ prometheus:
 	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive \
 	    apt-get install -y -qq prometheus >/dev/null; }
 
-run: deps
-	$(PY) -m fleetgate demo
+run: run-deps
+	$(PY) -m fleetgate demo $(DEMO_ARGS)
 
 lint: deps
 	$(VENV)/bin/ruff check .

@@ -7,8 +7,8 @@ Modes (`--lengths`):
 |---------|-----------------------------------------------------------------|-----------------------|
 | uniform | uniform (the corpus before; also what the LMSYS file's linear   | 256/512/512/1024      |
 |         | interpolation gives, since (8192, 12288] is one of its bins)    |                       |
-| lmsys   | LMSYS-Chat-1M CDF (shared/data/lmsys_chat_1m.json, the source   | Azure 2023 measured   |
-|         | of FleetOpt Table 7) restricted to the band, Pareto-interpolated| output lengths        |
+| lmsys   | LMSYS-Chat-1M CDF (simulator/data/lmsys_chat_1m.json, source of | Azure 2023 measured   |
+|         | FleetOpt Table 7) restricted to the band, Pareto-interpolated   | output lengths        |
 | azure   | Azure 2023 raw-trace ECDF (azure_2023_trace_fine.json,          | the same, scaled      |
 |         | all_total) in Azure's own paper band (4096, 6144], scaled by    | like L_total          |
 |         | B_short/4096 (it has no request in (8192, 12288])               |                       |

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What the gateway adds per request: latency (p50/p99) and CPU, against a worker called directly.
 
-Method (the team's proxy comparison, ../shared/docs/PERFORMANCE.md; the tables are in
+Method (the team's proxy comparison, "PERFORMANCE: what 'fast' means for a Python OpenAI-compatible
+proxy", 2026-11-21; the tables are in
 bench/overhead_tables.py): bench/mock_worker.py (a fixed-answer vLLM stand-in) runs pinned
 to CPU 1; the gateway (`python -m fleetgate serve --upstream <mock> --model mock`) runs
 pinned to CPU 0; wrk (one thread, bench/loadgen.lua) runs on CPU 1 and sends exactly

@@ -7,7 +7,7 @@ the defaults (compressed requests priced as served, options.py), (2) Table 5's
 analytical utilisation (and the simulator's measured one when `simulator/` is present, see
 bench/planner_sim.py), (3) Table 6, (4) §7.4's P99 TTFT figures under the options that
 bear on them, (5) Table 3 totals under each single-option change, (6) Algorithm 1's full
-(B, γ) sweep per workload. Numbers come from ../shared/data's paper-input CDFs.
+(B, γ) sweep per workload. Numbers come from the paper-input CDFs in simulator/data/.
 """
 
 from __future__ import annotations

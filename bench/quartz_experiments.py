@@ -1,4 +1,4 @@
-"""The QUARTZ paper's evaluation (../shared/seeds/003 §5) in the simulator, beside its tables.
+"""The QUARTZ paper's evaluation (§5) in the simulator, beside its tables.
 
     python bench/quartz_experiments.py --out out/quartz            # the full protocol
     python bench/quartz_experiments.py --quick --out out/quartz-q  # a small, fast version
@@ -187,12 +187,15 @@ def available(method: Method) -> bool:
 
 def run_all(jobs: Sequence[Job], workers: int) -> tuple[list[dict[str, Any]], float, float]:
     """Run `jobs` in a process pool; (rows, wall seconds, CPU seconds summed over runs)."""
+    from fleetgate.progress import iterate
+
     t0 = time.perf_counter()
     if workers <= 1:
-        rows = [_timed(j) for j in jobs]
+        rows = list(iterate(map(_timed, jobs), len(jobs), "runs", "run"))
     else:
         with ProcessPoolExecutor(workers) as pool:
-            rows = list(pool.map(_timed, jobs, chunksize=1))
+            done = pool.map(_timed, jobs, chunksize=1)
+            rows = list(iterate(done, len(jobs), "runs", "run"))  # a bar at a terminal only
     return rows, time.perf_counter() - t0, sum(r["cpu_s"] for r in rows)
 
 

@@ -1,4 +1,4 @@
-"""QUARTZ against its baselines LIVE (issue 15; ../shared/seeds/003 §5): gateway + emulators,
+"""QUARTZ against its baselines LIVE (issue 15; the QUARTZ paper, §5): gateway + emulators,
 time-scaled, the predictor trained from the gateway's own request log of a warm-up run.
 
     python bench/quartz_live.py --out out/quartz-live                 # ~9 min wall

@@ -1,4 +1,4 @@
-"""The Oracle method of the QUARTZ protocol (../shared/seeds/003 §5.3: "an offline upper
+"""The Oracle method of the QUARTZ protocol (the QUARTZ paper, §5.3: "an offline upper
 bound using observed prefill costs"), in the simulator only.
 
 What "oracle" means here: QUARTZ's router and queue with the predictor replaced by the

@@ -1,4 +1,4 @@
-"""The QUARTZ evaluation protocol (../shared/seeds/003 §5) as simulator runs: methods,
+"""The QUARTZ evaluation protocol (the QUARTZ paper, §5) as simulator runs: methods,
 workloads, one run's metrics. `bench/quartz_experiments.py` sweeps these and prints tables.
 
 Methods are configurations over identical traces: a router, a dispatcher (the gateway's

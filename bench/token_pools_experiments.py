@@ -395,10 +395,19 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    on, f_on = run_exp1(load("token-pools-exp1"))
-    off, f_off = run_exp1(load("token-pools-exp1-off"))
-    plot_exp1(on, off, out / "exp1.png")
-    res2, trace, f2 = run_exp2(load("token-pools-exp2"))
+    from fleetgate.progress import bar
+
+    with bar(3, "token-pools experiments", "run") as runs:  # drawn at a terminal only
+        runs.set_postfix_str("exp1, token pools")
+        on, f_on = run_exp1(load("token-pools-exp1"))
+        runs.update(1)
+        runs.set_postfix_str("exp1, admission off")
+        off, f_off = run_exp1(load("token-pools-exp1-off"))
+        runs.update(1)
+        plot_exp1(on, off, out / "exp1.png")
+        runs.set_postfix_str("exp2")
+        res2, trace, f2 = run_exp2(load("token-pools-exp2"))
+        runs.update(1)
     plot_exp2(res2, trace, out / "exp2.png")
 
     rows = figure_rows(f_on, f_off, f2)

@@ -13,6 +13,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("gateway.cli", "run the gateway: fleetgate serve --config FILE"),
     "demo": ("fleetgate.demo", "an emulated fleet and the gateway in front of it, until Ctrl-C"),
     "emulate": ("emulator.cli", "an emulated vLLM or SGLang server"),
+    "check-config": (
+        "fleetgate.check_config",
+        "validate gateway config files: the effective configuration or every problem",
+    ),
     "simulate": ("simulator.cli", "run a simulation scenario"),
     "plan": ("fleetgate.plan", "size the cheapest two-pool fleet for a workload"),
     "train-predictor": (

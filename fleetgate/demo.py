@@ -4,12 +4,17 @@ Starts two short-context emulated vLLM workers (max_model_len 8192) and one long
 worker (65536) as child processes on loopback, then the gateway on 127.0.0.1:8080 with
 the in-memory defaults, prints how to call it, and serves until Ctrl-C, when it stops
 everything it started.
+
+The emulators also end when the demo ends any other way — the terminal closed (SIGHUP), a
+supervisor's SIGTERM then SIGKILL, `kill -9`: on Linux each child asks the kernel for a
+parent-death signal (prctl PR_SET_PDEATHSIG) right after fork, so no emulator outlives it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -17,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -55,7 +61,8 @@ def demo_config(args: argparse.Namespace, ports: dict[str, list[int]]) -> dict[s
         return [{"url": f"http://127.0.0.1:{p}", "engine": args.personality} for p in ports[pool]]
 
     return {
-        "listen": {"host": args.host, "port": args.port},
+        # no load balancer to notice a drain: SIGTERM stops at once (in flight still finishes)
+        "listen": {"host": args.host, "port": args.port, "drain_delay_s": 0},
         "pools": {
             "short": {"max_model_len": 8192, "models": [MODEL], "workers": workers("short")},
             "long": {"max_model_len": 65536, "models": [MODEL], "workers": workers("long")},
@@ -63,6 +70,28 @@ def demo_config(args: argparse.Namespace, ports: dict[str, list[int]]) -> dict[s
         "placement": {"short_pool": "short", "b_short": 8192},
         "request_log": {"path": args.request_log},
     }
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel SIGKILL the child when this process dies, however it
+    dies (the signal is sent when the forking thread ends: here the main thread, which lives
+    as long as the process). None off Linux, where there is no such call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here, not between fork and exec
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            os._exit(126)
+        # the parent may have died before the request took effect: nobody would signal us
+        if os.getppid() != parent:
+            os._exit(126)
+
+    return preexec
 
 
 def _start_emulator(
@@ -77,7 +106,14 @@ def _start_emulator(
         "--time-scale", str(args.time_scale),
     ]  # fmt: skip
     log = (logdir / f"emulator-{port}.log").open("ab")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # its own session: a Ctrl-C reaches the demo only, which then stops the emulators in order
+    return subprocess.Popen(
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
+    )
 
 
 def _wait_healthy(procs: dict[int, subprocess.Popen[bytes]], timeout: float = 60.0) -> None:
@@ -141,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             f'    -d \'{{"model":"{MODEL}","messages":[{{"role":"user","content":"Hello!"}}],"max_tokens":32}}\'\n\n'
             f"  python -c \"from openai import OpenAI; c = OpenAI(base_url='{url}/v1', api_key='none'); "
             f"print(c.chat.completions.create(model='{MODEL}', messages=[{{'role':'user','content':'Hello!'}}], "
-            f'max_tokens=32).choices[0].message.content)"\n',
+            f'max_tokens=32).choices[0].message.content)"'
+            "   # the openai SDK: pip install openai\n",
             flush=True,
         )
         run(config)

@@ -8,7 +8,7 @@
     fleetgate plan --histogram FILE             # the same, from a saved histogram
 
 Named workloads are the paper-input CDFs (`fleetgate.workload_cdf/v1` files) found in
---data-dir, $FLEETGATE_DATA_DIR, or the `shared/data` directory next to the checkout;
+--data-dir, $FLEETGATE_DATA_DIR, or the copies shipped in simulator/data/;
 PATH is any file of that schema. Without --b-short every hardware-feasible breakpoint with
 F(B) ≤ 0.999 (or each of --b-candidates) is swept (Algorithm 1); with it only γ is. The
 PR and PR + C&R baselines are read at --b-ref (default: the file's paper B_short, else the
@@ -97,15 +97,37 @@ def load_workload(name: str, directory: str | None = None) -> tuple[LengthCdf, d
     if not path.is_file():
         stem = NAMED.get(name, name)
         path = data_dir(directory) / f"{stem}.json"
+        if not path.is_file():
+            raise ValueError(
+                f"unknown workload {name!r}: neither a named workload ({', '.join(NAMED)}, or "
+                f"a file stem in {path.parent}) nor a fleetgate.workload_cdf/v1 JSON file"
+            )
     doc = json.loads(path.read_text())
     points = doc.get("points", doc) if isinstance(doc, dict) else doc
     return LengthCdf.from_points(points, str(doc.get("name", path.stem))), doc
 
 
 def load_profile(name: str) -> HardwareProfile:
+    """A built-in profile by name or by a prefix only it has (`h100`), else a JSON file."""
     if name in BUILTIN_PROFILES:
         return BUILTIN_PROFILES[name]
-    return profile_from_dict(json.loads(Path(name).read_text()))
+    path = Path(name)
+    if not path.is_file():
+        matches = [known for known in BUILTIN_PROFILES if known.startswith(name.lower())]
+        if len(matches) == 1:
+            return BUILTIN_PROFILES[matches[0]]
+        raise ValueError(
+            f"unknown GPU profile {name!r}: neither a built-in profile "
+            f"({', '.join(BUILTIN_PROFILES)}) nor a file (a fleetgate.gpu_profile/v1 JSON "
+            f"document, or a JSON object of HardwareProfile's fields)"
+        )
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return profile_from_dict(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"GPU profile file {name}: {exc}") from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,7 +156,10 @@ def _parser() -> argparse.ArgumentParser:
                         "paper B_short, else the cheapest pool-routing B)")  # fmt: skip
     q.add_argument("--pc", type=float, help="compressibility p_c (default: the file's, else 1)")
     q.add_argument("--phi", type=float, help="long/short GPU cost ratio φ (default: prices)")
-    q.add_argument("--profile", default=PAPER_PROFILE, help="short-pool GPU profile: name|JSON")
+    q.add_argument("--profile", default=PAPER_PROFILE,
+                   help=f"short-pool GPU profile: a built-in name ({', '.join(BUILTIN_PROFILES)}; "
+                        f"a unique prefix such as h100 will do) or a JSON file; default "
+                        f"{PAPER_PROFILE}")  # fmt: skip
     q.add_argument("--long-profile", help="long-pool GPU profile (default: --profile)")
     q.add_argument("--long-ctx", type=int, default=65536, help="long pool context, tokens")
     q.add_argument("--observed-split", action="store_true",
@@ -242,7 +267,9 @@ def _table3(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> 
         return 0
     print(f"Table 3 (λ = {ref.RATE:g} req/s, SLO {ref.SLO_S * 1e3:g} ms), ours vs paper, "
           f"moments = {opts.moments}, compressed_mass = {opts.compressed_mass}")  # fmt: skip
-    print(f"{'workload':<14} {'method':<18} {'ours n_s+n_l=total':>20} {'paper':>20}")
+    print("counts are replicas, the paper's \"GPUs\" (an 8-GPU replica each, priced at one "
+          "GPU's $/h): short+long=total")  # fmt: skip
+    print(f"{'workload':<14} {'method':<18} {'ours':>20} {'paper':>20}")
     names = ("Homogeneous", "Pool routing", "PR + C&R (γ=1.5)", "FleetOpt")
     for r in results:
         o, t = r["ours"], r["paper"]
@@ -274,6 +301,8 @@ def _table6(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> 
         return 0
     print(f"Table 6 (agent-heavy, B_short 8,192, p_c 0.75), ours / paper, "
           f"moments = {opts.moments}, compressed_mass = {opts.compressed_mass}")  # fmt: skip
+    print("counts are replicas, the paper's \"GPUs\" (an 8-GPU replica each, priced at one "
+          "GPU's $/h)")  # fmt: skip
     print(f"{'λ':>6} {'homogeneous':>13} {'PR':>13} {'FleetOpt (γ*)':>24} {'PR saving':>15} "
           f"{'FleetOpt saving':>17}")  # fmt: skip
     for r, p in rows:

@@ -1,4 +1,4 @@
-"""`fleetgate train-predictor`: fit QUARTZ's prefill-time predictor (../shared/seeds/003 §3.2).
+"""`fleetgate train-predictor`: fit QUARTZ's prefill-time predictor (the QUARTZ paper, §3.2).
 
     fleetgate train-predictor LOG [LOG ...] -o model.json [--trees N] [--depth D]
             [--learning-rate X] [--holdout F] [--seed N] [--name S] [--json]
@@ -288,6 +288,7 @@ def fit(
     min_leaf: int | None = None,
     name: str = "trees",
     meta: Mapping[str, Any] | None = None,
+    progress: bool = False,
 ) -> Fitted:
     """Fit mean, q90 and q95 ensembles and build the model document. With `offset`, the
     trees fit what the analytic model leaves: y − o(x) for the mean, log y − log o(x) for
@@ -314,12 +315,21 @@ def fit(
     estimators: dict[str, Any] = {}
     ensembles: dict[str, Ensemble] = {}
     links: dict[str, str] = {}
-    for key, (loss, target, link) in specs.items():
-        est = GradientBoostingRegressor(**common, **loss)  # type: ignore[arg-type]
-        est.fit(X, target)
-        estimators[key] = est
-        ensembles[key] = _export_gbr(est, link)
-        links[key] = link
+    from fleetgate.progress import bar as progress_bar
+
+    with progress_bar(len(specs) * trees, "fit", "tree", on=progress) as stages:
+
+        def advance(_i: int, _est: Any, _locals: Any) -> bool:  # sklearn's per-stage monitor
+            stages.update(1)
+            return False  # never stop early
+
+        for key, (loss, target, link) in specs.items():
+            stages.set_description_str(f"fit {key}")
+            est = GradientBoostingRegressor(**common, **loss)  # type: ignore[arg-type]
+            est.fit(X, target, monitor=advance if progress else None)
+            estimators[key] = est
+            ensembles[key] = _export_gbr(est, link)
+            links[key] = link
     fit_s = time.process_time() - started
     info = {"trainer": "sklearn.GradientBoostingRegressor", "trees": trees, "depth": depth,
             "learning_rate": learning_rate, "examples": len(y)} | dict(meta or {})  # fmt: skip
@@ -395,7 +405,11 @@ def report_table(rows: Mapping[str, Mapping[str, float]]) -> str:
 
 
 def simulated_entries(
-    scenario: Any, seeds: Sequence[int], loads: Sequence[float], requests: int | None = None
+    scenario: Any,
+    seeds: Sequence[int],
+    loads: Sequence[float],
+    requests: int | None = None,
+    progress: bool = False,
 ) -> tuple[list[dict[str, Any]], AnalyticModel]:
     """Records (features at dispatch, prefill_s) of a scenario (a name, a YAML path or a
     loaded Scenario) run once per seed and load (a multiple of its arrival rate), with the
@@ -414,7 +428,10 @@ def simulated_entries(
         e.w, e.h, e.prefill_chunk, e.max_num_seqs, e.prefill_token_s, e.max_num_batched_tokens
     )
     analytic = analytic_model(settings, shape)
+    from fleetgate.progress import bar as progress_bar
+
     out: list[dict[str, Any]] = []
+    runs = progress_bar(len(loads) * len(seeds), f"simulate {name}", "run", on=progress)
     for load in loads:
         sc = base
         arrivals = base.workload.arrivals
@@ -426,12 +443,15 @@ def simulated_entries(
                 update={"workload": base.workload.model_copy(update={"arrivals": arrivals})}
             )
         for seed in seeds:
+            runs.set_postfix_str(f"load {load:g} seed {seed}")
             result = run(sc, seed=seed, requests=requests, prefill_model=analytic)
             out.extend(
                 {"features": r.features, "prefill_s": r.prefill_s, "load": load, "seed": seed}
                 for r in result.records
                 if r.features is not None and r.prefill_s is not None
             )
+            runs.update(1)
+    runs.close()
     return out, analytic
 
 
@@ -517,12 +537,18 @@ def _describe(m: AnalyticModel) -> str:
 
 
 def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[str], AnalyticModel]:
+    from fleetgate.progress import enabled
+
     X, y, skipped = read_logs(args.logs)
     extra: list[dict[str, Any]] = []
     analytic = AnalyticModel()
     if args.scenario:
         sim, analytic = simulated_entries(
-            args.scenario, [int(v) for v in _floats(args.seeds)], _floats(args.loads), args.requests
+            args.scenario,
+            [int(v) for v in _floats(args.seeds)],
+            _floats(args.loads),
+            args.requests,
+            progress=enabled(args.json),
         )
         extra += sim
     if args.synthetic:
@@ -546,6 +572,8 @@ def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[s
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fleetgate.progress import enabled
+
     args = _parser().parse_args(argv)
     err = "fleetgate train-predictor:"
     if not args.logs and not args.synthetic and not args.scenario:
@@ -571,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.name or args.out.stem
     offset = analytic if args.offset == "analytic" else None
     fitted = fit(X[:cut], y[:cut], trees=args.trees, depth=args.depth, offset=offset,
-                 learning_rate=args.learning_rate, seed=args.seed, name=name)  # fmt: skip
+                 learning_rate=args.learning_rate, seed=args.seed, name=name,
+                 progress=enabled(args.json))  # fmt: skip
     model = loads(json.dumps(fitted.document))  # it must load the way the gateway loads it
     report = quality(model, X[cut:], y[cut:], "trees")
     report |= quality(analytic, X[cut:], y[cut:], "analytic")

@@ -1,5 +1,5 @@
 """QUARTZ in the gateway: the predictor built at start, what a request adds to it, and the
-model file it may load (policies/quantile/; issue 15, ../shared/seeds/003).
+model file it may load (policies/quantile/; issue 15, the QUARTZ paper).
 
 Built when the configuration has a `quartz:` section or names a routing or dispatch
 policy that uses the predictor (`quartz`, `point_pred`, `locality`); otherwise nothing

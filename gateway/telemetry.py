@@ -1,6 +1,6 @@
 """Worker telemetry: scrape each engine's /metrics and keep the last good snapshot.
 
-Reads the names both engines expose (../shared/docs/WIRE_SPEC.md §6–7):
+Reads the names both engines expose (docs/WIRE_SPEC.md §6–7):
 
 | field | vLLM (≥0.10) | vLLM legacy fallback | SGLang (`sglang:` or `sglang_`) |
 |---|---|---|---|

@@ -3,18 +3,22 @@
 Runs a scenario (a YAML path, or the name of one in simulator/scenarios/), prints the
 report table, and writes ``report.json`` and the PNG figures into ``--out``
 (default ``out/sim/<scenario>``). Exit status 2 for a scenario that does not load.
+At a terminal a progress bar shows the virtual time reached, the requests arrived and an
+ETA (fleetgate/progress.py: off when stdout or stderr is not a terminal, or --no-progress).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from simulator import report as rep
 from simulator import scenario as scn
-from simulator.run import run
+from simulator.run import build_workload, run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +33,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     p.add_argument("--list", action="store_true", help="list the shipped scenarios and exit")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (off anyway off a terminal)"
+    )
     return p
+
+
+def _progress_probe(bar: Any, arrivals: list[float]) -> Any:
+    """A sampling probe that moves `bar` to the virtual time reached (the bar's total is
+    the last arrival; the drain after it is the bar's last step)."""
+    total = len(arrivals)
+
+    def probe(_core: object, now: float) -> None:
+        bar.update(min(now, bar.total) - bar.n)
+        bar.set_postfix_str(
+            f"{bisect.bisect_right(arrivals, now):,}/{total:,} requests arrived", refresh=False
+        )
+
+    return probe
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +74,22 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path("out") / "sim" / scenario.name
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    result = run(scenario, seed=args.seed, requests=args.requests)
+    seed = scenario.seed if args.seed is None else args.seed
+    specs = build_workload(scenario, seed, args.requests)  # what run() would build
+    arrivals = sorted(s.arrival for s in specs)
+    from fleetgate import progress
+
+    on = progress.enabled() and not args.no_progress
+    with progress.bar(
+        round(arrivals[-1], 1) if arrivals else 0.0,
+        f"simulate {scenario.name}",
+        "s virtual",
+        on=on,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:,.0f}/{total:,.0f} s virtual "
+        "[{elapsed}<{remaining}]{postfix}",
+    ) as bar:
+        probe = _progress_probe(bar, arrivals) if on else None
+        result = run(scenario, seed=seed, specs=specs, probe=probe)
     wall = time.perf_counter() - started
     report = rep.build(result)
     print(rep.table(report))

@@ -3,7 +3,7 @@
 Each family draws (prompt tokens, output tokens, prefix block hashes) from its own
 distribution; `workloads.py` pairs them with an arrival process and clients.
 
-- ``cdf`` — total tokens from a shared/data CDF (Azure 2023, LMSYS, agent-heavy), split
+- ``cdf`` — total tokens from a simulator/data CDF (Azure 2023, LMSYS, agent-heavy), split
   into input/output by `input_fraction` (0.8: FleetOpt's rule; see `lengths.py`).
 - The QUARTZ families (QUARTZ §5.2). The paper builds them from corpora we do not ship
   (ShareGPT-style chat, a retrieval corpus), so they are parametric stand-ins with the

@@ -1,7 +1,7 @@
-"""Request lengths from the workload CDFs in ``shared/data`` (schema ``fleetgate.workload_cdf/v1``).
+"""Request lengths from the workload CDFs in ``simulator/data/`` (schema ``fleetgate.workload_cdf/v1``).
 
 Sampling follows the reference simulator the FleetOpt tables were computed with
-(inference-fleet-sim, see ``shared/data/README.md``): draw u ~ U(0,1), take the first
+(inference-fleet-sim, see ``simulator/data/README.md``): draw u ~ U(0,1), take the first
 breakpoint t_k with F(t_k) ≥ u, and return a uniform integer in [t_{k-1}+1, t_k] (the
 first bin is [1, t_1]). That is the bin-uniform distribution whose mean the data files
 quote (Azure 1,627, LMSYS 682, agent-heavy 6,512 tokens).

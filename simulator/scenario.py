@@ -226,7 +226,7 @@ class ComponentModel(_Strict):
     weight: float = Field(default=1.0, gt=0)
     slo_class: str | None = None  # default: the family's (rag → long, others → interactive)
     category: Category | None = None
-    cdf: str | None = None  # family cdf: a shared/data file name or a path
+    cdf: str | None = None  # family cdf: a simulator/data file name or a path
     series: str | None = None  # family cdf: a series of a multi-series file
     input_fraction: float = Field(default=0.8, gt=0, lt=1)  # family cdf: FleetOpt's 80/20 split
     params: dict[str, Any] = Field(default_factory=dict)  # the family dataclass's fields

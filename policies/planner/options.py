@@ -3,7 +3,7 @@
 The paper (§3–4, §6, App. A) fixes the queueing model but not how it is fed. Each field
 below is one such choice. `PAPER` is the combination that reproduces the paper's Tables 3,
 5 (ρ_ana) and 6 cell for cell (the reference simulator's choices, inference-fleet-sim,
-which the paper's numbers were computed with — see ../shared/data/README.md). The
+which the paper's numbers were computed with — see simulator/data/README.md). The
 defaults (`DEFAULT`) differ from it in one place: how compressed requests load the short
 pool (`compressed_mass`). Algorithm 1 step 5 calibrates the short pool on F over [1, B]
 whatever γ, so a compressed request is priced as an ordinary short one; but compression

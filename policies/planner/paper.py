@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Table3Case:
-    workload: str  # data file stem under ../shared/data
+    workload: str  # data file stem under simulator/data/
     b_short: int
     p_c: float
     homogeneous: int

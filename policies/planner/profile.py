@@ -13,8 +13,10 @@ the constants). For the built-in A100-80GB / Llama-3-70B profile this gives the 
 n_max = 16 @ 64K, 128 @ 8K, 256 @ 4K, 682 @ 1.5K.
 
 The slot counts behave like one 8×A100 tensor-parallel replica while cost is charged per
-"GPU" (see ../shared/data/README.md, "Caveats"): the constants are used as given, because
-that is what reproduces the paper's tables.
+"GPU" (simulator/data/README.md, "Caveats"): the constants are used as given, because that
+is what reproduces the paper's tables. The planner therefore counts *replicas*, prices each
+at `cost_per_hr` (the paper's per-GPU price) and says so; `gpus_per_replica` (8 for the
+built-in profiles) is what a deployment needs per replica, for display only.
 
 Profiles are plain frozen dataclasses; `profile_from_dict` builds one from the plain data
 of a `fleetgate.gpu_profile/v1` JSON file (the CLI reads the file, this module never does).
@@ -45,11 +47,21 @@ class HardwareProfile:
     max_slots: int = 128  # concurrency at calib_ctx (§7.1: n_max = 128 at 8K)
     cost_per_hr: float = 2.21  # on-demand $/GPU-hr (§7.1)
     kv_bytes_per_token: int = 327_680  # 320 KiB: 2 × 80 layers × 8 KV heads × 128 × 2 B (§2.2)
+    # GPUs one replica of these constants occupies (an 8-GPU tensor-parallel replica: its KV
+    # budget, 320 GiB, is no single 80 GB GPU's); the plan's counts are replicas
+    gpus_per_replica: int = 8
 
     def __post_init__(self) -> None:
         if self.w_s < 0 or self.h_s < 0:
             raise ValueError(f"profile {self.name}: W and H must be ≥ 0")
-        for field_name in ("calib_ctx", "chunk", "block_tokens", "kv_blocks", "max_slots"):
+        for field_name in (
+            "calib_ctx",
+            "chunk",
+            "block_tokens",
+            "kv_blocks",
+            "max_slots",
+            "gpus_per_replica",
+        ):
             if getattr(self, field_name) <= 0:
                 raise ValueError(f"profile {self.name}: {field_name} must be > 0")
         if self.cost_per_hr <= 0:
@@ -68,7 +80,8 @@ class HardwareProfile:
         return max_ctx * self.kv_bytes_per_token
 
     def annual_cost(self, n_gpus: int) -> float:
-        """USD per year for `n_gpus` of this type."""
+        """USD per year for `n_gpus` units of this type, at `cost_per_hr` each (the paper's
+        "GPUs": replicas of these constants, priced per GPU)."""
         return n_gpus * self.cost_per_hr * HOURS_PER_YEAR
 
 

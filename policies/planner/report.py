@@ -7,6 +7,7 @@ None): infinities become None so that every consumer can parse it.
 from __future__ import annotations
 
 import math
+import textwrap
 from typing import Any
 
 from policies.planner.fleet import FleetRow, Plan, PoolReport, cell_row
@@ -40,13 +41,17 @@ def row_label(row: FleetRow) -> str:
 
 
 def table(plan: Plan, extra: tuple[FleetRow, ...] = ()) -> str:
-    """Table 3's layout: n_s, n_l, total, annual cost (K$), savings; plus ρ and TTFT."""
+    """Table 3's layout: replicas per pool, their GPUs, annual cost (K$), savings; ρ and
+    TTFT. The counts are replicas (what the paper calls "GPUs"): the footnote says what one
+    is and how it is priced."""
+    spec = plan.sweep.cal.spec
+    g_s, g_l = spec.short_profile.gpus_per_replica, spec.long_profile.gpus_per_replica
     lines = [
         f"{plan.workload}: λ = {plan.rate:g} req/s, P99 TTFT SLO {1e3 * plan.slo_s:g} ms, "
         f"p_c = {plan.p_c:g}, baselines at B_short = {plan.b_ref:,}, "
         f"SLO check {plan.sweep.cal.options.slo_check}, "
         f"compressed requests priced {plan.sweep.cal.options.compressed_mass}",
-        f"{'method':<26} {'B_short':>7} {'n_s':>6} {'n_l':>6} {'total':>6} "
+        f"{'method':<26} {'B_short':>7} {'repl_s':>6} {'repl_l':>6} {'repl':>6} {'GPUs':>7} "
         f"{'K$/yr':>9} {'saving':>7} {'ρ_s':>6} {'ρ_l':>6} {'TTFT99 s/l ms':>14} {'SLO':>4}",
     ]
     for row in (*plan.rows, *extra):
@@ -57,12 +62,40 @@ def table(plan: Plan, extra: tuple[FleetRow, ...] = ()) -> str:
         rho_l = "—" if row.long is None else f"{row.long.rho:.3f}"
         ttft = "/".join(_ms(p.p99_ttft_s) if p else "—" for p in (row.short, row.long))
         b = "—" if row.b_short is None else f"{row.b_short:,}"
+        gpus = row.n_s * g_s + row.n_l * g_l
         lines.append(
-            f"{row_label(row):<26} {b:>7} {ns:>6} {nl:>6} {row.total:>6,} "
+            f"{row_label(row):<26} {b:>7} {ns:>6} {nl:>6} {row.total:>6,} {gpus:>7,} "
             f"{row.annual_cost / 1e3:>9,.0f} {saving:>7} {rho_s:>6} {rho_l:>6} {ttft:>14} "
             f"{'ok' if row.slo_met else 'MISS':>4}"
         )
+    lines += units_note(plan)
     return "\n".join(lines)
+
+
+def units_note(plan: Plan) -> list[str]:
+    """What the counts are: replicas of the profile, priced the paper's way (per GPU)."""
+    sw = plan.sweep
+    spec = sw.cal.spec
+    pools = [("repl_s", spec.short_profile, sw.price_s), ("repl_l", spec.long_profile, sw.price_l)]
+    if pools[0][1:] == pools[1][1:]:
+        pools = [("repl_s, repl_l, repl", spec.short_profile, sw.price_s)]
+    out = [""]
+    for columns, profile, price in pools:
+        g = profile.gpus_per_replica
+        if g == 1:
+            text = f"{columns}: replicas of one GPU of {profile.name}, at ${price:g}/h each."
+        else:
+            text = (
+                f"{columns}: replicas, each one {g}-GPU tensor-parallel replica of "
+                f"{profile.name} (its slots and step time), priced at ${price:g}/h: one GPU's "
+                f'price, as the paper prices its "GPUs" (which are these replicas); the {g} GPUs '
+                f"of a replica cost {g}× that."
+            )
+        out += textwrap.wrap(text, 100, subsequent_indent="  ")
+    out.append(
+        f"GPUs: replicas × GPUs per replica. K$/yr: replicas × $/h × {HOURS_PER_YEAR:,.0f} h."
+    )
+    return out
 
 
 def slo_findings(row: FleetRow, slo_s: float) -> list[str]:
@@ -97,7 +130,7 @@ def explain(plan: Plan) -> str:
         f"long {int(sw.long.slots[i, 0])}); long pool recalibrated on (⌊γB⌋, ∞) per γ",
         _check_line(plan, i),
         f"{'γ':>4} {'⌊γB⌋':>7} {'α′':>7} {'λ_s':>8} {'λ_l':>8} {'E[S]_s':>8} {'E[S]_l':>8} "
-        f"{'C²_l':>6} {'n_s':>6} {'n_l':>6} {'total':>6} {'K$/yr':>9} {'bound by s/l':>20}",
+        f"{'C²_l':>6} {'repl_s':>6} {'repl_l':>6} {'repl':>6} {'K$/yr':>9} {'bound by s/l':>20}",
     ]
     for j, g in enumerate(sw.cal.gammas):
         row = cell_row(sw, i, j, "cell")
@@ -115,8 +148,8 @@ def explain(plan: Plan) -> str:
         )
     if len(sw.cal.b) > 1:
         lines += ["", "best γ per B_short candidate:",
-                  f"{'B_short':>7} {'n_max':>6} {'F(B)':>7} {'γ*':>4} {'n_s':>6} {'n_l':>6} "
-                  f"{'total':>6} {'K$/yr':>9}"]  # fmt: skip
+                  f"{'B_short':>7} {'n_max':>6} {'F(B)':>7} {'γ*':>4} {'repl_s':>6} {'repl_l':>6} "
+                  f"{'repl':>6} {'K$/yr':>9}"]  # fmt: skip
         for k, b in enumerate(sw.cal.b):
             j = sw.best_gamma_at(k)
             row = cell_row(sw, k, j, "cell")
@@ -202,6 +235,10 @@ def plan_dict(plan: Plan, explain_grid: bool = False) -> dict[str, Any]:
             "short": sw.cal.spec.short_profile.name,
             "long": sw.cal.spec.long_profile.name,
             "long_ctx": sw.cal.spec.long_ctx,
+            # the counts (n_s, n_l, total_gpus) are replicas of these profiles, priced per
+            # replica at price_*_per_hr (the paper's per-GPU price): see report.units_note
+            "gpus_per_replica_short": sw.cal.spec.short_profile.gpus_per_replica,
+            "gpus_per_replica_long": sw.cal.spec.long_profile.gpus_per_replica,
         },
         "options": sw.cal.options.describe(),
         "optimum": row_dict(plan.fleetopt, plan),

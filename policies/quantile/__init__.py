@@ -1,2 +1,2 @@
 """QUARTZ: quantile prediction of prefill time from router-visible features
-(../shared/seeds/003). `features.py` is the contract between its parts."""
+(the QUARTZ paper). `features.py` is the contract between its parts."""

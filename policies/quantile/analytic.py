@@ -1,7 +1,7 @@
 """The analytic prefill model: QUARTZ's predictor when no trained model file is configured.
 
 It evaluates the engine model (emulator/engine.py; FleetOpt §3.1 Eq. 3–4, 7) on the
-feature vector of Table 2 (../shared/seeds/003), the worker's state included:
+feature vector of Table 2 (the QUARTZ paper), the worker's state included:
 
     n      = min(running + waiting + 1, max_num_seqs)         the batch it will join
     t_iter = W + H · n                                        seconds per engine step

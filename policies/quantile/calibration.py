@@ -1,5 +1,5 @@
 """Online calibration of predicted prefill quantiles, and the fallback it drives (QUARTZ
-§3.2, §3.5, §4.2 of ../shared/seeds/003).
+§3.2, §3.5, §4.2 of the QUARTZ paper).
 
 Regimes: a request's feature vector falls in one of 3 × 3 × 3 buckets — prompt length
 (< 1,024 / < 4,096 / longer tokens, `prompt_edges`), locality class (none / partial /

@@ -1,4 +1,4 @@
-"""QUARTZ's router-visible features (Table 2 of ../shared/seeds/003) as one fixed vector,
+"""QUARTZ's router-visible features (Table 2 of the QUARTZ paper) as one fixed vector,
 and the protocol of a model that maps it to prefill-time quantiles.
 
 This file is the contract between the parts of QUARTZ: the gateway and the simulator

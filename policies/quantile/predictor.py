@@ -1,5 +1,5 @@
 """QUARTZ's predictor: the model, its calibration, the prefix index and the expected
-backlog per worker, fed by the pipeline's hooks (../shared/seeds/003 §3.2–3.5, §4.2–4.4).
+backlog per worker, fed by the pipeline's hooks (the QUARTZ paper, §3.2–3.5, §4.2–4.4).
 
     features(r, w)   the Table 2 vector (features.py) of r on w as routing sees w now
     predict(r, w)    calibrated quantiles Q̂(r, w) = calibration(model(x), regime(x))

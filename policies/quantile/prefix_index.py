@@ -1,5 +1,5 @@
 """The gateway's own prefix index: which prompt blocks it sent to which worker (QUARTZ's
-prefix-locality proxy ℓ_r, Table 2 of ../shared/seeds/003, §3.1).
+prefix-locality proxy ℓ_r, Table 2 of the QUARTZ paper, §3.1).
 
 A request brings the chained hashes of its prompt's full blocks (`RequestInfo.
 prefix_hashes`, block i's hash covers blocks 0..i), so "worker w was sent block i" means

@@ -1,5 +1,5 @@
 """A trained QUARTZ predictor: three tree ensembles in a plain-JSON file, and a compact
-evaluator that runs them on the routing hot path (§3.2 and §4.2 of ../shared/seeds/003).
+evaluator that runs them on the routing hot path (§3.2 and §4.2 of the QUARTZ paper).
 
 The model. Gradient-boosted regression trees over the feature vector of `features.py`:
 one ensemble per output, fitted by `fleetgate train-predictor` (fleetgate/predictor.py),

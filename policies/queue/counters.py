@@ -1,5 +1,5 @@
 """Per-client service counters, exponentially decayed in time (QUARTZ §4.3 of
-../shared/seeds/003; VTC, Sheng et al. 2024).
+the QUARTZ paper; VTC, Sheng et al. 2024).
 
     S(c, t) = Σ_i tokens_i · 2^(−(t − t_i) / half_life_s)
 

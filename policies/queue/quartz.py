@@ -1,4 +1,4 @@
-"""QUARTZ's admission queue (../shared/seeds/003 §3.4, §4.3, Eq. 6–8, Algorithm 1 lines
+"""QUARTZ's admission queue (the QUARTZ paper, §3.4, §4.3, Eq. 6–8, Algorithm 1 lines
 9–12): a heap per pool keyed by
 
     k_fair(r) = ŝα(r) + λ · a_r + β · u(c(r))                                 (Eq. 6–8)

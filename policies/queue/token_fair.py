@@ -1,4 +1,4 @@
-"""Token-fair admission, the QUARTZ paper's TokenFair baseline (../shared/seeds/003
+"""Token-fair admission, the QUARTZ paper's TokenFair baseline (its
 §5.3), in the manner of the Virtual Token Counter (Sheng et al. 2024): when room frees in
 a pool, serve the client with the least recent service (counters.py: decayed prompt
 tokens served, counted at first token), its requests first come first served; ties go to

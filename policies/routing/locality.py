@@ -1,4 +1,4 @@
-"""Locality-aware routing, the QUARTZ paper's baseline (../shared/seeds/003 §5.3): prefix
+"""Locality-aware routing, the QUARTZ paper's baseline (§5.3): prefix
 affinity first, then load.
 
 Among eligible workers with room whose load is within `load_slack` requests of the least

@@ -1,4 +1,4 @@
-"""QUARTZ's quantile-aware routing (../shared/seeds/003 §3.3, Eq. 4–5, Algorithm 1 lines 2–8).
+"""QUARTZ's quantile-aware routing (the QUARTZ paper, §3.3, Eq. 4–5, Algorithm 1 lines 2–8).
 
 Over K candidates sampled (seeded) from the eligible workers with room — the power of two
 choices at K = 2 (Mitzenmacher) — pick the lowest

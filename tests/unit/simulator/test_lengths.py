@@ -8,7 +8,7 @@ from simulator.lengths import LengthCDF, load_cdf, split
 
 
 def test_paper_cdfs_load_and_their_bin_uniform_means_match_the_data_files() -> None:
-    # shared/data quotes the mean of the bin-uniform distribution of each paper CDF.
+    # simulator/data quotes the mean of the bin-uniform distribution of each paper CDF.
     for name, quoted in (("azure_2023", 1627.2), ("lmsys_chat_1m", 682.0), ("agent_heavy", 6512.0)):
         assert load_cdf(name).mean() == pytest.approx(quoted, abs=1.0)
 

@@ -107,3 +107,47 @@ def test_slo_check_flag(cdfs: dict, capsys: pytest.CaptureFixture[str]) -> None:
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert main(["--workload", "/nonexistent.json"]) == 2
+
+
+def test_a_bad_profile_name_lists_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `fleetgate plan --profile h100` died with a raw "No such file" error."""
+    assert main(["--workload", "azure", "--profile", "h200"]) == 2
+    err = capsys.readouterr().err
+    assert "No such file" not in err and "unknown GPU profile 'h200'" in err
+    for name in ("a100_80gb_llama3_70b", "h100_80gb_llama3_70b", "a10g_llama3_70b"):
+        assert name in err
+    assert main(["--workload", "azur"]) == 2
+    err = capsys.readouterr().err
+    assert "No such file" not in err and "azure, lmsys, agent" in err
+
+
+def test_a_unique_prefix_names_a_builtin_profile(
+    cdfs: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--workload", "azure", "--b-short", "4096", "--profile", "h100", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["profiles"]["short"] == "h100_80gb_llama3_70b"
+
+
+def test_a_profile_file_is_read(cdfs: dict, tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    shipped = ROOT / "simulator" / "data" / "gpu_profile_a100_llama3_70b.json"
+    assert main(["--workload", "azure", "--b-short", "4096", "--profile", str(shipped)]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "profile.json"
+    bad.write_text("[1, 2]")
+    assert main(["--workload", "azure", "--profile", str(bad)]) == 2
+    assert "not a JSON object" in capsys.readouterr().err
+
+
+def test_the_table_says_replicas_and_gpus(cdfs: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    """The planner's unit is the paper's "GPU": one 8-GPU replica priced at one GPU's rate."""
+    assert main(["--workload", "azure", "--b-short", "4096"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("method"))
+    assert header.split()[2:6] == ["repl_s", "repl_l", "repl", "GPUs"]
+    homogeneous = next(line for line in out.splitlines() if line.startswith("Homogeneous"))
+    assert homogeneous.split()[3:6] == ["284", "284", "2,272"]  # 284 replicas = 2,272 GPUs
+    assert "8-GPU tensor-parallel replica" in out and "the 8 GPUs of a replica cost 8×" in out
+    assert main(["--workload", "azure", "--b-short", "4096", "--json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["profiles"]["gpus_per_replica_short"] == 8
