@@ -38,6 +38,16 @@ class RequestInfo:
     slo_class: str = "standard"
     temperature: float = 1.0  # decoding parameters (QUARTZ's θ_r); 1.0 when not given
     top_p: float = 1.0
+    # what the engine runs for it (token-pool admission charges it): `prompts` of a batched
+    # completion, each answered with `choices` sequences (n, or best_of when larger);
+    # `prompt_tokens` and `max_tokens` are per prompt and per sequence
+    prompts: int = 1
+    choices: int = 1
+
+    @property
+    def sequences(self) -> int:
+        """The sequences the engine runs at once for this request."""
+        return self.prompts * self.choices
 
     @property
     def total_tokens(self) -> int:
