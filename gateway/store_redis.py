@@ -395,8 +395,10 @@ class RedisStore:
                 )
             except StoreUnavailable as exc:
                 if exc.sent and claim.hold:
-                    # Redis may run it yet (stalled, the answer lost): cancelled by its id
+                    # Redis may run it yet (stalled, the answer lost): cancelled by its id,
+                    # and a local grant takes another id (it is registered when Redis is back)
                     self._queue(claim.pool, claim.hold, None, None)
+                    claim = replace(claim, hold=LOCAL + claim.hold)
                 return self._fallback(claim, str(exc))
             out = [_s(x) for x in raw]
             if out[0] == "ok":
