@@ -146,7 +146,7 @@ class TokenPoolsAdmitter:
         max_tokens = (
             request.max_tokens if request.max_tokens > 0 else self.config.default_max_tokens
         )
-        sequences = request.prompts * request.choices
+        sequences = request.sequences
         tokens = request.prompts * request.prompt_tokens + sequences * max_tokens
         return Claim(ent.pool, ent.name, request.id, tokens, self.replica, sequences)
 
