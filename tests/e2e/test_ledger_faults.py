@@ -17,15 +17,24 @@ import contextlib
 import signal
 import socket
 import time
+from collections import Counter
 
 import httpx
 import pytest
 import redis
 
-from bench.token_pools_faults import Settings, run
+from bench.token_pools_faults import (
+    Load,
+    Sampler,
+    Settings,
+    gateway_config,
+    run,
+    start_gateway,
+    start_redis,
+)
 from tests.e2e.fleet import metric, wait_until
 from tests.e2e.test_tenancy import engine, engine_stats, load, replicas
-from tests.procs import Proc, Procs
+from tests.procs import Proc, Procs, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -102,3 +111,45 @@ def test_after_a_redis_restart_no_request_is_admitted_outside_redis(fresh_procs:
     assert counts["200"] == 200
     assert engine_saw == 200
     assert redis_counted == engine_saw, f"{engine_saw - redis_counted} admitted outside Redis"
+
+
+def test_a_stall_longer_than_the_heartbeat_ttl_reaps_no_live_replica(fresh_procs: Procs):
+    """heartbeat_ttl_s 1.5, Redis SIGSTOPped 2.5 s while long requests (3.2 s) hold the
+    whole limit of 8: no replica admits beyond its share meanwhile (the stated bound), and
+    when Redis runs again neither replica's holds are reaped (the store stalled, not they):
+    nothing new is admitted while the requests from before run — the engine's count does
+    not rise after the stall — and once they have ended the limit holds."""
+    s = Settings(engine_delay_s=0.8)  # 4 chunks: 3.2 s per request, longer than the stall
+    eng = fresh_procs.python(
+        "engine", "tests.misbehaving_engine", "--port", "{port}", "--mode", "slow-sse",
+        "--param", "n=4", "--param", f"delay={s.engine_delay_s}",
+    ).wait_ready("/health")  # fmt: skip
+    port = free_port()
+    rs = start_redis(fresh_procs, port, "redis")
+    cfg = gateway_config(s, eng.url, f"redis://127.0.0.1:{port}/0")
+    gws = [start_gateway(fresh_procs, cfg, f"gw{i}") for i in range(2)]
+    load = Load([g.url for g in gws], s.clients)
+    sampler = Sampler(eng.url)
+    threads = [sampler.start(), load.start()]
+    try:
+        assert wait_until(lambda: engine_stats(eng)["busy"] == s.limit, 10)
+        t0 = time.monotonic()
+        rs.kill(signal.SIGSTOP)
+        time.sleep(2.5)  # the fault's length, not a synchronisation
+        rs.kill(signal.SIGCONT)
+        t1 = time.monotonic()
+        time.sleep(5.0)  # observed while the requests from before the stall end, and after
+    finally:
+        load.stop.set()
+        sampler.stop.set()
+        for t in threads:
+            t.join(10)
+    during, after = sampler.peak(t0, t1), sampler.peak(t1, t1 + 3.2)
+    later = sampler.peak(t1 + 3.5, t1 + 5.0)  # every request from before has ended
+    print(f"\nstall 2.5 s, heartbeat TTL 1.5 s: engine peak {during} during, {after} after, "
+          f"{later} later (limit {s.limit}, bound {s.bound('stalled')}); "
+          f"statuses {dict(Counter(st for _, st in load.records))}")  # fmt: skip
+    assert during <= s.bound("stalled") and after <= s.bound("stalled"), (during, after)
+    assert after <= max(during, s.limit), f"live holds reaped: {after} after, {during} during"
+    assert later <= s.limit
+    assert not any(st.startswith("5") for _, st in load.records)
