@@ -108,6 +108,7 @@ class _Live:
 
     claim: Claim  # its hold id in `claim.hold`
     in_redis: bool  # Redis granted it, or a registration of it was acknowledged
+    since: float  # when it was granted (local clock): past the hold TTL it is forgotten
     sending: bool = False  # a registration of it is on its way
 
 
@@ -343,7 +344,7 @@ class RedisStore:
         return self.local
 
     def _held(self, claim: Claim, in_redis: bool) -> None:
-        self.live[claim.hold] = _Live(claim, in_redis)
+        self.live[claim.hold] = _Live(claim, in_redis, self._local_now())
         if in_redis:  # the fallback must count it: mirrored, without the local checks
             self._local_ledger(self._local_now()).register(claim, self._local_now())
 
@@ -457,7 +458,7 @@ class RedisStore:
         verdict = self._local_ledger(now).reserve(claim, now)
         if isinstance(verdict, Granted):
             self.degraded_admissions += 1
-            self.live[claim.hold] = _Live(claim, in_redis=False)
+            self.live[claim.hold] = _Live(claim, False, now)
             self._pending_local = True
         return verdict
 
@@ -624,6 +625,7 @@ class RedisStore:
 
     # --- expiry ----------------------------------------------------------------------
     async def heartbeat(self, replica: str) -> tuple[str, ...]:
+        self._forget_expired()
         alive, named = 1, []
         for pool in self.capacities:
             out = await self._call(
@@ -644,6 +646,13 @@ class RedisStore:
                     await self.recover()
         self.live_replicas = alive
         return tuple(named)
+
+    def _forget_expired(self) -> None:
+        """Requests whose completion never came (a bug elsewhere) stop being re-registered
+        once their hold would have expired: `live` cannot grow without bound."""
+        cutoff = self._local_now() - self.config.hold_ttl_s
+        for hold in [h for h, e in self.live.items() if e.since < cutoff]:
+            del self.live[hold]
 
     def start(self, replica: str) -> None:
         """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`."""

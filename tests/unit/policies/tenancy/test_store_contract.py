@@ -7,6 +7,7 @@ requires identical verdicts and counters."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -340,6 +341,10 @@ async def test_both_stores_agree_on_a_random_sequence(redis_url):
             op = rng.random()
             if op < 0.5:
                 c = claim(rng.choice("gdesx"), i, rng.randint(1, 900), rng.choice(["r1", "r2"]))
+                # sequences (n, best_of, batches) and ids the caller chose, some of the time
+                c = replace(c, slots=rng.choice([1, 1, 1, 2, 3]))
+                if rng.random() < 0.3:
+                    c = replace(c, hold=f"{c.replica}#own{i}")
                 a, b = await mem.reserve(c), await red.reserve(c)
                 assert type(a) is type(b), (i, a, b)
                 if isinstance(a, Granted):
