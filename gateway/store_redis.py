@@ -366,8 +366,9 @@ class RedisStore:
     async def _register_pending(self) -> None:
         """Before the first reserve Redis answers after an outage: the requests this
         replica admitted on its own meanwhile, registered (Redis must count them before it
-        grants more). Once, for any number of reserves waiting for it."""
-        if not self._pending_local or self.breaker.state != "closed":
+        grants more). Once, for any number of reserves waiting for it; it may be the
+        breaker's half-open probe (the reserve then takes the fallback, once)."""
+        if not self._pending_local:
             return
         async with self._registering:
             if not self._pending_local:
