@@ -209,6 +209,7 @@ class RedisStore:
     _recoveries: int = 0
     _pending_local: bool = False  # the fallback granted holds Redis has not been told of
     _registering: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _rejoins: int = 0
     _local_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -394,6 +395,9 @@ class RedisStore:
                     claim.hold,
                     claim.slots,
                     self._grace_us,
+                    # only a started replica (heartbeating) says: Redis then asks it to
+                    # register what it runs before granting it more
+                    len(self.live) if self._replica else 0,
                 )
             except StoreUnavailable as exc:
                 if exc.sent and claim.hold:
@@ -411,6 +415,10 @@ class RedisStore:
                     self._held(claim, in_redis=True)
                 return granted
             self._noticed(out[4:])
+            if out[1] == "replica_unknown":
+                if attempt == 1 and await self._rejoin():
+                    continue  # its requests in flight registered: once more
+                return self._fallback(claim, "Redis does not know this replica as alive")
             known = (claim.pool, claim.entitlement) in self.definitions
             if out[1] != Check.UNKNOWN.value or not known:
                 return Denied(Check(out[1]), float(out[2]), out[3])
@@ -432,11 +440,29 @@ class RedisStore:
             log.warning("entitlement store: Redis has lost the pools; publishing them again")
             try:
                 await self.republish()
+                if self._replica:  # alive again in Redis, so that its reserves are answered
+                    for pool in self.capacities:
+                        self._noticed((await self._beat(pool, self._replica))[2])
                 await self.register_live()
             except StoreUnavailable:
                 return False
             self._recoveries += 1
             self._pending_local = any(not e.in_redis for e in self.live.values())
+            return True
+
+    async def _rejoin(self) -> bool:
+        """Redis does not know this replica as alive while it has requests in flight
+        (Redis restarted, or its heartbeat lapsed): a heartbeat, which registers them
+        (`heartbeat`), once for any number of reserves that found it so."""
+        seen = self._rejoins
+        async with self._registering:
+            if self._rejoins != seen:
+                return True
+            try:
+                self._noticed(list(await self.heartbeat(self._replica)))
+            except StoreUnavailable:
+                return False
+            self._rejoins += 1
             return True
 
     def _noticed(self, holds: list[str]) -> None:
@@ -629,16 +655,9 @@ class RedisStore:
         self._forget_expired()
         alive, named = 1, []
         for pool in self.capacities:
-            out = await self._call(
-                self._heartbeat,
-                pool,
-                replica,
-                to_us(self.config.heartbeat_ttl_s),
-                self._grace_us,
-            )
-            alive = max(alive, int(out[0]))
-            lapsed = int(out[1]) == 1
-            named += [_s(x) for x in out[2:]]
+            count, lapsed, notes = await self._beat(pool, replica)
+            alive = max(alive, count)
+            named += notes
             unregistered = any(not e.in_redis for e in self.live.values())
             if (lapsed and self.live) or unregistered:
                 try:
@@ -647,6 +666,14 @@ class RedisStore:
                     await self.recover()
         self.live_replicas = alive
         return tuple(named)
+
+    async def _beat(self, pool: str, replica: str) -> tuple[int, bool, list[str]]:
+        """One pool's heartbeat: (replicas alive, whether Redis did not know this one as
+        alive, notices)."""
+        out = await self._call(
+            self._heartbeat, pool, replica, to_us(self.config.heartbeat_ttl_s), self._grace_us
+        )
+        return int(out[0]), int(out[1]) == 1, [_s(x) for x in out[2:]]
 
     def _forget_expired(self) -> None:
         """Requests whose completion never came (a bug elsewhere) stop being re-registered

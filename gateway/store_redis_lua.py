@@ -184,9 +184,13 @@ end
 """
 
 # ARGV: now_us|'', entitlement, request, tokens, replica, hold_ttl_us, state_retry_s, sweep_max,
-#       hold id|'' (the caller's; '': numbered here), slots, grace_us (half the heartbeat TTL)
+#       hold id|'' (the caller's; '': numbered here), slots, grace_us (half the heartbeat TTL),
+#       requests the replica has in flight (0: not said)
 # → {'ok', hold, priority, bursting, n, n hold ids to evict, notices...}
 #   | {'no', check, retry_after, detail, notices...}
+# A replica with requests in flight that Redis does not know as alive (restarted empty,
+# lapsed) is answered {'no', 'replica_unknown', …}: it registers them, then asks again —
+# Redis never grants before it counts what is running.
 # A hold id held already answers its grant again (a retry whose first answer was lost); one
 # released or cancelled already ("gone") is refused: the caller has given up on it.
 RESERVE = (
@@ -211,6 +215,13 @@ if given ~= '' then
   end
 end
 touch(now, grace)
+if replica ~= '' and tonumber(ARGV[12] or '0') > 0 then
+  local alive = redis.call('ZSCORE', K_REP, replica)
+  if not alive or tonumber(alive) <= now then
+    return notices(replica, {'no', 'replica_unknown', fmt(state_retry),
+                             'replica ' .. replica .. ' is not known alive: register first'})
+  end
+end
 sweep(pool, now, sweep_max)
 local e = get('e:' .. name)
 if not e then

@@ -276,3 +276,25 @@ async def test_the_fallback_counts_what_redis_granted_and_admits_a_share():
         await s.close()
     finally:
         ps.close()
+
+
+async def test_a_replica_redis_forgot_registers_its_requests_before_it_is_granted_more(redis_url):
+    """Redis restarted empty and another replica published the pools again: this replica's
+    next reserve is answered `replica_unknown` until its requests in flight are registered
+    (one heartbeat), then granted — Redis never grants it before counting them."""
+    s = await _store(redis_url)
+    s.start("r1")
+    other = RedisStore.from_url(redis_url, timeout_s=2.0, prefix=s.prefix)
+    try:
+        held = [await s.reserve(_own(i)) for i in range(3)]
+        assert all(isinstance(v, Granted) for v in held)
+        await s.client.delete(*s.keys("p"))
+        await other.define_pool("p", POOL)  # the other replica found the pool gone first
+        await other.put_entitlement(G, 333.0)
+        v = await s.reserve(_own(3))
+        assert isinstance(v, Granted) and s.degraded_admissions == 0
+        view = await s.view("p")
+        assert view.in_flight == 4 and view.holds == 4
+    finally:
+        await other.close()
+        await s.close()
