@@ -33,9 +33,10 @@ Redis unreachable — a per-class posture, never a hang, and a stated bound:
   (protected work keeps flowing), spot and preemptible fail closed;
 - Redis back (or restarted empty): a reserve that finds the pool gone publishes the
   definitions again and re-registers this replica's requests in flight before it is
-  answered; a heartbeat that finds the replica unknown (restarted, lapsed) or holds
-  granted locally re-registers them too (`register_live`): Redis counts every request
-  running again, not only those admitted after it came back;
+  answered; a replica Redis does not know as alive while it has requests in flight is
+  answered `replica_unknown` and registers them (one heartbeat) before it asks again; the
+  first reserve after an outage registers the fallback's grants first (`register_live`):
+  Redis counts every request running again, not only those admitted after it came back;
 - hold ids are the replica's own (`<replica run id>#<counter>`, set by the admitter):
   never reused across Redis's lifetimes, so a completion from before a restart cannot
   release a hold granted after it; a reserve that timed out (Redis stalled: it may still

@@ -298,8 +298,12 @@ def test_two_replicas_one_global_concurrency_limit(fresh_procs: Procs):
     counts = asyncio.run(load([g.url for g in gws], requests, clients=48))
     elapsed = time.monotonic() - t0
     stats = engine_stats(eng)
+    degraded = [metric(httpx.get(g.url + "/metrics").text,
+                       "fleetgate_entitlement_store_degraded_admissions_total") for g in gws]  # fmt: skip
     print(f"\n2 replicas, limit {limit}: {requests} requests in {elapsed:.1f} s, "
-          f"statuses {dict(counts)}, engine {stats}")  # fmt: skip
+          f"statuses {dict(counts)}, engine {stats}, admitted outside Redis {degraded}")  # fmt: skip
+    for g in gws:  # breaker transitions, registrations: why, if the limit was not held
+        print(g.name, [line for line in g.output().splitlines() if "entitlement store" in line])
     assert counts["200"] == requests
     assert stats["requests"] == requests  # every admitted request reached the engine once
     over = max(0, stats["peak_busy"] - limit)
