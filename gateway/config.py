@@ -207,6 +207,11 @@ class EntitlementStoreSettings(_Section):
     # replicas, one that fails closed gets 429 store_unavailable. Defaults: dedicated,
     # guaranteed, elastic open; spot, preemptible closed
     fail_open: dict[ServiceClassName, bool] = Field(default_factory=dict)
+    # the replicas sharing the store: while Redis is unreachable a replica admits at most
+    # its share of each limit, ⌊limit / n⌋ with n = the larger of this and the replica
+    # count its heartbeat last saw (this alone when it never reached Redis). 1: a replica
+    # that starts without Redis admits the whole limit by itself
+    expected_replicas: int = Field(1, ge=1, le=10_000)
     # token pool → fleet pool: the token pool's capacity follows that pool's workers in
     # service (configured × active / configured workers, within 0.1 s), so a
     # worker drained or added through /admin/workers or a reload resizes it (§3.1).

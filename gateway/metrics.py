@@ -289,6 +289,15 @@ class _TenancyCollector(Collector):
             "fleetgate_entitlement_store_breaker_transitions",
             "Times the entitlement store's breaker changed state (one log line each).",
         )
+        # ledger23 (issue 23): the Redis store's degraded mode
+        degraded = CounterMetricFamily(
+            "fleetgate_entitlement_store_degraded_admissions",
+            "Requests this replica admitted on its local share while Redis was away.",
+        )
+        share = GaugeMetricFamily(
+            "fleetgate_entitlement_store_share_divisor",
+            "n: while Redis is away this replica admits at most limit / n of each limit.",
+        )
         src = self.source
         if src is not None:
             for view in src.snapshot():
@@ -315,8 +324,10 @@ class _TenancyCollector(Collector):
             if store is not None:
                 breaker.add_metric([], 1.0 if store.breaker.state == "open" else 0.0)
                 transitions.add_metric([], store.breaker.transitions)
+                degraded.add_metric([], getattr(store, "degraded_admissions", 0))
+                share.add_metric([], getattr(store, "share", 1))
         yield from (in_flight, kv, debt, burst, prio, threshold, capacity, promised, demand)
-        yield from (breaker, transitions)
+        yield from (breaker, transitions, degraded, share)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,16 @@ class ParsedRequest:
     n_messages: int
     prompt_token_ids: int  # completions given as token ids: their exact count
     prompt_ascii: bool = True  # every character of the prompt text is ASCII
+    # what the engine runs (token-pool admission charges it): the prompts of a batched
+    # completion, and per prompt n sequences (best_of when larger)
+    prompts: int = 1
+    choices: int = 1
+
+
+def _count(body: dict[str, Any], key: str) -> int:
+    """A positive integer `key`, else 1 (the engine answers a bad one with its own 400)."""
+    v = body.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 1
 
 
 def _text_bytes(s: str) -> int:
@@ -147,6 +157,7 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
     prompt_bytes = 0
     n_messages = 0
     token_ids = 0
+    prompts = 1
     if endpoint == CHAT:
         messages = body.get("messages")
         if messages is None:
@@ -182,10 +193,12 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
             if all(isinstance(p, str) for p in prompt):
                 prompt_bytes = max(_text_bytes(p) for p in prompt)
                 text.ascii = all(p.isascii() for p in prompt)
+                prompts = len(prompt)
             elif _token_ids(prompt):
                 token_ids = len(prompt)
             elif all(isinstance(p, list) and p and _token_ids(p) for p in prompt):
                 token_ids = max(len(p) for p in prompt)
+                prompts = len(prompt)
             else:
                 raise InvalidRequest(
                     "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists",
@@ -204,4 +217,6 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
         n_messages,
         token_ids,
         text.ascii,
+        prompts,
+        max(_count(body, "n"), _count(body, "best_of")),
     )

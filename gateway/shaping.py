@@ -109,6 +109,8 @@ class Shaper:
             parsed.body["messages"] if chat else None,
             None if chat else parsed.body["prompt"],
             ascii=parsed.prompt_ascii,
+            prompts=parsed.prompts,
+            choices=parsed.choices,
         )
         taken = self.core.arrive(prompt, rid, now, specs, healthy)
         if isinstance(taken, Refusal):

@@ -12,21 +12,44 @@ replica's id; replicas heartbeat every `heartbeat_ttl_s / 3`, and a replica sile
 pool (a bounded sweep on the hot path) or by `expire`. A reserve cancelled in flight (the
 client left) releases its grant when it arrives.
 
-Redis unreachable — a per-class posture, never a hang:
-- every call has a timeout (`timeout_s`, and the client's socket timeouts);
+Redis unreachable — a per-class posture, never a hang, and a stated bound:
+- every call has a timeout (`timeout_s`); a call that fails on a connection opened before
+  (Redis restarted: every pooled connection is dead) drops the idle pooled connections
+  and is sent once more on a fresh one before anything falls back — while Redis answers,
+  no request is admitted outside it;
 - a circuit breaker opens after `failures` consecutive errors and for `cooldown_s` sends
   nothing to Redis (no latency spent on a dead server), then lets one probe through;
 - while it is open (or a call fails) a request of a class that *fails open* is admitted
-  against a local ledger whose pools and entitlements are the shared ones divided by the
-  number of live replicas (the last count the heartbeat saw), so N replicas together stay
-  near the global limits; a class that *fails closed* is refused with
-  `store_unavailable` and a Retry-After of the breaker's remaining cooldown.
-  Default: dedicated, guaranteed and elastic fail open (protected work keeps flowing),
-  spot and preemptible fail closed (surplus is not handed out blind).
-- one log line per breaker transition; `transitions` and `state` for metrics;
-- completions (`finish_soon`) queue, go to Redis in order up to `FINISH_BATCH` per round
-  trip (a pipeline: completions never outpace one round trip each), and while Redis is
-  away are retried in order until the hold would have expired anyway.
+  against a local ledger whose pools and entitlements are the shared ones divided by n =
+  the larger of the replica count the heartbeat last saw and `expected_replicas` (the
+  configured count: all a replica has when it never saw Redis). That local ledger mirrors
+  every request this replica has in flight (Redis's grants included), so a replica admits
+  while ITS OWN in flight is under its share ⌊limit / n⌋. With N ≤ n replicas the fleet
+  holds at most limit + (N − 1)·⌊limit / n⌋ during the outage, falling to N·⌊limit / n⌋
+  ≤ limit as the requests Redis admitted before it end (tokens/s: each replica's local
+  bucket is λ/n deep and refilling, so at most one window's depth more than the budget).
+  A class that *fails closed* is refused with `store_unavailable` and a Retry-After of the
+  breaker's remaining cooldown. Default: dedicated, guaranteed and elastic fail open
+  (protected work keeps flowing), spot and preemptible fail closed;
+- Redis back (or restarted empty): a reserve that finds the pool gone publishes the
+  definitions again and re-registers this replica's requests in flight before it is
+  answered; a replica Redis does not know as alive while it has requests in flight is
+  answered `replica_unknown` and registers them (one heartbeat) before it asks again; the
+  first reserve after an outage registers the fallback's grants first (`register_live`):
+  Redis counts every request running again, not only those admitted after it came back;
+- hold ids are the replica's own (`<replica run id>#<counter>`, set by the admitter):
+  never reused across Redis's lifetimes, so a completion from before a restart cannot
+  release a hold granted after it; a reserve that timed out (Redis stalled: it may still
+  run it later) is cancelled by its id, and Redis keeps released ids as "gone" for a hold
+  TTL so that a late reserve or registration of one does nothing;
+- a stalled Redis does not reap the holds of replicas that lived through it (time in which
+  no replica reached Redis does not count against heartbeats: ledger.py `_touch`);
+- completions (`finish_soon`) queue (at most `OUTBOX_MAX`, the oldest dropped: their holds
+  expire by TTL), go to Redis in order up to `FINISH_BATCH` per round trip (a pipeline),
+  and are retried in the background until Redis acknowledges them (or the hold would have
+  expired by its TTL anyway).
+- one log line per breaker transition; `transitions`, `state`, `degraded_admissions` and
+  `share` (n) for metrics.
 """
 
 from __future__ import annotations
@@ -37,11 +60,14 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway import store_redis_lua as lua
@@ -55,8 +81,10 @@ from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
 
 log = logging.getLogger("fleetgate.tenancy")
 
-LOCAL = "local:"  # the prefix of a hold granted by the local fallback ledger
+LOCAL = "local:"  # the prefix of a fallback grant's id when its claim named none
 FINISH_BATCH = 64  # completions sent to Redis in one round trip (one pipeline), at most
+OUTBOX_MAX = 50_000  # completions queued for Redis at most (the oldest dropped: TTL)
+REGISTER_BATCH = 256  # holds re-registered per round trip
 FAIL_OPEN_DEFAULT: Mapping[ServiceClass, bool] = {
     ServiceClass.DEDICATED: True,
     ServiceClass.GUARANTEED: True,
@@ -67,7 +95,22 @@ FAIL_OPEN_DEFAULT: Mapping[ServiceClass, bool] = {
 
 
 class StoreUnavailable(Exception):
-    """Redis did not answer (timeout, connection, script error) or the breaker is open."""
+    """Redis did not answer (timeout, connection, script error) or the breaker is open.
+    `sent`: the call may have reached Redis (it may still run it)."""
+
+    def __init__(self, message: str, sent: bool = False) -> None:
+        super().__init__(message)
+        self.sent = sent
+
+
+@dataclass(slots=True)
+class _Live:
+    """A request of this replica holding its slots: what re-registering it takes."""
+
+    claim: Claim  # its hold id in `claim.hold`
+    in_redis: bool  # Redis granted it, or a registration of it was acknowledged
+    since: float  # when it was granted (local clock): past the hold TTL it is forgotten
+    sending: bool = False  # a registration of it is on its way
 
 
 @dataclass(slots=True)
@@ -142,21 +185,33 @@ class RedisStore:
     clock: Callable[[], float] | None = None
     fail_open: Mapping[ServiceClass, bool] = field(default_factory=lambda: dict(FAIL_OPEN_DEFAULT))
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
-    live_replicas: int = 1  # the last count a heartbeat saw
+    live_replicas: int = 0  # the last count a heartbeat saw (0: never saw Redis)
+    # the fallback's divisor when it never saw Redis, and its floor: the replicas expected
+    expected_replicas: int = 1
     local: Ledger = field(init=False)
     capacities: dict[str, PoolCapacity] = field(default_factory=dict)
     definitions: dict[tuple[str, str], tuple[Entitlement, float]] = field(default_factory=dict)
+    # this replica's requests holding slots (granted by Redis or by the fallback), by hold
+    live: dict[str, _Live] = field(default_factory=dict)
+    degraded_admissions: int = 0  # requests admitted by the local fallback (a counter)
     _scaled_for: int = 0
     # called when Redis answers but has lost a pool or entitlement this replica published
-    # (restarted without persistence): the owner publishes the definitions again, and
-    # meanwhile such requests take the fallback (never a 403 for a known entitlement)
-    on_lost: Callable[[], object] | None = None
+    # (restarted without persistence): the owner publishes the definitions again; the
+    # store then re-registers its holds and sends the request once more
+    republish: Callable[[], Awaitable[None]] | None = None
     # called with this replica's hold ids that another replica's grant named for eviction
     # (notices ride on this replica's reserve, finish and heartbeat replies)
     on_evict: Callable[[tuple[str, ...]], object] | None = None
     _outbox: deque[tuple[float, str, str, int | None, float | None]] = field(default_factory=deque)
     _drainer: asyncio.Task[None] | None = None
     _beater: asyncio.Task[None] | None = None
+    _replica: str = ""
+    _recovering: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _recoveries: int = 0
+    _pending_local: bool = False  # the fallback granted holds Redis has not been told of
+    _registering: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _rejoins: int = 0
+    _local_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
         self.local = Ledger(self.config)
@@ -165,6 +220,7 @@ class RedisStore:
         self._finish = c.register_script(lua.FINISH)
         self._expire = c.register_script(lua.EXPIRE)
         self._heartbeat = c.register_script(lua.HEARTBEAT)
+        self._register = c.register_script(lua.REGISTER)
         self._define_pool = c.register_script(lua.DEFINE_POOL)
         self._put = c.register_script(lua.PUT_ENTITLEMENT)
         self._view = c.register_script(lua.VIEW)
@@ -173,9 +229,15 @@ class RedisStore:
     @classmethod
     def from_url(cls, url: str, timeout_s: float = 0.25, **kw: Any) -> RedisStore:
         # no socket_timeout: every call is bounded by `timeout_s` around it (`_call`), and
-        # redis-py would spend a task per command on its own (asyncio.wait_for on each send)
+        # redis-py would spend a task per command on its own (asyncio.wait_for on each send).
+        # No redis-py retries: their backoff would outlast `timeout_s`, and the one retry
+        # worth making (a dead pooled connection) is `_call`'s, on a fresh connection
         client = aioredis.Redis.from_url(
-            url, socket_timeout=None, socket_connect_timeout=timeout_s, retry_on_timeout=False
+            url,
+            socket_timeout=None,
+            socket_connect_timeout=timeout_s,
+            retry_on_timeout=False,
+            retry=Retry(NoBackoff(), 0),
         )
         return cls(client, timeout_s=timeout_s, **kw)
 
@@ -193,6 +255,7 @@ class RedisStore:
                 "owners",
                 "replicas",
                 "notices",
+                "gone",
             )
         ]
 
@@ -202,19 +265,40 @@ class RedisStore:
     def _local_now(self) -> float:
         return self.clock() if self.clock is not None else time.monotonic()
 
+    @property
+    def _grace_us(self) -> int:
+        return to_us(self.config.heartbeat_ttl_s / 2)
+
+    @property
+    def share(self) -> int:
+        """n: what the local fallback divides the shared limits by."""
+        return max(1, self.live_replicas, self.expected_replicas)
+
     async def _call(self, script: Any, pool: str, *args: Any) -> Any:
         now = self._local_now()
         if not self.breaker.allow(now):
             raise StoreUnavailable("the entitlement store's breaker is open")
-        try:
-            # asyncio.timeout, not wait_for: no task per call on the hot path
-            async with asyncio.timeout(self.timeout_s):
-                result = await script(keys=self.keys(pool), args=[self._now_arg(), *args])
-        except (RedisError, OSError, TimeoutError) as exc:
-            self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
-            raise StoreUnavailable(str(exc)) from exc
-        self.breaker.succeeded()
-        return result
+        for attempt in (1, 2):
+            try:
+                # asyncio.timeout, not wait_for: no task per call on the hot path
+                async with asyncio.timeout(self.timeout_s):
+                    result = await script(keys=self.keys(pool), args=[self._now_arg(), *args])
+            except RedisConnectionError as exc:
+                if attempt == 1:  # a pooled connection Redis has forgotten: a fresh one
+                    await self._drop_idle_connections()
+                    continue
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                raise StoreUnavailable(str(exc), sent=True) from exc
+            except (RedisError, OSError, TimeoutError) as exc:
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
+            self.breaker.succeeded()
+            return result
+        raise AssertionError("unreachable")
+
+    async def _drop_idle_connections(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.connection_pool.disconnect(inuse_connections=False)
 
     # --- definitions -----------------------------------------------------------------
     async def define_pool(self, name: str, capacity: PoolCapacity) -> None:
@@ -247,6 +331,25 @@ class RedisStore:
             repr(float(priority)),
         )
 
+    # --- the local ledger: this replica's share, mirroring its requests in flight ------
+    def _local_ledger(self, now: float) -> Ledger:
+        """The local ledger at this replica's share (rebuilt when n or a definition
+        changed; its holds and counters are kept)."""
+        n = self.share
+        if self._scaled_for != n:
+            self._scaled_for = n
+            for pool, cap in self.capacities.items():
+                self.local.define_pool(pool, _scaled_pool(cap, n), now)
+            for ent, prio in self.definitions.values():
+                if ent.pool in self.capacities:
+                    self.local.put_entitlement(_scaled_entitlement(ent, n), prio, now)
+        return self.local
+
+    def _held(self, claim: Claim, in_redis: bool) -> None:
+        self.live[claim.hold] = _Live(claim, in_redis, self._local_now())
+        if in_redis:  # the fallback must count it: mirrored, without the local checks
+            self._local_ledger(self._local_now()).register(claim, self._local_now())
+
     # --- the hot path --------------------------------------------------------------------
     async def reserve(self, claim: Claim) -> Verdict:
         task = asyncio.ensure_future(self._reserve_or_fallback(claim))
@@ -262,39 +365,113 @@ class RedisStore:
             if isinstance(verdict, Granted):
                 self.finish_soon(pool, verdict.reservation, None, None)
 
+    async def _register_pending(self) -> None:
+        """Before the first reserve Redis answers after an outage: the requests this
+        replica admitted on its own meanwhile, registered (Redis must count them before it
+        grants more). Once, for any number of reserves waiting for it; it may be the
+        breaker's half-open probe (the reserve then takes the fallback, once)."""
+        if not self._pending_local:
+            return
+        async with self._registering:
+            if not self._pending_local:
+                return
+            with contextlib.suppress(StoreUnavailable):  # a lost pool: the reserve recovers
+                await self.register_live(only_local=True)
+                self._pending_local = any(not e.in_redis for e in self.live.values())
+
     async def _reserve_or_fallback(self, claim: Claim) -> Verdict:
-        try:
-            raw = await self._call(
-                self._reserve,
-                claim.pool,
-                claim.entitlement,
-                claim.request,
-                claim.tokens,
-                claim.replica,
-                to_us(self.config.hold_ttl_s),
-                repr(float(self.config.state_retry_s)),
-                SWEEP_MAX,
-            )
-        except StoreUnavailable as exc:
-            return self._fallback(claim, str(exc))
-        out = [_s(x) for x in raw]
-        if out[0] == "ok":
-            n = int(out[4])
-            self._noticed(out[5 + n :])
-            return Granted(out[1], float(out[2]), out[3] == "1", tuple(out[5 : 5 + n]))
-        self._noticed(out[4:])
-        if out[1] == Check.UNKNOWN.value and (claim.pool, claim.entitlement) in self.definitions:
-            if self.on_lost is not None:
-                self.on_lost()
+        await self._register_pending()
+        for attempt in (1, 2):
+            try:
+                raw = await self._call(
+                    self._reserve,
+                    claim.pool,
+                    claim.entitlement,
+                    claim.request,
+                    claim.tokens,
+                    claim.replica,
+                    to_us(self.config.hold_ttl_s),
+                    repr(float(self.config.state_retry_s)),
+                    SWEEP_MAX,
+                    claim.hold,
+                    claim.slots,
+                    self._grace_us,
+                    # only a started replica (heartbeating) says: Redis then asks it to
+                    # register what it runs before granting it more
+                    len(self.live) if self._replica else 0,
+                )
+            except StoreUnavailable as exc:
+                if exc.sent and claim.hold:
+                    # Redis may run it yet (stalled, the answer lost): cancelled by its id,
+                    # and a local grant takes another id (it is registered when Redis is back)
+                    self._queue(claim.pool, claim.hold, None, None)
+                    claim = replace(claim, hold=LOCAL + claim.hold)
+                return self._fallback(claim, str(exc))
+            out = [_s(x) for x in raw]
+            if out[0] == "ok":
+                n = int(out[4])
+                self._noticed(out[5 + n :])
+                granted = Granted(out[1], float(out[2]), out[3] == "1", tuple(out[5 : 5 + n]))
+                if claim.hold:
+                    self._held(claim, in_redis=True)
+                return granted
+            self._noticed(out[4:])
+            if out[1] == "replica_unknown":
+                if attempt == 1 and await self._rejoin():
+                    continue  # its requests in flight registered: once more
+                return self._fallback(claim, "Redis does not know this replica as alive")
+            known = (claim.pool, claim.entitlement) in self.definitions
+            if out[1] != Check.UNKNOWN.value or not known:
+                return Denied(Check(out[1]), float(out[2]), out[3])
+            if attempt == 1 and await self.recover():
+                continue  # published again, this replica's holds registered: once more
             return self._fallback(claim, "Redis has lost the pool's state (restarted?)")
-        return Denied(Check(out[1]), float(out[2]), out[3])
+        raise AssertionError("unreachable")
+
+    async def recover(self) -> bool:
+        """Redis answers without a pool this replica published (restarted empty): publish
+        the definitions again and re-register this replica's requests in flight, once for
+        any number of callers that found it so. True if Redis has them now."""
+        if self.republish is None:
+            return False
+        seen = self._recoveries
+        async with self._recovering:
+            if self._recoveries != seen:
+                return True  # another caller recovered while this one waited
+            log.warning("entitlement store: Redis has lost the pools; publishing them again")
+            try:
+                await self.republish()
+                if self._replica:  # alive again in Redis, so that its reserves are answered
+                    for pool in self.capacities:
+                        self._noticed((await self._beat(pool, self._replica))[2])
+                await self.register_live()
+            except StoreUnavailable:
+                return False
+            self._recoveries += 1
+            self._pending_local = any(not e.in_redis for e in self.live.values())
+            return True
+
+    async def _rejoin(self) -> bool:
+        """Redis does not know this replica as alive while it has requests in flight
+        (Redis restarted, or its heartbeat lapsed): a heartbeat, which registers them
+        (`heartbeat`), once for any number of reserves that found it so."""
+        seen = self._rejoins
+        async with self._registering:
+            if self._rejoins != seen:
+                return True
+            try:
+                self._noticed(list(await self.heartbeat(self._replica)))
+            except StoreUnavailable:
+                return False
+            self._rejoins += 1
+            return True
 
     def _noticed(self, holds: list[str]) -> None:
         if holds and self.on_evict is not None:
             self.on_evict(tuple(holds))
 
     def _fallback(self, claim: Claim, why: str) -> Verdict:
-        """Redis is away: fail open against local limits / n replicas, or fail closed."""
+        """Redis is away: fail open at this replica's share, or fail closed."""
         known = self.definitions.get((claim.pool, claim.entitlement))
         now = self._local_now()
         if known is None or not self.fail_open.get(known[0].service_class, False):
@@ -304,21 +481,13 @@ class RedisStore:
                 f"the entitlement store is unavailable ({why}) and "
                 f"{known[0].service_class if known else 'an unknown entitlement'} fails closed",
             )
-        n = max(1, self.live_replicas)
-        if self._scaled_for != n:
-            self._scaled_for = n
-            for pool, cap in self.capacities.items():
-                self.local.define_pool(pool, _scaled_pool(cap, n), now)
-            for ent, prio in self.definitions.values():
-                if ent.pool in self.capacities:
-                    self.local.put_entitlement(_scaled_entitlement(ent, n), prio, now)
-        verdict = self.local.reserve(replace(claim, replica=""), now)
+        if not claim.hold:
+            claim = replace(claim, hold=f"{LOCAL}{claim.replica}#{next(self._local_ids)}")
+        verdict = self._local_ledger(now).reserve(claim, now)
         if isinstance(verdict, Granted):
-            return replace(
-                verdict,
-                reservation=LOCAL + verdict.reservation,
-                evict=tuple(LOCAL + h for h in verdict.evict),
-            )
+            self.degraded_admissions += 1
+            self.live[claim.hold] = _Live(claim, False, now)
+            self._pending_local = True
         return verdict
 
     async def settle(
@@ -334,13 +503,24 @@ class RedisStore:
     ) -> bool:
         return (await self._finish_call(pool, hold, used_tokens, latency, release=True))[1]
 
+    def _end_locally(
+        self, pool: str, hold: str, used: int | None, latency: float | None, release: bool
+    ) -> tuple[bool, bool, bool]:
+        """The local ledger's part of a completion: (settled, released there, whether
+        Redis may hold it — then Redis must be told too)."""
+        now = self._local_now()
+        settled = used is not None and self.local.settle(pool, hold, used, latency, now)
+        released = release and self.local.release(pool, hold)
+        entry = self.live.pop(hold, None) if release else self.live.get(hold)
+        to_redis = entry is None or entry.in_redis or entry.sending
+        return settled, released, to_redis
+
     async def _finish_call(
         self, pool: str, hold: str, used: int | None, latency: float | None, release: bool
     ) -> tuple[bool, bool]:
-        if hold.startswith(LOCAL):
-            now, hid = self._local_now(), hold[len(LOCAL) :]
-            settled = used is not None and self.local.settle(pool, hid, used, latency, now)
-            return settled, release and self.local.release(pool, hid)
+        settled, released, to_redis = self._end_locally(pool, hold, used, latency, release)
+        if not to_redis:
+            return settled, released
         out = await self._call(
             self._finish,
             pool,
@@ -348,6 +528,7 @@ class RedisStore:
             "" if used is None else used,
             "" if latency is None else repr(float(latency)),
             "1" if release else "0",
+            to_us(self.config.hold_ttl_s),
         )
         self._noticed([_s(x) for x in out[2:]])
         return bool(int(out[0])), bool(int(out[1]))
@@ -355,22 +536,24 @@ class RedisStore:
     def finish_soon(
         self, pool: str, hold: str, used_tokens: int | None, latency: float | None = None
     ) -> None:
-        if hold.startswith(LOCAL):
-            now, hid = self._local_now(), hold[len(LOCAL) :]
-            if used_tokens is not None:
-                self.local.settle(pool, hid, used_tokens, latency, now)
-            self.local.release(pool, hid)
-            return
-        self._outbox.append((self._local_now(), pool, hold, used_tokens, latency))
+        _, _, to_redis = self._end_locally(pool, hold, used_tokens, latency, True)
+        if to_redis:
+            self._queue(pool, hold, used_tokens, latency)
+
+    def _queue(self, pool: str, hold: str, used: int | None, latency: float | None) -> None:
+        if len(self._outbox) >= OUTBOX_MAX:  # Redis away for long: the oldest go (TTL)
+            self._outbox.popleft()
+        self._outbox.append((self._local_now(), pool, hold, used, latency))
         if self._drainer is None or self._drainer.done():
-            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+            with contextlib.suppress(RuntimeError):  # no running loop: `drained` sends them
+                self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         """Completions in order, up to `FINISH_BATCH` per round trip (a pipeline of FINISH
         calls: under load completions arrive faster than one round trip each would
         clear, and a hold released late is a slot refused for nothing); while Redis is
-        away, retried until the hold would have expired by its TTL anyway (then dropped:
-        the TTL gives it back)."""
+        away, retried until acknowledged — or until the hold would have expired by its
+        TTL anyway (then dropped: the TTL gives it back)."""
         while self._outbox:
             batch = list(itertools.islice(self._outbox, FINISH_BATCH))
             try:
@@ -380,7 +563,7 @@ class RedisStore:
                 while self._outbox and now - self._outbox[0][0] > self.config.hold_ttl_s:
                     self._outbox.popleft()
                 if self._outbox:
-                    await asyncio.sleep(self.breaker.retry_in(now))
+                    await asyncio.sleep(min(self.breaker.retry_in(now), self.timeout_s))
                 continue
             for _ in batch:
                 self._outbox.popleft()
@@ -391,21 +574,31 @@ class RedisStore:
         now = self._local_now()
         if not self.breaker.allow(now):
             raise StoreUnavailable("the entitlement store's breaker is open")
-        pipe = self.client.pipeline(transaction=False)
-        for _, pool, hold, used, latency in batch:
-            keys = self.keys(pool)
-            # EVALSHA itself, not the Script object: a pipeline with scripts first asks
-            # SCRIPT EXISTS (a round trip more); a Redis without it answers NOSCRIPT below
-            pipe.evalsha(
-                self._finish.sha, len(keys), *keys, self._now_arg(), hold,
-                "" if used is None else used, "" if latency is None else repr(float(latency)), "1",
-            )  # fmt: skip
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                results = await pipe.execute(raise_on_error=False)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
-            raise StoreUnavailable(str(exc)) from exc
+        gone_us = to_us(self.config.hold_ttl_s)
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for _, pool, hold, used, latency in batch:
+                keys = self.keys(pool)
+                # EVALSHA itself, not the Script object: a pipeline with scripts first asks
+                # SCRIPT EXISTS (a round trip more); a Redis without it answers NOSCRIPT below
+                pipe.evalsha(
+                    self._finish.sha, len(keys), *keys, self._now_arg(), hold,
+                    "" if used is None else used,
+                    "" if latency is None else repr(float(latency)), "1", gone_us,
+                )  # fmt: skip
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    results = await pipe.execute(raise_on_error=False)
+            except RedisConnectionError as exc:
+                if attempt == 1:
+                    await self._drop_idle_connections()
+                    continue
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                raise StoreUnavailable(str(exc), sent=True) from exc
+            except (RedisError, OSError, TimeoutError) as exc:
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
+            break
         self.breaker.succeeded()
         for (_, pool, hold, used, latency), out in zip(batch, results, strict=True):
             if isinstance(out, NoScriptError):  # Redis restarted: the script loads again
@@ -417,23 +610,82 @@ class RedisStore:
 
     async def drained(self) -> None:
         """Wait until every queued completion has reached Redis (tests, shutdown)."""
+        if self._outbox and (self._drainer is None or self._drainer.done()):
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
         while self._drainer is not None and not self._drainer.done():
             await asyncio.shield(self._drainer)
 
+    # --- re-registration -----------------------------------------------------------------
+    async def register_live(self, pool: str | None = None, only_local: bool = False) -> int:
+        """Hold in Redis this replica's requests in flight it does not hold (all of them:
+        Redis restarted or reaped them; `only_local`: those the fallback granted). Returns
+        how many Redis made; raises StoreUnavailable when it cannot (a pool it lost: -1
+        from the script, then `recover`)."""
+        pools = [pool] if pool is not None else list(self.capacities)
+        made = 0
+        for p in pools:
+            todo = [
+                e for e in self.live.values()
+                if e.claim.pool == p and not e.sending and not (only_local and e.in_redis)
+            ]  # fmt: skip
+            for i in range(0, len(todo), REGISTER_BATCH):
+                batch = todo[i : i + REGISTER_BATCH]
+                args: list[Any] = [self._replica or batch[0].claim.replica,
+                                   to_us(self.config.hold_ttl_s), self._grace_us]  # fmt: skip
+                for e in batch:
+                    c = e.claim
+                    args += [c.hold, c.entitlement, c.request, c.tokens, c.slots]
+                    e.sending = True
+                try:
+                    got = int(await self._call(self._register, p, *args))
+                finally:
+                    for e in batch:
+                        e.sending = False
+                if got < 0:
+                    raise StoreUnavailable(f"Redis has lost pool {p!r}")
+                for e in batch:
+                    if self.live.get(e.claim.hold) is e:  # not ended meanwhile
+                        e.in_redis = True
+                made += got
+        if made:
+            log.warning("entitlement store: %d requests in flight registered again", made)
+        return made
+
     # --- expiry ----------------------------------------------------------------------
     async def heartbeat(self, replica: str) -> tuple[str, ...]:
+        self._forget_expired()
         alive, named = 1, []
         for pool in self.capacities:
-            out = await self._call(
-                self._heartbeat, pool, replica, to_us(self.config.heartbeat_ttl_s)
-            )
-            alive = max(alive, int(out[0]))
-            named += [_s(x) for x in out[1:]]
+            count, lapsed, notes = await self._beat(pool, replica)
+            alive = max(alive, count)
+            named += notes
+            unregistered = any(not e.in_redis for e in self.live.values())
+            if (lapsed and self.live) or unregistered:
+                try:
+                    await self.register_live(pool, only_local=not lapsed)
+                except StoreUnavailable:
+                    await self.recover()
         self.live_replicas = alive
         return tuple(named)
 
+    async def _beat(self, pool: str, replica: str) -> tuple[int, bool, list[str]]:
+        """One pool's heartbeat: (replicas alive, whether Redis did not know this one as
+        alive, notices)."""
+        out = await self._call(
+            self._heartbeat, pool, replica, to_us(self.config.heartbeat_ttl_s), self._grace_us
+        )
+        return int(out[0]), int(out[1]) == 1, [_s(x) for x in out[2:]]
+
+    def _forget_expired(self) -> None:
+        """Requests whose completion never came (a bug elsewhere) stop being re-registered
+        once their hold would have expired: `live` cannot grow without bound."""
+        cutoff = self._local_now() - self.config.hold_ttl_s
+        for hold in [h for h, e in self.live.items() if e.since < cutoff]:
+            del self.live[hold]
+
     def start(self, replica: str) -> None:
         """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`."""
+        self._replica = replica
 
         async def beat() -> None:
             while True:
@@ -446,7 +698,7 @@ class RedisStore:
     async def expire(self) -> int:
         gone = 0
         for pool in self.capacities:
-            gone += int(await self._call(self._expire, pool, 1 << 40))
+            gone += int(await self._call(self._expire, pool, 1 << 40, self._grace_us))
         return gone
 
     # --- the control step --------------------------------------------------------------

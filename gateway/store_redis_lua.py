@@ -13,6 +13,13 @@ across every gateway replica, and costs one round trip. Keys, all in one pool's 
     fg:{P}:replicas   zset   replica → alive until (µs)
     fg:{P}:notices    zset   "<replica>|<hold id>", score 0: a replica's holds another
                              replica's grant named for eviction, until it collects them
+    fg:{P}:gone       zset   hold id → until (µs): holds released (or cancelled) before
+                             Redis saw them — a reserve or a re-registration arriving late
+                             under such an id does nothing
+
+The state hash also keeps "act": the last reserve, heartbeat, expiry or registration (µs),
+so that time in which nobody reached Redis (a stall) does not count against heartbeats
+(`touch`, ledger.py's `_touch`).
 
 Records are MessagePack maps (cmsgpack: integers and doubles round-trip exactly). Time is
 the Redis server's (TIME) in µs — one clock for all replicas — unless the caller passes
@@ -26,8 +33,8 @@ counter are the same (tests/unit/policies/tenancy/test_store_contract.py).
 from __future__ import annotations
 
 PRELUDE = r"""
-local K_STATE, K_HOLDS, K_ADM, K_EVI, K_EXP, K_OWN, K_REP, K_NOTE =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_STATE, K_HOLDS, K_ADM, K_EVI, K_EXP, K_OWN, K_REP, K_NOTE, K_GONE =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 -- classes.py's RULES: reserved, burst, has baseline, holds idle, evictable
 local RULES = {
   dedicated   = {res = true,  burst = true,  base = true,  idle = true,  evict = false},
@@ -87,24 +94,66 @@ local function release_hold(pool, hid)
   local raw = redis.call('HGET', K_HOLDS, hid)
   if not raw then return false end
   local h = cmsgpack.unpack(raw)
+  local slots = h.slots or 1
   redis.call('HDEL', K_HOLDS, hid)
   redis.call('ZREM', K_ADM, hid)
   redis.call('ZREM', K_EVI, hid)
   redis.call('ZREM', K_EXP, hid)
   if h.rep ~= '' then redis.call('ZREM', K_OWN, h.rep .. '|' .. hid) end
   if h.named then
-    pool.nslots = (pool.nslots or 0) - 1; pool.nkv = (pool.nkv or 0) - h.kv
+    pool.nslots = (pool.nslots or 0) - slots; pool.nkv = (pool.nkv or 0) - h.kv
   end
   local e = get('e:' .. h.ent)
   pool.islots = pool.islots - idle_slots(e); pool.ikv = pool.ikv - idle_kv(e)
-  e.inf = e.inf - 1; e.kv = e.kv - h.kv
+  e.inf = e.inf - slots; e.kv = e.kv - h.kv
   pool.islots = pool.islots + idle_slots(e); pool.ikv = pool.ikv + idle_kv(e)
-  pool.inf = pool.inf - 1; pool.kv = pool.kv - h.kv
+  pool.inf = pool.inf - slots; pool.kv = pool.kv - h.kv
   put('e:' .. h.ent, e)
   return true
 end
+-- ledger.py: _touch — a gap longer than `grace` (half the heartbeat TTL: replicas beat
+-- every third) means nobody reached Redis: every replica's deadline moves on by the gap
+local function touch(now, grace)
+  local last = tonumber(redis.call('HGET', K_STATE, 'act') or '')
+  if last and now - last > grace then
+    local gap = now - last
+    local reps = redis.call('ZRANGE', K_REP, 0, -1, 'WITHSCORES')
+    for i = 1, #reps, 2 do
+      redis.call('ZADD', K_REP, fmt(tonumber(reps[i + 1]) + gap), reps[i])
+    end
+  end
+  redis.call('HSET', K_STATE, 'act', fmt(now))
+end
+-- ledger.py: _take (admitted = false: a re-registration, not an admission)
+local function take_hold(pool, e, name, hid, request, tokens, slots, replica, now, ttl, admitted)
+  local rules = RULES[e.class]
+  local cost, kv = tokens * 1000, tokens * pool.c
+  pool.islots = pool.islots - idle_slots(e); pool.ikv = pool.ikv - idle_kv(e)
+  e.inf = e.inf + slots; e.kv = e.kv + kv
+  pool.islots = pool.islots + idle_slots(e); pool.ikv = pool.ikv + idle_kv(e)
+  pool.inf = pool.inf + slots; pool.kv = pool.kv + kv
+  local own = take(e, cost)
+  local pooled = take(pool, cost)
+  e.ch = e.ch + cost
+  if admitted then
+    e.adm = e.adm + 1
+    pool.seq = pool.seq + 1
+  end
+  if hid == '' then hid = replica .. '#' .. pool.seq end
+  local h = {req = request, ent = name, kv = kv, cost = cost, own = own, pooled = pooled,
+             prio = e.prio, evi = rules.evict, rep = replica, exp = now + ttl, settled = false,
+             slots = slots}
+  redis.call('HSET', K_HOLDS, hid, cmsgpack.pack(h))
+  redis.call('ZADD', K_ADM, fmt(e.prio), hid)
+  if rules.evict then redis.call('ZADD', K_EVI, fmt(e.prio), hid) end
+  redis.call('ZADD', K_EXP, now + ttl, hid)
+  if replica ~= '' then redis.call('ZADD', K_OWN, 0, replica .. '|' .. hid) end
+  put('e:' .. name, e)
+  return hid
+end
 -- ledger.py: _sweep
 local function sweep(pool, now, budget)
+  redis.call('ZREMRANGEBYSCORE', K_GONE, '-inf', now)
   local gone = 0
   local expired = redis.call('ZRANGEBYSCORE', K_EXP, '-inf', now, 'LIMIT', 0, budget)
   for _, hid in ipairs(expired) do release_hold(pool, hid); gone = gone + 1 end
@@ -134,18 +183,44 @@ local function notices(rep, out)
 end
 """
 
-# ARGV: now_us|'', entitlement, request, tokens, replica, hold_ttl_us, state_retry_s, sweep_max
+# ARGV: now_us|'', entitlement, request, tokens, replica, hold_ttl_us, state_retry_s, sweep_max,
+#       hold id|'' (the caller's; '': numbered here), slots, grace_us (half the heartbeat TTL),
+#       requests the replica has in flight (0: not said)
 # → {'ok', hold, priority, bursting, n, n hold ids to evict, notices...}
 #   | {'no', check, retry_after, detail, notices...}
+# A replica with requests in flight that Redis does not know as alive (restarted empty,
+# lapsed) is answered {'no', 'replica_unknown', …}: it registers them, then asks again —
+# Redis never grants before it counts what is running.
+# A hold id held already answers its grant again (a retry whose first answer was lost); one
+# released or cancelled already ("gone") is refused: the caller has given up on it.
 RESERVE = (
     PRELUDE
     + r"""
 local now = clock(ARGV[1])
 local name, request, tokens, replica = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local ttl, state_retry, sweep_max = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local given, slots, grace = ARGV[9], tonumber(ARGV[10]), tonumber(ARGV[11])
 local pool = get('pool')
 if not pool then
   return notices(replica, {'no', 'unknown_entitlement', fmt(state_retry), 'no such pool'})
+end
+if given ~= '' then
+  local raw = redis.call('HGET', K_HOLDS, given)
+  if raw then
+    return notices(replica, {'ok', given, fmt(cmsgpack.unpack(raw).prio), '0', '0'})
+  end
+  if redis.call('ZSCORE', K_GONE, given) then
+    return notices(replica, {'no', 'store_unavailable', fmt(state_retry),
+                             'hold ' .. given .. ' was cancelled'})
+  end
+end
+touch(now, grace)
+if replica ~= '' and tonumber(ARGV[12] or '0') > 0 then
+  local alive = redis.call('ZSCORE', K_REP, replica)
+  if not alive or tonumber(alive) <= now then
+    return notices(replica, {'no', 'replica_unknown', fmt(state_retry),
+                             'replica ' .. replica .. ' is not known alive: register first'})
+  end
 end
 sweep(pool, now, sweep_max)
 local e = get('e:' .. name)
@@ -168,7 +243,7 @@ if e.state ~= 'bound' then
   return deny('entitlement_state', state_retry, 'entitlement ' .. name .. ' is ' .. e.state .. ', not bound')
 end
 local bursting = not rules.base
-if e.inf + 1 > e.r and rules.base then
+if e.inf + slots > e.r and rules.base then
   if not rules.burst then
     return deny('concurrency', pool.typ, 'entitlement ' .. name .. ' is at its limit r_e = ' .. e.r)
   end
@@ -192,7 +267,7 @@ if e.kv + kv > e.kvb and rules.base then
 end
 -- check 5 (ledger.py: _room, _victims, _pool_wait)
 refill(pool, now)
-local room = pool.inf + pool.islots + 1 <= pool.slots and pool.kv + pool.ikv + kv <= pool.kvcap
+local room = pool.inf + pool.islots + slots <= pool.slots and pool.kv + pool.ikv + kv <= pool.kvcap
   and cost <= pool.lvl
 local evict = {}
 if not room then
@@ -201,7 +276,7 @@ if not room then
   if #low > 0 then threshold = tonumber(low[2]) end
   if rules.res and not bursting then
     pool.nslots, pool.nkv = pool.nslots or 0, pool.nkv or 0
-    local slots_short = pool.inf - pool.nslots + pool.islots + 1 - pool.slots
+    local slots_short = pool.inf - pool.nslots + pool.islots + slots - pool.slots
     local kv_short = pool.kv - pool.nkv + pool.ikv + kv - pool.kvcap
     for _, hid in ipairs(redis.call('ZRANGE', K_EVI, 0, -1)) do
       if slots_short <= 0 and kv_short <= 0 then break end
@@ -209,16 +284,16 @@ if not room then
       redis.call('ZREM', K_EVI, hid)
       h.named = true
       redis.call('HSET', K_HOLDS, hid, cmsgpack.pack(h))
-      pool.nslots = pool.nslots + 1; pool.nkv = pool.nkv + h.kv
+      pool.nslots = pool.nslots + (h.slots or 1); pool.nkv = pool.nkv + h.kv
       if h.rep == replica then
         evict[#evict + 1] = hid
       else
         redis.call('ZADD', K_NOTE, 0, h.rep .. '|' .. hid)
       end
-      slots_short = slots_short - 1; kv_short = kv_short - h.kv
+      slots_short = slots_short - (h.slots or 1); kv_short = kv_short - h.kv
     end
   elseif bursting or (threshold ~= nil and not (e.prio > threshold)) then
-    local short = pool.inf + pool.islots + 1 > pool.slots or pool.kv + pool.ikv + kv > pool.kvcap
+    local short = pool.inf + pool.islots + slots > pool.slots or pool.kv + pool.ikv + kv > pool.kvcap
     local wait = wait_s(pool, cost)
     if wait == math.huge or cost > pool.depth then wait = pool.win end
     local retry = wait
@@ -229,32 +304,19 @@ if not room then
   end
 end
 -- the hold (ledger.py: _take)
-pool.islots = pool.islots - idle_slots(e); pool.ikv = pool.ikv - idle_kv(e)
-e.inf = e.inf + 1; e.kv = e.kv + kv
-pool.islots = pool.islots + idle_slots(e); pool.ikv = pool.ikv + idle_kv(e)
-pool.inf = pool.inf + 1; pool.kv = pool.kv + kv
-local own = take(e, cost)
-local pooled = take(pool, cost)
-e.ch = e.ch + cost
-e.adm = e.adm + 1
-pool.seq = pool.seq + 1
-local hid = replica .. '#' .. pool.seq
-local h = {req = request, ent = name, kv = kv, cost = cost, own = own, pooled = pooled,
-           prio = e.prio, evi = rules.evict, rep = replica, exp = now + ttl, settled = false}
-redis.call('HSET', K_HOLDS, hid, cmsgpack.pack(h))
-redis.call('ZADD', K_ADM, fmt(e.prio), hid)
-if rules.evict then redis.call('ZADD', K_EVI, fmt(e.prio), hid) end
-redis.call('ZADD', K_EXP, now + ttl, hid)
-if replica ~= '' then redis.call('ZADD', K_OWN, 0, replica .. '|' .. hid) end
-put('e:' .. name, e); put('pool', pool)
+local hid = take_hold(pool, e, name, given, request, tokens, slots, replica, now, ttl, true)
+put('pool', pool)
 local out = {'ok', hid, fmt(e.prio), bursting and '1' or '0', tostring(#evict)}
 for _, r in ipairs(evict) do out[#out + 1] = r end
 return notices(replica, out)
 """
 )
 
-# ARGV: now_us|'', hold id, used tokens|'' (no settle), latency|'', release 0|1
+# ARGV: now_us|'', hold id, used tokens|'' (no settle), latency|'', release 0|1, gone_us
 # → {settled, released, notices of the hold's replica...}
+# Releasing a hold Redis does not have marks its id gone for gone_us (the hold TTL): a
+# reserve of it still on its way (its caller timed out) or a re-registration then does
+# nothing.
 FINISH = (
     PRELUDE
     + r"""
@@ -289,32 +351,74 @@ if used ~= '' then
   end
 end
 local released = 0
-if rel and release_hold(pool, hid) then released = 1 end
+if rel then
+  if release_hold(pool, hid) then
+    released = 1
+  elseif ARGV[6] and ARGV[6] ~= '' then
+    redis.call('ZADD', K_GONE, now + tonumber(ARGV[6]), hid)
+  end
+end
 put('pool', pool)
 return notices(rep, {settled, released})
 """
 )
 
-# ARGV: now_us|'', limit
+# ARGV: now_us|'', limit, grace_us
 EXPIRE = (
     PRELUDE
     + r"""
 local now = clock(ARGV[1])
 local pool = get('pool')
 if not pool then return 0 end
+touch(now, tonumber(ARGV[3]))
 local gone = sweep(pool, now, tonumber(ARGV[2]))
 put('pool', pool)
 return gone
 """
 )
 
-# ARGV: now_us|'', replica, heartbeat_ttl_us → {replicas alive (this one included), notices...}
+# ARGV: now_us|'', replica, heartbeat_ttl_us, grace_us
+# → {replicas alive (this one included), lapsed 0|1, notices...}; lapsed: Redis did not
+# know the replica as alive (restarted, or its heartbeat lapsed): it re-registers its holds
 HEARTBEAT = (
     PRELUDE
     + r"""
 local now = clock(ARGV[1])
+if redis.call('HEXISTS', K_STATE, 'pool') == 1 then touch(now, tonumber(ARGV[4])) end
+local prev = redis.call('ZSCORE', K_REP, ARGV[2])
+local lapsed = 0
+if not prev or tonumber(prev) <= now then lapsed = 1 end
 redis.call('ZADD', K_REP, now + tonumber(ARGV[3]), ARGV[2])
-return notices(ARGV[2], {redis.call('ZCOUNT', K_REP, '(' .. now, '+inf')})
+return notices(ARGV[2], {redis.call('ZCOUNT', K_REP, '(' .. now, '+inf'), lapsed})
+"""
+)
+
+# ARGV: now_us|'', replica, hold_ttl_us, grace_us, then per hold: id, entitlement, request,
+# tokens, slots → holds made (-1: no such pool). A replica's requests in flight that Redis
+# does not hold (it restarted empty, reaped them, or never saw them: granted by the
+# replica's fallback): held again without the checks — they are running — unless held
+# already or gone (released meanwhile). Not admissions: `adm` is kept.
+REGISTER = (
+    PRELUDE
+    + r"""
+local now = clock(ARGV[1])
+local pool = get('pool')
+if not pool then return -1 end
+touch(now, tonumber(ARGV[4]))
+refill(pool, now)
+local replica, ttl, made = ARGV[2], tonumber(ARGV[3]), 0
+for i = 5, #ARGV, 5 do
+  local hid, name = ARGV[i], ARGV[i + 1]
+  local e = get('e:' .. name)
+  if e and redis.call('HEXISTS', K_HOLDS, hid) == 0 and not redis.call('ZSCORE', K_GONE, hid) then
+    refill(e, now)
+    take_hold(pool, e, name, hid, ARGV[i + 2], tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
+              replica, now, ttl, false)
+    made = made + 1
+  end
+end
+put('pool', pool)
+return made
 """
 )
 

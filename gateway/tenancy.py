@@ -22,8 +22,11 @@ entitlement changed at run time keeps its change over a configuration's definiti
 API keys created at run time are stored only as HMACs (gateway/apikeys.py).
 
 Failure posture: Redis unreachable at start is logged and the gateway serves anyway (the
-store's per-class fail-open/closed applies); an admin change that cannot reach Redis is a
-503 and changes nothing.
+store's per-class fail-open/closed applies, at this replica's share of every limit:
+`expected_replicas`); Redis found without the pools (restarted empty) gets the
+definitions and this replica's requests in flight again before it admits more
+(`RedisStore.recover`); an admin change that cannot reach Redis is a 503 and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -136,7 +139,6 @@ class Tenancy:
     _followed: dict[str, float] = field(default_factory=dict)  # token pool → fraction applied
     _follower: asyncio.Task[None] | None = None
     _task: asyncio.Task[None] | None = None
-    _republishing: asyncio.Task[None] | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
@@ -173,9 +175,10 @@ class Tenancy:
                 prefix=s.key_prefix,
                 fail_open=fail_open,
                 breaker=CircuitBreaker(s.breaker_failures, s.breaker_cooldown_s),
+                expected_replicas=s.expected_replicas,
             )
             self.store = store
-            store.on_lost = self._lost
+            store.republish = self.republish
             store.on_evict = self._evicted
             adm.attach(store, store, self.replica)
             try:
@@ -221,8 +224,6 @@ class Tenancy:
             self.store.definitions[(ent.pool, ent.name)] = (ent, 0.0)
 
     async def stop(self) -> None:
-        if self._republishing is not None:
-            self._republishing.cancel()
         if self._follower is not None:
             self._follower.cancel()
         if self._task is not None:
@@ -262,7 +263,9 @@ class Tenancy:
         await self._read_registry()
         for pool in adm.config.capacities:
             if not await self._call(store.client.exists(store.keys(pool)[0])):
-                await self.republish()  # Redis lost its state (restarted, flushed)
+                # Redis lost its state (restarted, flushed): the definitions again, and
+                # this replica's requests in flight registered again
+                await store.recover()
                 break
         await store.expire()
         config = adm.config.priority_config()
@@ -303,21 +306,13 @@ class Tenancy:
         except Exception as exc:  # Redis away, a timeout
             raise StoreUnavailable(str(exc)) from exc
 
-    def _lost(self) -> None:
-        if self._republishing is None or self._republishing.done():
-            self._republishing = asyncio.get_running_loop().create_task(self._republish_quietly())
-
-    async def _republish_quietly(self) -> None:
-        with contextlib.suppress(StoreUnavailable):
-            await self.republish()
-
     async def republish(self) -> None:
         """Write every definition back (Redis restarted without its data): the pools, the
-        entitlements, and the registry of run-time changes this replica knows."""
+        entitlements, and the registry of run-time changes this replica knows. The store
+        calls it (`RedisStore.recover`), then registers this replica's holds again."""
         adm, store = self.admitter, self.store
         if adm is None or store is None:
             return
-        log.warning("entitlement store: Redis has lost the pools; publishing them again")
         await adm.publish()
         admin = [n for n, src in self.sources.items() if src == "admin"]
         if admin:

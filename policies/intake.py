@@ -57,6 +57,8 @@ class Prompt:
     # the prompt's exact token count, when known (the simulator's workload with
     # `budget: exact`): used instead of the byte estimate, and ĉ_k learns nothing from it
     exact_tokens: int | None = None
+    prompts: int = 1  # a batched completion's prompts (each at most `size`'s)
+    choices: int = 1  # sequences per prompt: n, or best_of when larger
 
 
 @dataclass(slots=True)
@@ -143,6 +145,8 @@ class Intake:
             max_tokens=max_tokens,
             category=category,
             stream=prompt.stream,
+            prompts=prompt.prompts,
+            choices=prompt.choices,
         )
         if isinstance(self.placer, CompressAndRoute):
             placement = self.placer.place(info, pools, healthy)

@@ -45,6 +45,17 @@ class RequestInfo:
     router_temperature: float | None = None
     overlap_weight: float | None = None
 
+    # what the engine runs for it (token-pool admission charges it): `prompts` of a batched
+    # completion, each answered with `choices` sequences (n, or best_of when larger);
+    # `prompt_tokens` and `max_tokens` are per prompt and per sequence
+    prompts: int = 1
+    choices: int = 1
+
+    @property
+    def sequences(self) -> int:
+        """The sequences the engine runs at once for this request."""
+        return self.prompts * self.choices
+
     @property
     def total_tokens(self) -> int:
         """L_total = L_in + L_out, the figure pool placement is decided on."""

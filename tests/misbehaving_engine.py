@@ -19,7 +19,8 @@ query parameter, else the server's default mode. Parameters come the same way
 the modes that can answer either way.
 
 GET requests always answer normally (`/health` 200, `/stats` the connection counts:
-open, peak, total, busy and peak_busy = connections answering a POST at once), so a
+open, peak, total, busy and peak_busy = connections answering a POST at once;
+`/stats/window` the same, then peak_busy starts again from busy), so a
 gateway's health checks and scrapes see a healthy engine; the modes apply to POSTs.
 
 Modes:
@@ -234,7 +235,7 @@ class MisbehavingEngine:
         """GETs always behave (health checks and scrapes see a healthy idle engine):
         /health → 200 empty; /stats → the connection counts; anything else → 200 empty."""
         body = b""
-        if req.path == "/stats":
+        if req.path in ("/stats", "/stats/window"):
             stats = {
                 "open": self.open_connections,
                 "peak": self.peak_connections,
@@ -244,6 +245,9 @@ class MisbehavingEngine:
                 "requests": len(self.requests),
             }
             body = json.dumps(stats).encode()
+            if req.path == "/stats/window":
+                # peak_busy since the last window read: a fault test's per-phase oracle
+                self.peak_busy = self.busy
         w.write(_json_head(len(body)) + body)
 
     async def _read_request(self, reader: asyncio.StreamReader) -> Request | None:

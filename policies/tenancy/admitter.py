@@ -1,8 +1,11 @@
 """The `token_pools` admitter: step 5 of the pipeline over token-pool entitlements.
 
 Request → claim: the entitlement the gateway mapped the request's key to (or
-`default_entitlement`), its pool, and its token budget prompt + max_tokens, where a
-request without max_tokens gets `default_max_tokens` (§4.3 check 2). The claim goes to
+`default_entitlement`), its pool, and what the engine will run for it: slots = its
+sequences (n, or best_of when larger, for every prompt of a batched completion) and tokens
+= every prompt once + max_tokens for every sequence, where a request without max_tokens
+gets `default_max_tokens` (§4.3 check 2). With n=64 that is 64 slots and 64 answers'
+worth of tokens, not one. The claim goes to
 the ledger (ledger.py: checks 1, 3–5 and the hold, atomically); a grant becomes a
 `TokenCharge` (a `Reservation`: settled with the engine's real usage, released once), a
 denial an `AdmissionRefused` whose code is the refusing check.
@@ -107,6 +110,7 @@ class TokenPoolsAdmitter:
     store: EntitlementStore | None = None  # attached by the gateway: admit_async uses it
     store_finisher: _StoreFinisher | None = None
     replica: str = ""
+    holds_named: int = 0  # hold ids this admitter gave its claims to a shared store
     # the entitlements requests are claimed against: the configuration's, then changed at
     # run time by `define` (the gateway's admin API)
     definitions: dict[str, Entitlement] = field(init=False, repr=False)
@@ -142,9 +146,9 @@ class TokenPoolsAdmitter:
         max_tokens = (
             request.max_tokens if request.max_tokens > 0 else self.config.default_max_tokens
         )
-        return Claim(
-            ent.pool, ent.name, request.id, request.prompt_tokens + max_tokens, self.replica
-        )
+        sequences = request.sequences
+        tokens = request.prompts * request.prompt_tokens + sequences * max_tokens
+        return Claim(ent.pool, ent.name, request.id, tokens, self.replica, sequences)
 
     # --- the synchronous path: the in-memory ledger -------------------------------------
     def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
@@ -249,6 +253,11 @@ class TokenPoolsAdmitter:
         claim = self.claim(request)
         if isinstance(claim, AdmissionRefused):
             return claim
+        # the hold's id is this replica's own, never reused (the replica id is one process
+        # run's): a completion arriving after Redis restarted cannot release a hold granted
+        # since, and a reserve whose answer was lost can be cancelled or retried by its id
+        self.holds_named += 1
+        claim = replace(claim, hold=f"{self.replica}#{self.holds_named}")
         return self._answer(claim, await self.store.reserve(claim), self.store_finisher)
 
     def _answer(

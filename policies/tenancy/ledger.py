@@ -15,7 +15,7 @@ Per reservation: what it took, so that settle and release give back exactly that
 `reserve` checks in the paper's order (§4.3), the first failing check refusing:
   0. the entitlement is known;                       → unknown_entitlement
   1. its state is bound;                             → entitlement_state
-  3. in flight + 1 ≤ r_e;                            → concurrency   (burst classes: go on, bursting)
+  3. in flight + slots ≤ r_e;                        → concurrency   (burst classes: go on, bursting)
   4. prompt + max_tokens ≤ its bucket's level;       → token_budget  (burst classes: go on, bursting)
      KV (prompt + max_tokens)·c + held ≤ χ_e;         → kv_bytes      (burst classes: go on, bursting)
   5. the pool has idle room in all three resources → admitted (work-conserving backfill).
@@ -30,11 +30,16 @@ Per reservation: what it took, so that settle and release give back exactly that
                                                      priority among admitted requests);
        else                                        → pool_contention.
 (Check 2, the output-length default, is applied to the request before it gets here.)
+A claim's slots are the sequences the engine runs for it (n or best_of per prompt, every
+prompt of a batch): slots in flight, r_e and r_p count sequences, not requests.
 Spot and preemptible have no baseline, so every request of theirs is a burst: surplus only.
 
 A reservation expires `hold_ttl_s` after admission, or earlier when its replica's
 heartbeat lapses; every `reserve` first reaps up to `SWEEP_MAX` expired holds, so a
-crashed replica's holds come back without anyone calling release.
+crashed replica's holds come back without anyone calling release. Time in which nobody
+reached the store (a stalled Redis) does not count against heartbeats (`_touch`).
+A hold's id may be the caller's (`Claim.hold`): a reserve retried under the same id gets
+the same grant, and `register` re-creates a replica's holds in a store that lost them.
 
 Retry-After, from the state: the token wait is exact ((need − level)/λ_e); a wait for a
 slot or KV is the pool's typical request length (an EWMA of observed latencies, seeded by
@@ -87,7 +92,8 @@ class Hold:
     replica: str
     expires: int  # µs
     settled: bool = False
-    named: bool = False  # named for eviction: its slot and KV count as coming back
+    named: bool = False  # named for eviction: its slots and KV count as coming back
+    slots: int = 1  # sequences the engine runs for it (n or best_of × prompts)
 
 
 @dataclass(slots=True)
@@ -143,6 +149,7 @@ class PoolLedger:
     by_replica: dict[str, dict[str, None]] = field(default_factory=dict)  # its hold ids
     step_us: int = -1  # the last control step's time (µs; -1: never)
     seq: int = 0  # reservation ids
+    active_us: int | None = None  # the last reserve, heartbeat or expiry (µs): `_touch`
 
     def threshold(self) -> float | None:
         """The admission threshold: the lowest priority among admitted requests."""
@@ -237,8 +244,13 @@ class Ledger:
     def reserve(self, claim: Claim, now: float) -> Verdict:
         now_us = to_us(now)
         pool = self.pools.get(claim.pool)
-        if pool is not None and (pool.replicas or _oldest_expired(pool.holds, now_us)):
-            self._sweep(pool, now_us, SWEEP_MAX)
+        if pool is not None:
+            held = pool.holds.get(claim.hold) if claim.hold else None
+            if held is not None:  # a retried reserve whose first answer was lost: the grant
+                return Granted(held.id, held.priority, False, ())
+            self._touch(pool, now_us)
+            if pool.replicas or _oldest_expired(pool.holds, now_us):
+                self._sweep(pool, now_us, SWEEP_MAX)
         led = pool.entitlements.get(claim.entitlement) if pool is not None else None
         if pool is None or led is None:
             return Denied(
@@ -249,17 +261,17 @@ class Ledger:
         ent = led.definition
         cost = claim.tokens * MILLI
         kv = pool.capacity.kv_of(claim.tokens)
-        denied = self._own_checks(pool, led, cost, kv, now_us)
+        denied = self._own_checks(pool, led, cost, kv, claim.slots, now_us)
         if isinstance(denied, Denied):
             led.refused += cost
             led.refusals[denied.check] += 1
             return denied
         bursting = denied
         evict: tuple[str, ...] = ()
-        if not self._room(pool, cost, kv, now_us):
+        if not self._room(pool, cost, kv, claim.slots, now_us):
             threshold = pool.threshold()
             if led.rules.reserved and not bursting:
-                evict = self._victims(pool, kv, claim.replica)
+                evict = self._victims(pool, kv, claim.slots, claim.replica)
             elif bursting or (threshold is not None and not led.priority > threshold):
                 led.refused += cost
                 led.refusals[Check.POOL_CONTENTION] += 1
@@ -271,7 +283,7 @@ class Ledger:
                 )
                 return Denied(
                     Check.POOL_CONTENTION,
-                    self._pool_wait(pool, cost, kv),
+                    self._pool_wait(pool, cost, kv, claim.slots),
                     f"pool {claim.pool!r} is full; entitlement {ent.name!r} ({ent.service_class}): {why}",
                 )
         return self._take(pool, led, claim, cost, kv, bursting, evict, now_us)
@@ -349,12 +361,12 @@ class Ledger:
         if holds_idle:
             pool.idle_slots -= led.idle_slots()
             pool.idle_kv -= led.idle_kv()
-        led.in_flight -= 1
+        led.in_flight -= hold.slots
         led.kv -= hold.kv
         if holds_idle:
             pool.idle_slots += led.idle_slots()
             pool.idle_kv += led.idle_kv()
-        pool.in_flight -= 1
+        pool.in_flight -= hold.slots
         pool.kv -= hold.kv
         admitted = pool.admitted
         left = admitted[hold.priority] - 1
@@ -365,7 +377,7 @@ class Ledger:
         if hold.evictable:
             pool.evictable.pop(hold_id, None)
         if hold.named:
-            pool.named_slots -= 1
+            pool.named_slots -= hold.slots
             pool.named_kv -= hold.kv
         return True
 
@@ -374,9 +386,11 @@ class Ledger:
         """The replica is alive: its holds survive `heartbeat_ttl_s` more (in every pool:
         the Redis store keeps one replica table per pool, in the pool's hash slot).
         Returns (and forgets) its holds other replicas' grants named for eviction."""
-        alive = to_us(now) + to_us(self.config.heartbeat_ttl_s)
+        now_us = to_us(now)
+        alive = now_us + to_us(self.config.heartbeat_ttl_s)
         named: list[str] = []
         for pool in self.pools.values():
+            self._touch(pool, now_us)
             pool.replicas[replica] = alive
             named += pool.notices.pop(replica, ())
         return tuple(named)
@@ -390,7 +404,47 @@ class Ledger:
     def expire(self, now: float, limit: int | None = None) -> int:
         """Release, in every pool, holds past their TTL or whose replica's heartbeat lapsed;
         returns how many."""
-        return sum(self._sweep(p, to_us(now), limit) for p in self.pools.values())
+        now_us = to_us(now)
+        gone = 0
+        for pool in self.pools.values():
+            self._touch(pool, now_us)
+            gone += self._sweep(pool, now_us, limit)
+        return gone
+
+    def _touch(self, pool: PoolLedger, now_us: int) -> None:
+        """Time in which nobody reached the store does not count against heartbeats.
+
+        Live replicas heartbeat every heartbeat_ttl_s / 3, so a pool untouched for more than
+        half the TTL means the store itself was stalled (or every replica cut off): on the
+        first call after such a gap every replica's deadline moves on by the gap, and a
+        replica that lived through the stall keeps its holds (its own heartbeat, queued
+        behind the stall, lands right after). A replica that died before the stall still
+        lapses, a gap later at most."""
+        last = pool.active_us
+        if last is not None and pool.replicas:
+            gap = now_us - last
+            if gap > to_us(self.config.heartbeat_ttl_s / 2):
+                for replica in pool.replicas:
+                    pool.replicas[replica] += gap
+        pool.active_us = now_us
+
+    def register(self, claim: Claim, now: float) -> bool:
+        """Hold `claim` under its own id (`claim.hold`) without the checks, unless held
+        already; True if it was not. A replica re-registering requests it has in flight
+        with a store that lost them (restarted empty, or reaped them while it lived), and
+        the Redis store's local ledger mirroring what Redis granted (its fallback must
+        count this replica's requests in flight). Not an admission: `admitted` is kept."""
+        pool = self.pools.get(claim.pool)
+        led = pool.entitlements.get(claim.entitlement) if pool is not None else None
+        if pool is None or led is None or not claim.hold or claim.hold in pool.holds:
+            return False
+        now_us = to_us(now)
+        self._touch(pool, now_us)
+        pool.bucket.refill(now_us)
+        led.bucket.refill(now_us)
+        cost, kv = claim.tokens * MILLI, pool.capacity.kv_of(claim.tokens)
+        self._take(pool, led, claim, cost, kv, False, (), now_us, admitted=False)
+        return True
 
     def _sweep(self, pool: PoolLedger, now_us: int, limit: int | None) -> int:
         """Up to `limit` holds: first those past their TTL, oldest first (holds are kept
@@ -421,7 +475,7 @@ class Ledger:
 
     # --- the checks -------------------------------------------------------------------
     def _own_checks(
-        self, pool: PoolLedger, led: EntitlementLedger, cost: int, kv: int, now_us: int
+        self, pool: PoolLedger, led: EntitlementLedger, cost: int, kv: int, slots: int, now_us: int
     ) -> Denied | bool:
         """Checks 1, 3, 4: a refusal, or whether the request bursts above baseline."""
         ent, rules = led.definition, led.rules
@@ -432,7 +486,7 @@ class Ledger:
                 f"entitlement {ent.name!r} is {ent.state}, not bound",
             )
         bursting = not rules.has_baseline
-        if led.in_flight + 1 > ent.concurrency and rules.has_baseline:
+        if led.in_flight + slots > ent.concurrency and rules.has_baseline:
             if not rules.burst:
                 return Denied(
                     Check.CONCURRENCY,
@@ -468,21 +522,21 @@ class Ledger:
             bursting = True
         return bursting
 
-    def _room(self, pool: PoolLedger, cost: int, kv: int, now_us: int) -> bool:
+    def _room(self, pool: PoolLedger, cost: int, kv: int, slots: int, now_us: int) -> bool:
         """Idle room in all three of the pool's resources (dedicated idle baseline counted
         as taken)."""
         cap = pool.capacity
         pool.bucket.refill(now_us)
         return (
-            pool.in_flight + pool.idle_slots + 1 <= cap.slots
+            pool.in_flight + pool.idle_slots + slots <= cap.slots
             and pool.kv + pool.idle_kv + kv <= cap.kv_bytes
             and cost <= pool.bucket.level
         )
 
-    def _pool_wait(self, pool: PoolLedger, cost: int, kv: int) -> float:
+    def _pool_wait(self, pool: PoolLedger, cost: int, kv: int, slots: int) -> float:
         cap = pool.capacity
         short_of_room = (
-            pool.in_flight + pool.idle_slots + 1 > cap.slots
+            pool.in_flight + pool.idle_slots + slots > cap.slots
             or pool.kv + pool.idle_kv + kv > cap.kv_bytes
         )
         tokens = pool.bucket.wait_s(cost)
@@ -490,7 +544,7 @@ class Ledger:
             tokens = cap.window_s
         return max(pool.typical_s if short_of_room else 0.0, tokens)
 
-    def _victims(self, pool: PoolLedger, kv: int, replica: str) -> tuple[str, ...]:
+    def _victims(self, pool: PoolLedger, kv: int, slots: int, replica: str) -> tuple[str, ...]:
         """Preemptible holds to evict (lowest priority first, then id) until the pool's
         slots and KV bytes have room for this request; each is named once. Returns those
         of `replica` (the grant's own: it cancels them at once); another replica's become
@@ -498,7 +552,7 @@ class Ledger:
         stays held until its request ends (cancelled), so it is settled once, by its own."""
         cap = pool.capacity
         # a hold named by an earlier grant is as good as gone: name nobody twice for one room
-        slots_short = pool.in_flight - pool.named_slots + pool.idle_slots + 1 - cap.slots
+        slots_short = pool.in_flight - pool.named_slots + pool.idle_slots + slots - cap.slots
         kv_short = pool.kv - pool.named_kv + pool.idle_kv + kv - cap.kv_bytes
         chosen: list[str] = []
         for _, hid in sorted((p, h) for h, p in pool.evictable.items()):
@@ -507,13 +561,13 @@ class Ledger:
             hold = pool.holds[hid]
             del pool.evictable[hid]
             hold.named = True
-            pool.named_slots += 1
+            pool.named_slots += hold.slots
             pool.named_kv += hold.kv
             if hold.replica == replica:
                 chosen.append(hid)
             else:
                 pool.notices.setdefault(hold.replica, []).append(hid)
-            slots_short -= 1
+            slots_short -= hold.slots
             kv_short -= hold.kv
         return tuple(chosen)
 
@@ -527,24 +581,26 @@ class Ledger:
         bursting: bool,
         evict: tuple[str, ...],
         now_us: int,
+        admitted: bool = True,
     ) -> Granted:
         ent, rules = led.definition, led.rules
         if rules.holds_idle:
             pool.idle_slots -= led.idle_slots()
             pool.idle_kv -= led.idle_kv()
-        led.in_flight += 1
+        led.in_flight += claim.slots
         led.kv += kv
         if rules.holds_idle:
             pool.idle_slots += led.idle_slots()
             pool.idle_kv += led.idle_kv()
-        pool.in_flight += 1
+        pool.in_flight += claim.slots
         pool.kv += kv
         own = led.bucket.take(cost)
         pooled = pool.bucket.take(cost)
         led.charged += cost
-        led.admitted_count += 1
-        pool.seq += 1
-        hid = f"{claim.replica}#{pool.seq}"
+        if admitted:
+            led.admitted_count += 1
+            pool.seq += 1
+        hid = claim.hold or f"{claim.replica}#{pool.seq}"
         hold = Hold(
             hid,
             claim.request,
@@ -557,12 +613,13 @@ class Ledger:
             rules.evictable,
             claim.replica,
             now_us + to_us(self.config.hold_ttl_s),
+            slots=claim.slots,
         )
         pool.holds[hid] = hold
         if claim.replica:
             pool.by_replica.setdefault(claim.replica, {})[hid] = None
-        admitted = pool.admitted  # plain dict calls: Counter's `+=` and `del` are Python
-        admitted[led.priority] = admitted.get(led.priority, 0) + 1
+        by_priority = pool.admitted  # plain dict calls: Counter's `+=` and `del` are Python
+        by_priority[led.priority] = by_priority.get(led.priority, 0) + 1
         if hold.evictable:
             pool.evictable[hid] = led.priority
         return Granted(hid, led.priority, bursting, evict)

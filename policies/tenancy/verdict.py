@@ -25,14 +25,22 @@ class Check(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One request's ask: `tokens` = prompt + max_tokens (the budget reserved), KV bytes
-    = tokens × the pool's bytes per token (computed by the store from the pool)."""
+    """One request's ask: `tokens` = what the engine will run — every prompt once plus
+    max_tokens for every sequence (n or best_of per prompt) — the budget reserved; KV bytes
+    = tokens × the pool's bytes per token (computed by the store from the pool); `slots`
+    = the sequences the engine runs at once for it (concurrency counts sequences)."""
 
     pool: str
     entitlement: str
     request: str  # the request's id (kept with its hold)
     tokens: int
     replica: str = ""  # the gateway replica holding it ("" : never reaped by heartbeat)
+    slots: int = 1
+    # the hold's id, chosen by the caller ("": the store numbers it). A gateway names its
+    # holds `<replica run id>#<its own counter>`: never reused across Redis's lifetimes
+    # nor its own, so a late completion can never release a hold granted after it, and a
+    # reserve whose answer was lost can be cancelled (or retried) by its id
+    hold: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,6 +164,38 @@ def test_requests_of_no_entitlement_are_counted_against_the_default(fresh_procs:
         assert metric(text, "fleetgate_entitlement_tokens_total", entitlement="anyone") > 0
 
 
+def test_n_best_of_and_batched_prompts_are_charged_as_the_engine_runs_them(fresh_procs: Procs):
+    """The engine runs n (or best_of) sequences per prompt, for every prompt of a batch:
+    admission charges that many slots and answers' worth of tokens. A guaranteed
+    entitlement of 8 slots and a 1,000-token budget (100 tokens/s over 10 s)."""
+    emu = emulator(fresh_procs, "n-emu", 8192).wait_ready()
+    team = guaranteed(8, tokens_per_s=100.0, window_s=10.0)
+    admission = token_pools({"team": team})
+    admission["params"]["default_entitlement"] = "team"
+    gw = start_gateway(fresh_procs, gateway_config([emu.url], [], admission=admission))
+    with httpx.Client(base_url=gw.url, timeout=10) as c:
+
+        def code(path: str, body: dict[str, Any]) -> str:
+            r = c.post(path, json=body)
+            return str(r.status_code) if r.status_code != 429 else r.json()["error"]["code"]
+
+        chat_path, completions = "/v1/chat/completions", "/v1/completions"
+        assert code(chat_path, chat(n=64, max_tokens=10)) == "concurrency"  # 64 slots > 8
+        assert code(chat_path, chat(best_of=16, max_tokens=10)) == "concurrency"
+        assert code(chat_path, chat(n=8, max_tokens=200)) == "token_budget"  # 1,600 > 1,000
+        nine = {"model": MODEL, "prompt": [f"say {i}" for i in range(9)], "max_tokens": 4}
+        assert code(completions, nine) == "concurrency"  # 9 prompts: 9 sequences
+        r = c.post(chat_path, json=chat(n=2, max_tokens=10))
+        assert r.status_code == 200, r.text
+        assert len(r.json()["choices"]) == 2
+        three = {"model": MODEL, "prompt": ["a", "b", "c"], "max_tokens": 4, "n": 2}
+        r = c.post(completions, json=three)
+        assert r.status_code == 200, r.text
+        assert len(r.json()["choices"]) == 6
+        text = c.get("/metrics").text
+        assert metric(text, "fleetgate_admission_admitted_total", entitlement="team") == 2
+
+
 # --- Redis: two replicas, one limit --------------------------------------------------------
 def engine(procs: Procs, delay: float = 0.004, n: int = 4) -> Proc:
     """The counting engine: every request is an SSE answer of n chunks `delay` apart."""
@@ -266,8 +298,12 @@ def test_two_replicas_one_global_concurrency_limit(fresh_procs: Procs):
     counts = asyncio.run(load([g.url for g in gws], requests, clients=48))
     elapsed = time.monotonic() - t0
     stats = engine_stats(eng)
+    degraded = [metric(httpx.get(g.url + "/metrics").text,
+                       "fleetgate_entitlement_store_degraded_admissions_total") for g in gws]  # fmt: skip
     print(f"\n2 replicas, limit {limit}: {requests} requests in {elapsed:.1f} s, "
-          f"statuses {dict(counts)}, engine {stats}")  # fmt: skip
+          f"statuses {dict(counts)}, engine {stats}, admitted outside Redis {degraded}")  # fmt: skip
+    for g in gws:  # breaker transitions, registrations: why, if the limit was not held
+        print(g.name, [line for line in g.output().splitlines() if "entitlement store" in line])
     assert counts["200"] == requests
     assert stats["requests"] == requests  # every admitted request reached the engine once
     over = max(0, stats["peak_busy"] - limit)

@@ -84,3 +84,21 @@ def test_prompt_text_ascii_flag():
     p = parse(zh, CHAT)
     assert not p.prompt_ascii and p.prompt_bytes == 6
     assert not parse('{"model":"m","prompt":["a","é"]}'.encode(), "completions").prompt_ascii
+
+
+def test_choices_and_prompts_count_what_the_engine_runs():
+    """n and best_of (the larger) are the sequences per prompt; a batch of prompts is
+    counted; values the engine would refuse count as 1 (its 400 passes through)."""
+    base = '"model":"m","messages":[{"role":"user","content":"x"}]'
+    assert (chat("{" + base + "}").choices, chat("{" + base + "}").prompts) == (1, 1)
+    assert chat("{" + base + ',"n":64}').choices == 64
+    assert chat("{" + base + ',"n":2,"best_of":5}').choices == 5
+    assert chat("{" + base + ',"n":"x"}').choices == 1
+    assert chat("{" + base + ',"n":0}').choices == 1
+    assert chat("{" + base + ',"n":true}').choices == 1
+    r = parse(b'{"model":"m","prompt":["a","bb","ccc"],"n":3}', COMPLETIONS)
+    assert (r.prompts, r.choices) == (3, 3)
+    r = parse(b'{"model":"m","prompt":[[1,2],[3],[4,5,6]]}', COMPLETIONS)
+    assert r.prompts == 3
+    assert parse(b'{"model":"m","prompt":[1,2,3]}', COMPLETIONS).prompts == 1
+    assert parse(b'{"model":"m","prompt":"abc"}', COMPLETIONS).prompts == 1

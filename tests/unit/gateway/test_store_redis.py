@@ -165,3 +165,136 @@ async def test_the_admitter_uses_an_attached_store(redis_url):
         assert g.in_flight == 1
     finally:
         await s.close()
+
+
+# --- Redis faults (issue 23): ids, re-registration, cancellation, the fallback's share ------
+def _own(i, name="g", replica="r1", slots=1):
+    """A claim named by its replica, as the admitter names them (`<replica>#<n>`)."""
+    return Claim("p", name, f"q{i}", 100, replica, slots, f"{replica}#{i}")
+
+
+async def test_redis_restarted_empty_gets_the_pools_and_the_holds_in_flight_again(redis_url):
+    s = await _store(redis_url)
+
+    async def republish():
+        await s.define_pool("p", POOL)
+        await s.put_entitlement(G, 333.0)
+        await s.put_entitlement(S, 0.3)
+
+    s.republish = republish
+    try:
+        held = [await s.reserve(_own(i)) for i in range(3)]
+        assert all(isinstance(v, Granted) for v in held)
+        await s.client.delete(*s.keys("p"))  # restarted without persistence
+        fourth = await s.reserve(_own(3))
+        assert isinstance(fourth, Granted) and s.degraded_admissions == 0
+        view = await s.view("p")
+        assert view.in_flight == 4 and view.holds == 4  # the three running ones counted
+        (g,) = [u for u in view.entitlements if u.definition.name == "g"]
+        assert g.admitted == 1  # re-registrations are not admissions
+        # a completion from before the restart releases its own hold, nothing newer
+        s.finish_soon("p", held[0].reservation, 10, None)
+        await s.drained()
+        assert (await s.view("p")).in_flight == 3
+    finally:
+        await s.close()
+
+
+async def test_a_reserve_released_before_redis_runs_it_holds_nothing(redis_url):
+    """A reserve that timed out (Redis stalled) may run later: the store cancels it by
+    its id, and Redis, told first, refuses the late reserve; a registration likewise."""
+    s = await _store(redis_url)
+    try:
+        assert await s.release("p", "r1#late") is False  # the cancel arrives first
+        late = await s.reserve(Claim("p", "g", "q", 100, "r1", 1, "r1#late"))
+        assert isinstance(late, Denied) and late.check is Check.STORE_UNAVAILABLE
+        assert (await s.view("p")).holds == 0
+        again = await s.reserve(_own(1))
+        same = await s.reserve(_own(1))  # retried after a lost answer: the same grant
+        assert isinstance(again, Granted) and isinstance(same, Granted)
+        assert again.reservation == same.reservation == "r1#1"
+        assert (await s.view("p")).in_flight == 1
+    finally:
+        await s.close()
+
+
+async def test_a_stalled_redis_leaves_no_hold_of_a_timed_out_reserve():
+    """redis-server SIGSTOPped: a reserve times out and goes to the fallback; once Redis
+    runs again, the reserve it finds queued is cancelled, and the hold the fallback granted
+    is registered until its request ends: nothing is left held after."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        url = f"redis://127.0.0.1:{proc.port}/0"
+        s = await _store(url)
+        s.timeout_s = 0.2
+        proc.kill(signal.SIGSTOP)
+        try:
+            v = await s.reserve(_own(7))
+            assert isinstance(v, Granted) and s.degraded_admissions == 1
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert v.reservation != "r1#7"  # the local grant has its own id
+        await s.drained()  # the cancel of the queued reserve, acknowledged
+        s.breaker.succeeded()
+        assert await s.register_live(only_local=True) == 1  # the running request, counted
+        assert await s.register_live(only_local=True) == 0  # once
+        view = await s.view("p")
+        assert view.holds == 1 and view.in_flight == 1  # r1#7 itself: never held
+        s.finish_soon("p", v.reservation, 10, None)
+        await s.drained()
+        assert (await s.view("p")).holds == 0 and not s.live
+        await s.close()
+    finally:
+        ps.close()
+
+
+async def test_the_fallback_counts_what_redis_granted_and_admits_a_share():
+    """Redis goes away with 3 of r_e = 10 in flight on this replica: with 2 replicas
+    expected its share is 5, so 2 more are admitted locally, not 10."""
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=2)
+        s.timeout_s = 0.2
+        held = [await s.reserve(_own(i)) for i in range(3)]
+        assert all(isinstance(v, Granted) for v in held)
+        proc.stop()
+        verdicts = [await s.reserve(_own(10 + i)) for i in range(6)]
+        granted = [v for v in verdicts if isinstance(v, Granted)]
+        assert len(granted) == 2 and s.share == 2
+        assert {v.check for v in verdicts if isinstance(v, Denied)} == {Check.CONCURRENCY}
+        for v in held:  # requests Redis admitted end: the share has room again
+            s.finish_soon("p", v.reservation, 10, None)
+        assert isinstance(await s.reserve(_own(20)), Granted)
+        await s.close()
+    finally:
+        ps.close()
+
+
+async def test_a_replica_redis_forgot_registers_its_requests_before_it_is_granted_more(redis_url):
+    """Redis restarted empty and another replica published the pools again: this replica's
+    next reserve is answered `replica_unknown` until its requests in flight are registered
+    (one heartbeat), then granted — Redis never grants it before counting them."""
+    s = await _store(redis_url)
+    s.start("r1")
+    other = RedisStore.from_url(redis_url, timeout_s=2.0, prefix=s.prefix)
+    try:
+        held = [await s.reserve(_own(i)) for i in range(3)]
+        assert all(isinstance(v, Granted) for v in held)
+        await s.client.delete(*s.keys("p"))
+        await other.define_pool("p", POOL)  # the other replica found the pool gone first
+        await other.put_entitlement(G, 333.0)
+        v = await s.reserve(_own(3))
+        assert isinstance(v, Granted) and s.degraded_admissions == 0
+        view = await s.view("p")
+        assert view.in_flight == 4 and view.holds == 4
+    finally:
+        await other.close()
+        await s.close()

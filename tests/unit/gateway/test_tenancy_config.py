@@ -25,10 +25,12 @@ def cfg(admission_params: dict, **top):
 
 def test_store_settings_split_from_the_policy_params():
     c = cfg(
-        TP | {"store": "redis", "redis_url": "redis://127.0.0.1:1/0", "fail_open": {"spot": True}}
-    )
+        TP | {"store": "redis", "redis_url": "redis://127.0.0.1:1/0", "fail_open": {"spot": True},
+              "expected_replicas": 3}
+    )  # fmt: skip
     s = c.admission.store_settings()
-    assert s.store == "redis" and s.fail_open == {"spot": True}
+    assert s.store == "redis" and s.fail_open == {"spot": True} and s.expected_replicas == 3
+    assert cfg(TP).admission.store_settings().expected_replicas == 1
     assert "store" not in c.admission.policy_params()
 
 
@@ -37,6 +39,8 @@ def test_store_settings_split_from_the_policy_params():
     [
         (TP | {"redis_url": "http://x"}, {}, "admission.params.redis_url: must be a redis://"),
         (TP | {"store": "disk"}, {}, "admission.params.store:"),
+        (TP | {"expected_replicas": 0}, {}, "admission.params.expected_replicas:"),
+        (TP | {"expected_replicas": 1.5}, {}, "admission.params.expected_replicas:"),
         (TP | {"fail_open": {"gold": True}}, {}, "admission.params.fail_open.gold:"),
         (TP | {"nonsense": 1}, {}, "nonsense"),
         (TP, {"auth": {"keys": {"zz": ["k" * 10]}, "key_secret": SECRET}}, "auth.keys.zz: no such entitlement"),

@@ -90,3 +90,29 @@ def test_unknown_entitlements_go_to_the_default_or_are_refused():
 def test_bad_configuration_fails_at_start(params):
     with pytest.raises(ValueError):
         make_admitter("token_pools", params)
+
+
+def test_n_best_of_and_batched_prompts_are_charged_as_the_engine_runs_them():
+    """n=64 makes the engine run 64 sequences: the claim takes 64 slots and 64 answers'
+    worth of tokens (the prompt once per prompt); a batch of prompts, each prompt's."""
+    guaranteed = {"pool": "p", "class": "guaranteed", "tokens_per_s": 1e6,
+                  "kv_bytes": 10**11, "concurrency": 8}  # fmt: skip
+    a = make_admitter("token_pools", _params(team=guaranteed))
+
+    def req(i, **kw):
+        return RequestInfo(f"r{i}", "m", 0.0, 11, 30, entitlement="team", **kw)
+
+    claim = a.claim(req(0, choices=64))
+    assert (claim.tokens, claim.slots) == (11 + 64 * 30, 64)
+    claim = a.claim(req(1, prompts=3, choices=2))  # 3 prompts, best_of 2 each
+    assert (claim.tokens, claim.slots) == (3 * 11 + 6 * 30, 6)
+    assert a.claim(req(2)).slots == 1
+    refused = a.admit(req(3, choices=64), 0.0)
+    assert isinstance(refused, AdmissionRefused) and refused.code == "concurrency"
+    held = a.admit(req(4, choices=6), 0.0)
+    assert not isinstance(held, AdmissionRefused)
+    assert a.ledger.pools["p"].in_flight == 6
+    assert isinstance(a.admit(req(5, choices=3), 0.0), AdmissionRefused)  # 6 + 3 > 8
+    assert not isinstance(a.admit(req(6, choices=2), 0.0), AdmissionRefused)  # 6 + 2 = 8
+    held.release()
+    assert a.ledger.pools["p"].in_flight == 2

@@ -7,6 +7,7 @@ requires identical verdicts and counters."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -243,12 +244,45 @@ async def test_a_silent_replica_loses_its_holds_early(stores, clock):
     for i in range(2):
         await s.reserve(claim("g", i, replica="a"))
         await s.reserve(claim("g", 10 + i, replica="b"))
-    clock.advance(6.0)
-    await s.heartbeat("b")  # a has crashed; b lives
-    clock.advance(5.0)
+    for _ in range(3):  # a has crashed; b lives, heartbeating every TTL / 3 or so
+        clock.advance(3.0)
+        await s.heartbeat("b")
+    clock.advance(2.0)
     assert await s.expire() == 2
     view = await s.view("p")
     assert view.in_flight == 2 and view.holds == 2
+
+
+async def test_a_stalled_store_does_not_reap_replicas_that_lived_through_it(stores, clock):
+    """Nobody reached the store for longer than the heartbeat TTL (Redis SIGSTOPped): the
+    time does not count against the replicas; one that stays silent afterwards lapses."""
+    s = await setup(stores(StoreConfig(heartbeat_ttl_s=10.0)), ent("g", C.GUARANTEED, r=4))
+    await s.heartbeat("a")
+    await s.heartbeat("b")
+    held = [await s.reserve(claim("g", i, replica=r)) for i, r in enumerate("ab")]
+    clock.advance(25.0)  # the stall
+    assert isinstance(await s.reserve(claim("g", 5, replica="b")), Granted)  # b's, queued
+    assert await s.expire() == 0
+    assert (await s.view("p")).holds == 3
+    for _ in range(4):  # b heartbeats; a, dead, does not
+        clock.advance(3.0)
+        await s.heartbeat("b")
+    assert await s.expire() == 1  # a's hold, a TTL after the stall ended
+    assert await s.release("p", held[1].reservation) is True
+
+
+async def test_a_claim_holds_its_slots_and_a_retried_reserve_gets_the_same_grant(stores):
+    s = await setup(stores(), ent("g", C.GUARANTEED, r=4))
+    c = Claim("p", "g", "q", 100, "r1", slots=3, hold="r1#run-7")
+    first = await s.reserve(c)
+    assert isinstance(first, Granted) and first.reservation == "r1#run-7"
+    again = await s.reserve(c)  # its answer was lost: retried under the same id
+    assert isinstance(again, Granted) and again.reservation == "r1#run-7"
+    assert (await s.view("p")).in_flight == 3
+    refused = await s.reserve(Claim("p", "g", "q2", 100, "r1", slots=2))
+    assert isinstance(refused, Denied) and refused.check is Check.CONCURRENCY
+    assert await s.release("p", "r1#run-7") is True
+    assert (await s.view("p")).in_flight == 0
 
 
 async def test_finish_settles_and_releases_in_one_step(stores):
@@ -307,6 +341,10 @@ async def test_both_stores_agree_on_a_random_sequence(redis_url):
             op = rng.random()
             if op < 0.5:
                 c = claim(rng.choice("gdesx"), i, rng.randint(1, 900), rng.choice(["r1", "r2"]))
+                # sequences (n, best_of, batches) and ids the caller chose, some of the time
+                c = replace(c, slots=rng.choice([1, 1, 1, 2, 3]))
+                if rng.random() < 0.3:
+                    c = replace(c, hold=f"{c.replica}#own{i}")
                 a, b = await mem.reserve(c), await red.reserve(c)
                 assert type(a) is type(b), (i, a, b)
                 if isinstance(a, Granted):
