@@ -36,10 +36,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from compressor.category import Category
 from compressor.compiled import fast as _fast
 from compressor.fences import code_spans, has_fence_marker
 from compressor.template import content_text
-from policies.types import Category
 
 CODE_THRESHOLD = 0.15  # separates labelled code from documentation (bench/compressor_fidelity.py)
 _SAMPLE = 1_000  # characters from each end of a text: 98.5% accuracy, half the cost of 3000
