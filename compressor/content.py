@@ -23,7 +23,7 @@ Rules, in order:
 3. **chat** if the messages hold a conversation: an assistant turn or ≥ 2 user turns.
 4. **prose** otherwise.
 
-Accuracy is measured on the labelled set built by bench/corpus.py (see
+Accuracy is measured on the labelled set built by tests/corpus.py (see
 bench/compressor_fidelity.py's category table and tests/unit/compressor/test_content.py).
 Failure posture: a wrong category only changes the bytes/token prior (the EMA then
 learns it per category) or forgoes/permits compression; compression itself still

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from bench.corpus import prose_prompt
 from compressor.compress import CompressorConfig, compress_chat, compress_prompt, default_analyzer
 from compressor.content import is_log, protect_as_code
 from compressor.question import question_tail
+from tests.corpus import prose_prompt
 from tests.tokens import engine_tokens
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from bench.corpus import labelled_set
 from compressor.template import (
     chat_segments,
     chat_tokens,
@@ -13,6 +12,7 @@ from compressor.template import (
     content_text,
     fixed_tokens,
 )
+from tests.corpus import labelled_set
 from tests.tokens import engine_tokens, text_tokens
 
 MESSAGES = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.quartz_experiments import (
+from tests.experiments.quartz_experiments import (
     BOUNDED,
     BY_NAME,
     FORWARD_LL,
@@ -20,7 +20,7 @@ from bench.quartz_experiments import (
     experiment,
     main,
 )
-from bench.quartz_protocol import NOMINAL, SHIFTS, VARIANTS, mean_over_seeds, trace
+from tests.experiments.quartz_protocol import NOMINAL, SHIFTS, VARIANTS, mean_over_seeds, trace
 
 
 @pytest.fixture(scope="module")
