@@ -120,18 +120,13 @@ def unfenced(text: str) -> str:
     return "\n".join(out)
 
 
-def protect_as_code(text: str) -> bool:
-    """The compressor's per-text gate (a text inside a request it may shorten): the code
-    score on a 4× larger sample (it separates documentation with examples from source
-    code better than the hot-path classifier's sample) of the text *outside* its fenced
-    blocks — those are kept whole anyway, so a README or an answer with code examples
-    is shortened around them, while a message that is only a fenced program has nothing
-    else to shorten. Logs are not code (`is_log`)."""
-    return code_outside_fences(unfenced(text))
-
-
 def code_outside_fences(rest: str) -> bool:
-    """`protect_as_code` of a text given as its `unfenced` part."""
+    """The compressor's per-text gate (a text inside a request it may shorten), given the
+    text's `unfenced` part: the code score on a 4× larger sample (it separates
+    documentation with examples from source code better than the hot-path classifier's
+    sample) of the text *outside* its fenced blocks — those are kept whole anyway, so a
+    README or an answer with code examples is shortened around them, while a message that
+    is only a fenced program has nothing else to shorten. Logs are not code (`is_log`)."""
     return code_score(rest, 4 * _SAMPLE) >= CODE_THRESHOLD and not is_log(rest, 4 * _SAMPLE)
 
 

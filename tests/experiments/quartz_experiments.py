@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policies.dispatch import DISPATCHERS
-from policies.routing import ROUTERS
 from tests.experiments.quartz_protocol import (
     BURSTY,
     ENGINES,
@@ -177,11 +175,6 @@ QUICK = Protocol(
 )
 
 
-def available(method: Method) -> bool:
-    """Both policies are registered (the QUARTZ ones arrive with the predictor's branch)."""
-    return method.routing in ROUTERS.names() and method.dispatch in DISPATCHERS.names()
-
-
 def run_all(jobs: Sequence[Job], workers: int) -> tuple[list[dict[str, Any]], float, float]:
     """Run `jobs` in a process pool; (rows, wall seconds, CPU seconds summed over runs)."""
     t0 = time.perf_counter()
@@ -219,8 +212,6 @@ def experiment(p: Protocol) -> dict[str, Any]:
     rates = p.rates or tuple(round(f * cap, 1) for f in p.loads)
     engine = ENGINES[p.engine]
     methods = [BY_NAME[n] for n in p.methods]
-    skipped = [m.name for m in methods if not available(m)]
-    methods = [m for m in methods if available(m)]
     if "FIFO-LL" not in [m.name for m in methods]:
         methods.insert(0, BY_NAME["FIFO-LL"])
     sweep = [
@@ -237,7 +228,6 @@ def experiment(p: Protocol) -> dict[str, Any]:
         extra += [
             Job(m, NOMINAL, k, s, p.requests, DISPATCH, engine)
             for m in (*ABLATIONS, *SENSITIVITY)
-            if available(m)
             for s in p.seeds
         ]
     # each shift at the knee's fraction of *its own* capacity (More RAG has shorter
@@ -253,12 +243,10 @@ def experiment(p: Protocol) -> dict[str, Any]:
             extra += [
                 Job(BY_NAME[n], v, variant_rates[v.name], s, p.requests, DISPATCH, engine)
                 for n in names
-                if available(BY_NAME[n])
                 for s in p.seeds
             ]
     more, wall2, cpu2 = run_all(extra, p.workers) if extra else ([], 0.0, 0.0)
     rows += more
-    skipped += sorted({m.name for m in ABLATIONS if p.ablations and not available(m)})
     return {
         "protocol": p,
         "capacity": cap,
@@ -266,7 +254,6 @@ def experiment(p: Protocol) -> dict[str, Any]:
         "knee": k,
         "variant_rates": variant_rates,
         "rows": rows,
-        "skipped": skipped,
         "timing": {
             "sweep_runs": len(sweep),
             "sweep_wall_s": wall1,
@@ -364,8 +351,6 @@ def tables(res: dict[str, Any]) -> str:
         f"{cap:.1f} req/s (every slot busy); loads {list(res['rates'])} req/s; "
         f"knee (FIFO-LL P99 TTFT > 2 s) at {k} req/s = {k / cap:.3f} × capacity.",
     ]
-    if res["skipped"]:
-        out.append(f"Not run (policies not registered): {', '.join(res['skipped'])}.")
     t = res["timing"]
     out.append(
         f"Timing: sweep {t['sweep_runs']} runs in {t['sweep_wall_s']:.1f} s wall "

@@ -1,4 +1,4 @@
-"""The product packages' import graph has no circle, at module level.
+"""The product packages' import graph has no circle, at module level; no test imports bench/.
 
 import-linter (pyproject.toml) keeps the layers and forbids circles between the siblings
 of any package; it does not look at a package's `__init__` and its own children, where a
@@ -8,6 +8,9 @@ the module graph (grimp's, the graph import-linter reads: imports inside functio
 under TYPE_CHECKING count too)."""
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import grimp
 
@@ -67,3 +70,20 @@ def test_the_finder_finds_a_circle() -> None:
 def test_no_module_imports_itself_through_others() -> None:
     graph = grimp.build_graph(*PACKAGES, cache_dir=None)
     assert _circles(graph) == []
+
+
+def test_no_test_imports_bench() -> None:
+    """Benchmark scripts are not product code: what a test shares with them lives in the
+    package (product behaviour) or under tests/ (test support), and bench/ imports it."""
+    root = Path(__file__).resolve().parents[1]
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            if any(n == "bench" or n.startswith("bench.") for n in names):
+                offenders.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert offenders == []
