@@ -99,6 +99,6 @@ class AiohttpUpstreamClient:
 
 
 def install() -> None:
-    import gateway.app
+    import gateway.runtime
 
-    gateway.app.UpstreamClient = AiohttpUpstreamClient  # type: ignore[misc,assignment]
+    gateway.runtime.UpstreamClient = AiohttpUpstreamClient  # type: ignore[misc,assignment]

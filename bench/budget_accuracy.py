@@ -3,7 +3,7 @@ before and after warm-up (FleetOpt §2.1).
 
     python bench/budget_accuracy.py [--n 800] [--seed 3]
 
-A stream of mixed requests (bench/corpus.py: prose, RAG, chat, code; completions and
+A stream of mixed requests (tests/corpus.py: prose, RAG, chat, code; completions and
 chats; 300–14000 tokens, so the stream straddles B_short = 8192 and its borderline band)
 arrives in random order. For each, the gateway's view: content category
 (compressor/content.py), byte size, estimate L_in with the current ĉ_k
@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus
 from compressor.content import classify
 from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt
 from policies.types import Category
+from tests import corpus
 
 B_SHORT = 8192
 GAMMA = 1.5

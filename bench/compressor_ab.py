@@ -5,7 +5,7 @@
 On a shared machine two runs minutes apart differ by more than most changes do, so this
 runs both in one process: `--base` (a git revision, default HEAD) is exported with
 `git archive` into a temporary folder and its `compressor/` imported as `compressor_base`
-beside the working tree's `compressor/`; every request of bench/shapes.py's borderline
+beside the working tree's `compressor/`; every request of tests/shapes.py's borderline
 set (B_short = 8192, T_c = B_short − max_tokens, `fit_request` as the gateway calls it)
 is then compressed by both, alternating which goes first, each with its own process-wide
 memo. CPU time of the calling thread (`time.thread_time`), ms. Passes, per request:
@@ -43,8 +43,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import shapes
 from compressor import compress as new_compress
+from tests import shapes
 
 ROOT = Path(__file__).resolve().parents[1]
 B_SHORT = 8192
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                     ms, _ = call(k, s, may=False)
                     add(k, "count only (may_compress false)", ms)
     print(
-        f"# {len(samples)} borderline requests (bench/shapes.py), base {args.base} vs working "
+        f"# {len(samples)} borderline requests (tests/shapes.py), base {args.base} vs working "
         f"tree, counted with {args.hf or 'cl100k'}; results differ: {differ}; "
         f"load average {os.getloadavg()[0]:.2f}"
     )

@@ -6,7 +6,7 @@ content classifier's accuracy on the labelled set.
                                         [--lengths uniform|lmsys|azure]
                                         [--max-tokens mix|azure-output|split]
 
-The per-shape table (issue 13) runs bench/shapes.py's borderline requests in the shapes
+The per-shape table (issue 13) runs tests/shapes.py's borderline requests in the shapes
 users send (document + question in one message, system + paste, RAG passages in the user
 message, pasted log and JSON, a tool message, a completion prompt, multi-turn chat,
 code): p_c, and over the prompts compressed within T_c the mean token reduction,
@@ -14,13 +14,13 @@ ROUGE-L recall, TF-IDF cosine and the fraction whose final question (the builder
 trailing text of the last user message or prompt) is still in it verbatim.
 `--protect-last-user` runs the compressor with the last user message protected (the
 behaviour before issue 13). `--lengths` picks where each request's L_total and max_tokens
-come from (bench/band_lengths.py): `lmsys` (default) the LMSYS-Chat-1M CDF restricted to
+come from (tests/band_lengths.py): `lmsys` (default) the LMSYS-Chat-1M CDF restricted to
 the band, Table 7's source, with Azure 2023's measured output lengths; `azure` the Azure
 trace's own band scaled to this one; `uniform` the corpus before (uniform in the band,
 max_tokens 256/512/512/1024). ROUGE-L recall follows the reduction a request needs, so the
 length mix sets it; the last table compares like with like.
 
-Prompts: bench/corpus.py's borderline set (B_short = 8192, γ = 1.5, L_total in
+Prompts: tests/corpus.py's borderline set (B_short = 8192, γ = 1.5, L_total in
 (8192, 12288]) — a third prose, a third RAG (retrieved passages + question; half as
 completions, half as tool messages in a chat), a third multi-turn chat — built from the
 Python reference manual and NumPy's docstrings (the paper used 300 LMSYS-Chat-1M prompts;
@@ -47,12 +47,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus, shapes
-from bench.band_lengths import LENGTHS, MAX_TOKENS, band_lengths
 from compressor.compress import CompressorConfig, fit_request
 from compressor.content import classify
 from compressor.template import content_text
 from policies.types import Category
+from tests import corpus, shapes
+from tests.band_lengths import LENGTHS, MAX_TOKENS, band_lengths
 
 B_SHORT = 8192
 _WORD = re.compile(r"\w+")
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protect-last-user", action="store_true")
     ap.add_argument(
         "--lengths", choices=LENGTHS, default="lmsys",
-        help="L_total in the band: a workload CDF (bench/band_lengths.py) or uniform",
+        help="L_total in the band: a workload CDF (tests/band_lengths.py) or uniform",
     )  # fmt: skip
     ap.add_argument(
         "--max-tokens", choices=MAX_TOKENS, default=None,

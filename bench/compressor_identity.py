@@ -5,7 +5,7 @@ that a speed change (bench/compressor_speed.py) changed no result.
     python bench/compressor_identity.py --check before.json     # on the new code: exit 1 if any differs
 
 Requests (saved with the outputs: the corpora read the installed distributions, which
-change when packages are installed): bench/shapes.py's borderline set (lmsys and uniform lengths), bench/corpus.py's
+change when packages are installed): tests/shapes.py's borderline set (lmsys and uniform lengths), tests/corpus.py's
 borderline set, each at T_c = B_short − max_tokens and at three tighter targets (more
 units dropped, trims, "does not fit"), with the default configuration and with
 `protect_last_user`, and only counted (`may_compress` false), compressed cold (first sight of each text) and again warm with the
@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus, shapes
 from compressor.compress import Compression, CompressorConfig, default_analyzer, fit_request
+from tests import corpus, shapes
 
 B_SHORT = 8192
 TIGHTER = (0, 600, 1500, 3000)  # tokens below T_c

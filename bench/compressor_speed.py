@@ -4,11 +4,11 @@ that are not compressed (FleetOpt §7.3, Table 4).
     python bench/compressor_speed.py [--corpus shapes|borderline] [--per-shape 20]
                                      [--n 150] [--repeat 5] [--cpu 0]
 
-`--corpus shapes` (the default) times bench/shapes.py's borderline requests in the shapes
+`--corpus shapes` (the default) times tests/shapes.py's borderline requests in the shapes
 users send (issue 13), with rows for the requests compressed and those not (nothing to
 shorten, or the units kept whole exceed T_c) and per shape; `borderline` the older set.
 
-Prompts: bench/corpus.py's borderline set at the Agent-heavy configuration (B_short =
+Prompts: tests/corpus.py's borderline set at the Agent-heavy configuration (B_short =
 8192, γ = 1.5: L_total in (8192, 12288], prompts of ~7.9K–12K tokens): prose, RAG
 (completion and tool-message chats) and multi-turn chats built from the Python and NumPy
 documentation. Each is compressed to T_c = B_short − L_out with `fit_request`, the call
@@ -39,12 +39,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import corpus, shapes
 from compressor.compress import default_analyzer, fit_request
 from compressor.content import classify
 from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.types import PoolSpec, RequestInfo
+from tests import corpus, shapes
 
 B_SHORT = 8192
 POOLS = [PoolSpec("short", B_SHORT), PoolSpec("long", 65536)]

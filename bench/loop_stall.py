@@ -35,8 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from corpus import borderline_set  # noqa: E402
-
+from tests.corpus import borderline_set  # noqa: E402
 from tests.procs import free_port  # noqa: E402
 
 MODEL = "m"

@@ -103,7 +103,7 @@ def pct(xs: list[int], q: float) -> float:
 def gateway_gc() -> None:
     """The collector as the gateway sets it at start-up: what exists now is frozen (never
     walked again), and young collections are rarer (gateway/app.py says why)."""
-    from gateway.app import _YOUNG_GC_THRESHOLD
+    from gateway.runtime import _YOUNG_GC_THRESHOLD
 
     gc.collect()
     gc.freeze()

@@ -3,7 +3,7 @@ quick count is, and what counting with the served model's tokenizer costs.
 
     python bench/served_tokenizers.py [--n 150] [--repeat 3] [--speed-only] [--cpu 0]
 
-Borderline chats of bench/corpus.py (B_short = 8192, T_c = B_short − max_tokens); models
+Borderline chats of tests/corpus.py (B_short = 8192, T_c = B_short − max_tokens); models
 Qwen3 and Llama-3 with Llama-3.1's template (tests/served_models.py).
 
 1. Overflow: compress counting (a) with cl100k (the default) and (b) with the served
@@ -33,9 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.corpus import borderline_set
 from compressor.compress import fit_request
 from compressor.hf_template import HFTemplate
+from tests.corpus import borderline_set
 from tests.served_models import llama31_dir, qwen3_dir
 
 B_SHORT = 8192

@@ -183,8 +183,7 @@ def _mandatory(
     doc: Document, editable: list[bool], config: CompressorConfig, question: int | None
 ) -> BoolArray:
     """Fixed and code units, each editable text's first `keep_first` (at least 1: it
-    holds the template's "\n\n") and last `keep_last` units (select.mandatory_mask per
-    text, for all texts at once), and the trailing question of text `question`."""
+    holds the template's "\n\n") and last `keep_last` units (for all texts at once), and the trailing question of text `question`."""
     keep = np.asarray(doc.units.fixed, dtype=np.bool_) | np.asarray(doc.units.code, dtype=np.bool_)
     group = doc.group
     start = np.searchsorted(group, group, side="left")

@@ -23,7 +23,7 @@ Rules, in order:
 3. **chat** if the messages hold a conversation: an assistant turn or ≥ 2 user turns.
 4. **prose** otherwise.
 
-Accuracy is measured on the labelled set built by bench/corpus.py (see
+Accuracy is measured on the labelled set built by tests/corpus.py (see
 bench/compressor_fidelity.py's category table and tests/unit/compressor/test_content.py).
 Failure posture: a wrong category only changes the bytes/token prior (the EMA then
 learns it per category) or forgoes/permits compression; compression itself still
@@ -36,10 +36,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from compressor.category import Category
 from compressor.compiled import fast as _fast
 from compressor.fences import code_spans, has_fence_marker
 from compressor.template import content_text
-from policies.types import Category
 
 CODE_THRESHOLD = 0.15  # separates labelled code from documentation (bench/compressor_fidelity.py)
 _SAMPLE = 1_000  # characters from each end of a text: 98.5% accuracy, half the cost of 3000
@@ -120,18 +120,13 @@ def unfenced(text: str) -> str:
     return "\n".join(out)
 
 
-def protect_as_code(text: str) -> bool:
-    """The compressor's per-text gate (a text inside a request it may shorten): the code
-    score on a 4× larger sample (it separates documentation with examples from source
-    code better than the hot-path classifier's sample) of the text *outside* its fenced
-    blocks — those are kept whole anyway, so a README or an answer with code examples
-    is shortened around them, while a message that is only a fenced program has nothing
-    else to shorten. Logs are not code (`is_log`)."""
-    return code_outside_fences(unfenced(text))
-
-
 def code_outside_fences(rest: str) -> bool:
-    """`protect_as_code` of a text given as its `unfenced` part."""
+    """The compressor's per-text gate (a text inside a request it may shorten), given the
+    text's `unfenced` part: the code score on a 4× larger sample (it separates
+    documentation with examples from source code better than the hot-path classifier's
+    sample) of the text *outside* its fenced blocks — those are kept whole anyway, so a
+    README or an answer with code examples is shortened around them, while a message that
+    is only a fenced program has nothing else to shorten. Logs are not code (`is_log`)."""
     return code_score(rest, 4 * _SAMPLE) >= CODE_THRESHOLD and not is_log(rest, 4 * _SAMPLE)
 
 

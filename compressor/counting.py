@@ -287,9 +287,6 @@ class TokenCounter:
             self.head(c) if a in is_head else spaced[c] for a, c in zip(starts, chunks, strict=True)
         ]
 
-    def memo_size(self) -> int:
-        return len(self._spaced) + len(self._head)
-
 
 def _glue(
     packed: IntArray, first: list[int], empty: list[bool]

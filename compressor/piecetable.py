@@ -22,7 +22,7 @@ MAX_KEY_BYTES gets a length byte no stored key has, so it never matches its pref
 Slot index: the key's words mixed by multiplications, top bits. The table holds at most
 half its slots (the owner clears it when fuller, and with the memo whose values it
 holds: compressor/document.py, compressor/counting.py). 262,144 slots of 40 bytes: 10 MB
-per table. Thread safety: the owner holds a lock around `lookup_pieces` (the gateway
+per table. Thread safety: the owner holds a lock around `lookup_spans` (the gateway
 compresses on a thread pool).
 
 With the compiled helper (compressor/_fast.c, compressor/compiled.py) the split, keys,
@@ -220,16 +220,11 @@ class Spans(NamedTuple):
     ends: IntArray
 
 
-def lookup_pieces(table: PieceTable, text: str, memo: dict[str, int]) -> IntArray:
+def lookup_spans(table: PieceTable, text: str, memo: dict[str, int]) -> tuple[IntArray, Spans]:
     """Memo values of `text.split(" ")`'s pieces: through the table, and the dict `memo`
     (its `__getitem__`, so a subclass's `__missing__` computes a new piece) for the rest
-    (whose short keys are then added to the table)."""
-    return lookup_spans(table, text, memo)[0]
-
-
-def lookup_spans(table: PieceTable, text: str, memo: dict[str, int]) -> tuple[IntArray, Spans]:
-    """`lookup_pieces` and the pieces' byte spans (compressor/counting.py's chunk counts
-    read the chunks from them)."""
+    (whose short keys are then added to the table); and the pieces' byte spans
+    (compressor/counting.py's chunk counts read the chunks from them)."""
     if _fast is not None:
         return lookup_pieces_fast(_fast, table, text, memo)
     return lookup_pieces_numpy(table, text, memo)

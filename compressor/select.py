@@ -24,15 +24,6 @@ import numpy.typing as npt
 BoolArray = npt.NDArray[np.bool_]
 
 
-def mandatory_mask(n: int, code: list[bool], keep_first: int, keep_last: int) -> BoolArray:
-    """First `keep_first`, last `keep_last` and code units of one document."""
-    keep = np.asarray(code, dtype=np.bool_).copy()
-    keep[: max(keep_first, 0)] = True
-    if keep_last > 0:
-        keep[max(n - keep_last, 0) :] = True
-    return keep
-
-
 def greedy_select(
     tokens: npt.NDArray[np.int64],
     scores: npt.NDArray[np.float64],

@@ -14,7 +14,7 @@ Boundaries (no per-line or per-word Python loop: a 50 KB prompt splits in ~0.5 m
   is not an end. Decimals (3.14), URLs and file names (example.com/a.b) have no space
   after the dot and are never split. Each distinct word's flags are computed once
   (`piece_flags`, memoised by compressor/document.py); the ends are then a vectorised
-  test over the words (`sentence_ends`).
+  test over the words (`_end_offsets`).
 - CJK ends: `。！？` (and fullwidth `．`) end a sentence with or without a following space.
 - line breaks (compressor/linebreaks.py, vectorised): a blank line (paragraph), a line ending in
   terminal punctuation or `:`/`;`, or a next line that starts a bullet (`-`, `*`, `+`,
@@ -184,15 +184,10 @@ def piece_flags(piece: str) -> int:
     return flags
 
 
-def sentence_ends(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> list[int]:
+def _end_offsets(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Offsets of ". X" sentence ends from per-piece offsets (`pos[j]`: the space before
     piece j) and flags: piece j-1 ends a sentence and the next non-empty piece starts one
     (runs of spaces leave empty pieces)."""
-    ends: list[int] = _end_offsets(pos, flags).tolist()
-    return ends
-
-
-def _end_offsets(pos: npt.NDArray[np.int64], flags: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     if len(flags) < 2:
         return _NONE
     cand = np.flatnonzero((flags[:-1] & END_FLAG) != 0) + 1

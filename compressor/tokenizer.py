@@ -86,11 +86,6 @@ class HFTokenizer:
         tokens = self._tok.get_added_tokens_decoder().values()
         return [(t.content, not (t.lstrip or t.rstrip or t.single_word)) for t in tokens]
 
-    def count_batch(self, texts: list[str]) -> list[int]:
-        """Token counts of many texts in one call (the Rust side loops)."""
-        out = self._tok.encode_batch(texts, add_special_tokens=False)
-        return [len(e.ids) for e in out]
-
 
 @lru_cache(maxsize=8)
 def hf_tokenizer(path: str) -> HFTokenizer:

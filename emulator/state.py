@@ -14,7 +14,18 @@ from emulator.metrics_sglang import SglangMetrics
 from emulator.metrics_vllm import VllmMetrics
 from emulator.requests import ModelInfo
 from emulator.sampling import OutputModel
-from emulator.wire import Wire, wire_for
+from emulator.wire import Wire
+from emulator.wire_sglang import SglangWire
+from emulator.wire_vllm import VllmWire
+
+
+def wire_for(personality: str, fingerprint: str = "") -> Wire:
+    """The response shapes of `personality` (emulator/wire_vllm.py, emulator/wire_sglang.py)."""
+    if personality == "vllm":
+        return VllmWire(fingerprint)
+    if personality == "sglang":
+        return SglangWire()
+    raise ValueError(f"unknown personality {personality!r} (vllm, sglang)")
 
 
 def fingerprint(cfg: EmulatorConfig) -> str:

@@ -3,8 +3,9 @@
 A `Wire` turns plain values (ids, texts, finish reasons, token counts) into the exact
 bytes each server sends: key order, compact separators (Starlette's JSONResponse and
 pydantic's model_dump_json are both compact, non-ASCII kept as UTF-8 — orjson's output),
-and every `null` the real serializer keeps. `wire_for(personality)` picks one;
-`emulator/wire_vllm.py` and `emulator/wire_sglang.py` hold the shapes.
+and every `null` the real serializer keeps. `emulator/wire_vllm.py` and
+`emulator/wire_sglang.py` hold the shapes (they import this module, never the reverse);
+`emulator/state.py`'s `wire_for(personality)` picks one.
 
 SSE: every event is `data: <json>\\n\\n` and a stream ends `data: [DONE]\\n\\n`.
 Mid-stream errors are serialized with `json.dumps` default separators (spaces), as both
@@ -118,15 +119,3 @@ class Wire(Protocol):
     def tokenize(self, tokens: list[int], max_model_len: int, strs: list[str] | None) -> bytes: ...
 
     def detokenize(self, text: str) -> bytes: ...
-
-
-def wire_for(personality: str, fingerprint: str = "") -> Wire:
-    if personality == "vllm":
-        from emulator.wire_vllm import VllmWire
-
-        return VllmWire(fingerprint)
-    if personality == "sglang":
-        from emulator.wire_sglang import SglangWire
-
-        return SglangWire()
-    raise ValueError(f"unknown personality {personality!r} (vllm, sglang)")

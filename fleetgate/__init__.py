@@ -1,3 +1,5 @@
 """fleetgate: the command line that ties the gateway, emulator, simulator and planner together."""
 
-__version__ = "0.1.0"
+from gateway import __version__
+
+__all__ = ["__version__"]

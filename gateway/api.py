@@ -58,7 +58,7 @@ from gateway.schemas import (
 from gateway.workers import FleetError, worker_dicts
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.runtime import Gateway
 
 log = logging.getLogger("fleetgate.gateway")
 

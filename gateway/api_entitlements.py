@@ -31,7 +31,7 @@ from gateway.errors import (
 from gateway.tenancy import EntitlementError
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.runtime import Gateway
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")]
 ClassName = Literal["dedicated", "guaranteed", "elastic", "spot", "preemptible"]

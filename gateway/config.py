@@ -174,8 +174,12 @@ class Pool(_Section):
 
 
 class Placement(_Section):
-    # compress_and_route: FleetOpt §5 (short, compress-then-short, long); short_long: §2.1
-    policy: Literal["compress_and_route", "short_long"] = "compress_and_route"
+    # a registered placement policy (policies/pools.py): compress_and_route, FleetOpt §5
+    # (short, compress-then-short, long); short_long, §2.1
+    policy: str = "compress_and_route"
+    # the policy's own parameters (compress_and_route: min_target, compressible); the keys
+    # below are offered to every policy, which takes the ones it uses
+    params: dict[str, Any] = Field(default_factory=dict)
     short_pool: str = "short"
     # B_short: the short pool's boundary in tokens; defaults to its max_model_len
     b_short: int | None = Field(None, gt=0)
@@ -188,6 +192,20 @@ class Placement(_Section):
     # never shorten the last user message (compressor.compress.CompressorConfig's
     # protect_last_user; false: it is shortened around its trailing question)
     protect_last_user: bool = False
+
+    @model_validator(mode="after")
+    def _builds(self) -> Placement:
+        from policies.pools import PLACERS, make_placement
+
+        b_short = self.b_short or 8192  # the short pool's context when unset: checked later
+        _check_builds(
+            PLACERS.names(),
+            self.policy,
+            lambda: make_placement(
+                self.policy, self.short_pool, b_short, self.gamma, self.verify_margin, self.params
+            ),
+        )
+        return self
 
 
 ServiceClassName = Literal["dedicated", "guaranteed", "elastic", "spot", "preemptible"]

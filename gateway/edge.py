@@ -32,8 +32,8 @@ from gateway.openai_request import CHAT, COMPLETIONS
 from gateway.responder import ClientGone, Responder
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
     from gateway.link import ClientLink
+    from gateway.runtime import Gateway
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

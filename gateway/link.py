@@ -22,20 +22,33 @@ pipelined request) is uvicorn's, done as its `send` does it.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
-if TYPE_CHECKING:
-    from gateway.protocol import GatewayHttpProtocol
-
 Headers = list[tuple[bytes, bytes]]
+
+
+class Connection(Protocol):
+    """What a link uses of its connection's protocol (gateway/protocol.py's
+    `GatewayHttpProtocol`, which makes the links: described here, so that this module
+    does not import the one that imports it)."""
+
+    @property
+    def watched(self) -> set[ClientLink]: ...
+
+    @property
+    def transport(self) -> asyncio.Transport: ...
+
+    @property
+    def flow(self) -> FlowControl: ...
 
 
 class ClientLink:
     __slots__ = ("_cycle", "_protocol", "gone", "task")
 
-    def __init__(self, protocol: GatewayHttpProtocol) -> None:
+    def __init__(self, protocol: Connection) -> None:
         self._protocol = protocol
         self._cycle: RequestResponseCycle | None = None  # set when the request's cycle exists
         self.task: asyncio.Task[Any] | None = None  # the request's task, once started

@@ -6,7 +6,8 @@ retry would likely be admitted (the driver's 429 and its Retry-After). The core
 (policies/core.py) keeps the reservation among the request's leases, calls `settle` with
 the real outcome when the request ends and `release` on every path, exactly once.
 
-Registered policies (`admission.policy`):
+The protocol and its registry are policies/protocols/admission.py. Registered policies
+(`admission.policy`), loaded by the import list below (the one place that does):
 - `always` — admits everything, holds nothing (the default: no entitlements configured);
 - `concurrency` — at most `limit` requests of one entitlement in flight at once (the
   simplest entitlement in request units);
@@ -22,49 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from policies.registry import Registry, config_from
+import policies.tenancy.admitter  # noqa: F401  (registers `token_pools`)
+from policies.protocols.admission import ADMITTERS, AdmissionRefused, Admitter, Reservation
+from policies.registry import config_from
 from policies.types import Outcome, RequestInfo
-
-
-class Reservation(Protocol):
-    def settle(self, outcome: Outcome, now: float) -> None:
-        """The request ended with `outcome`: charge what it really used."""
-        ...
-
-    def release(self) -> None:
-        """Give back what is still held; calling it again does nothing."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionRefused:
-    """Not admitted now: `retry_after` seconds is when a retry would likely be."""
-
-    reason: str
-    retry_after: float
-    code: str = "entitlement_exhausted"
-
-
-class Admitter(Protocol):
-    name: str
-
-    # where its state is shared across replicas (the token-pool ledger in Redis), once
-    # attached; None: this process's own, and `admit` answers synchronously
-    @property
-    def store(self) -> object | None: ...
-
-    def admit(self, request: RequestInfo, now: float) -> Reservation | AdmissionRefused | None:
-        """A reservation to hold, None (admitted, nothing held), or a refusal."""
-        ...
-
-
-def _load_builtins() -> None:
-    import policies.tenancy.admitter  # noqa: F401  (registers `token_pools`)
-
-
-ADMITTERS: Registry[Admitter] = Registry("admission policy", _load_builtins)
 
 
 @dataclass(slots=True)
@@ -147,3 +111,15 @@ def _concurrency(params: Mapping[str, Any]) -> Admitter:
 
 def make_admitter(name: str, params: dict[str, Any] | None = None) -> Admitter:
     return ADMITTERS.make(name, params)
+
+
+__all__ = [
+    "ADMITTERS",
+    "AdmissionRefused",
+    "AdmitAll",
+    "Admitter",
+    "ConcurrencyAdmitter",
+    "ConcurrencyConfig",
+    "Reservation",
+    "make_admitter",
+]

@@ -14,7 +14,9 @@ calls `wake(pool)` whenever a slot in `pool` is released and `expire(now)` as ti
 passes; `cancel` removes a waiter whose client left. Each waiter leaves the queue exactly
 once: woken, expired or cancelled.
 
-The order is the dispatcher's: `fifo` (this file) serves first come first served;
+The order is the dispatcher's (the protocol: policies/protocols/dispatch.py; the built-ins,
+one per file, in policies/queue/, sharing their waiter bookkeeping, queue/waiters.py):
+`fifo` (queue/fifo.py) serves first come first served;
 `quartz` (policies/queue/quartz.py) orders by predicted tail prefill with aging and
 per-client fairness; `token_fair` (policies/queue/token_fair.py) serves the client with
 the least recent service first. `wait` is given the request itself (its size, its
@@ -36,109 +38,14 @@ with Retry-After); a waiter past `timeout_s` is expired (503 `queue_timeout`).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from policies.clock import Clock
 from policies.leases import Releasing
-from policies.registry import Registry, config_from
-from policies.types import RequestInfo
-
-
-@dataclass(slots=True, eq=False)
-class Waiter:
-    """One request waiting for room in any of `pools` (in preference order)."""
-
-    key: str
-    pools: tuple[str, ...]
-    since: float
-    deadline: float
-    done: bool = False  # woken, expired or cancelled: out of the queue
-    token: object = None  # the driver's handle (the gateway: a future to resolve)
-    request: RequestInfo | None = None
-
-
-class Dispatcher(Protocol):
-    def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
-        """Queue a request; None when the queue is full."""
-        ...
-
-    def served(self, request: RequestInfo, now: float) -> None:
-        """A request had its first token (fair dispatchers count the client's service)."""
-        ...
-
-    def wake(self, pool: str) -> Waiter | None:
-        """The waiter that takes the slot just freed in `pool`, if any."""
-        ...
-
-    def expire(self, now: float) -> list[Waiter]:
-        """Waiters whose deadline has passed, removed from the queue."""
-        ...
-
-    def cancel(self, waiter: Waiter) -> None: ...
-
-    def waiting(self, pool: str) -> int:
-        """Requests queued that could use `pool` (a newcomer for it queues behind them)."""
-        ...
-
-    def __len__(self) -> int: ...
-
-
-@dataclass(slots=True)
-class FifoDispatcher:
-    max_waiting: int = 1024  # beyond this a request is refused at once (429)
-    timeout_s: float = 30.0  # a request waits at most this long for room (then 503)
-    _queue: deque[Waiter] = field(default_factory=deque)
-    _live: int = 0
-
-    def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
-        if self._live >= self.max_waiting:
-            return None
-        waiter = Waiter(request.id, pools, now, now + self.timeout_s, request=request)
-        self._queue.append(waiter)
-        self._live += 1
-        return waiter
-
-    def served(self, request: RequestInfo, now: float) -> None:
-        pass
-
-    def wake(self, pool: str) -> Waiter | None:
-        queue = self._queue
-        while queue and queue[0].done:  # cancelled or expired ones left at the head
-            queue.popleft()
-        for waiter in queue:
-            if not waiter.done and pool in waiter.pools:
-                self._leave(waiter)
-                return waiter
-        return None
-
-    def expire(self, now: float) -> list[Waiter]:
-        gone = [w for w in self._queue if not w.done and w.deadline <= now]
-        for waiter in gone:
-            self._leave(waiter)
-        return gone
-
-    def cancel(self, waiter: Waiter) -> None:
-        if not waiter.done:
-            self._leave(waiter)
-
-    def waiting(self, pool: str) -> int:
-        if not self._live:
-            return 0
-        return sum(1 for w in self._queue if not w.done and pool in w.pools)
-
-    def _leave(self, waiter: Waiter) -> None:
-        waiter.done = True
-        self._live -= 1
-        if self._queue and self._queue[0] is waiter:
-            self._queue.popleft()
-        elif len(self._queue) > 4 * max(self._live, 16):
-            self._queue = deque(w for w in self._queue if not w.done)
-
-    def __len__(self) -> int:
-        return self._live
+from policies.protocols.dispatch import DISPATCHERS, Dispatcher, Waiter
+from policies.queue.fifo import FifoConfig, FifoDispatcher
 
 
 def attach_clock(dispatcher: object, clock: Clock) -> bool:
@@ -150,21 +57,6 @@ def attach_clock(dispatcher: object, clock: Clock) -> bool:
         return False
     bind(clock)
     return True
-
-
-def expire_in_arrival_order(
-    arrivals: deque[Waiter], now: float, leave: Callable[[Waiter], None]
-) -> list[Waiter]:
-    """The waiters past their deadline, taken from the front of an arrival-ordered deque
-    (every waiter has the same timeout, so deadlines come in arrival order) and handed to
-    `leave`; waiters already out of the queue are dropped from the front on the way."""
-    gone = []
-    while arrivals and (arrivals[0].done or arrivals[0].deadline <= now):
-        waiter = arrivals.popleft()
-        if not waiter.done:
-            leave(waiter)
-            gone.append(waiter)
-    return gone
 
 
 @dataclass(slots=True, eq=False)
@@ -179,30 +71,17 @@ class QueuePosition(Releasing):
         self.dispatcher.cancel(self.waiter)  # a no-op once woken, expired or cancelled
 
 
-@dataclass(frozen=True)
-class FifoConfig:
-    max_waiting: int = 1024  # beyond this a request is refused at once (429)
-    timeout_s: float = 30.0  # a request waits at most this long for room (then 503)
-
-    def __post_init__(self) -> None:
-        if self.max_waiting < 0:
-            raise ValueError("max_waiting: must not be negative")
-        if self.timeout_s <= 0:
-            raise ValueError("timeout_s: must be positive")
-
-
-def _load_builtins() -> None:
-    from policies.queue import quartz, token_fair  # noqa: F401
-
-
-DISPATCHERS: Registry[Dispatcher] = Registry("dispatch policy", _load_builtins)
-
-
-@DISPATCHERS.register("fifo")
-def _fifo(params: Mapping[str, Any]) -> Dispatcher:
-    c = config_from(FifoConfig, params)
-    return FifoDispatcher(c.max_waiting, c.timeout_s)
-
-
 def make_dispatcher(name: str, params: Mapping[str, Any] | None = None) -> Dispatcher:
     return DISPATCHERS.make(name, params)
+
+
+__all__ = [
+    "DISPATCHERS",
+    "Dispatcher",
+    "FifoConfig",
+    "FifoDispatcher",
+    "QueuePosition",
+    "Waiter",
+    "attach_clock",
+    "make_dispatcher",
+]

@@ -31,7 +31,7 @@ from typing import Any
 
 from compressor.compress import Compression
 from policies.budget import ChatSize, TokenBudget, measure_chat, measure_prompt
-from policies.pools import CompressAndRoute, Placement, ShortLongPlacement, Verdict
+from policies.protocols.placement import Placement, Placer, Verdict
 from policies.types import Category, PoolSpec, RequestInfo
 
 CHAT = "chat"
@@ -94,7 +94,7 @@ class Refusal:
 
 @dataclass(slots=True)
 class Intake:
-    placer: CompressAndRoute | ShortLongPlacement
+    placer: Placer
     budget: TokenBudget
     classify: Classifier | None = None  # None: unknown categories count as chat/prose
     # ASCII text seen in the wild packs no fewer than ~3 bytes into a cl100k token, so
@@ -104,8 +104,8 @@ class Intake:
     _fast_limit: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
-        if isinstance(self.placer, CompressAndRoute):
-            self._fast_limit = (1.0 - self.placer.verify_margin) * self.placer.b_short
+        # requests this small are placed alike whatever their category: not classified
+        self._fast_limit = self.placer.category_blind_below
 
     def take(
         self,
@@ -148,10 +148,7 @@ class Intake:
             prompts=prompt.prompts,
             choices=prompt.choices,
         )
-        if isinstance(self.placer, CompressAndRoute):
-            placement = self.placer.place(info, pools, healthy)
-        else:
-            placement = self.placer.place(info, pools)
+        placement = self.placer.place(info, pools, healthy)
         param = "messages" if prompt.endpoint == CHAT else "prompt"
         if placement.verdict is Verdict.NO_MODEL:
             return Refusal("no_model", placement.reason, info, param="model")

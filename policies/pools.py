@@ -1,6 +1,10 @@
 """Pool placement: which pool a request goes to, and whether it is compressed first.
 
-Two policies share one result type (`Placement`):
+The protocol (`Placer`), its result (`Placement`) and its registry (`PLACERS`) are
+policies/protocols/placement.py; this module holds the two built-in policies, registered
+by name with their parameters (`placement.policy`, `placement.params`; the section's
+`short_pool`, `b_short`, `gamma` and `verify_margin` are offered to every policy, which
+takes the ones it uses). Configuration builds them with `make_placer(name, params)`.
 
 `ShortLongPlacement` (plain pool routing, FleetOpt §2.1): L_total = prompt + max_tokens
 ≤ B_short → the short pool; otherwise the smallest other pool whose context holds it.
@@ -34,33 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
-from policies.registry import Registry
+from policies.protocols.placement import PLACERS, Placement, Placer, Verdict
+from policies.registry import config_from
 from policies.types import Category, PoolSpec, RequestInfo
-
-
-class Verdict(StrEnum):
-    PLACED = "placed"
-    NO_MODEL = "no_model"
-    TOO_LONG = "too_long"
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    verdict: Verdict
-    pools: tuple[str, ...] = ()  # preference order; empty unless PLACED
-    limit: int = 0  # the largest context among pools serving the model (for the 413 text)
-    compress_to: int | None = None  # exact prompt-token limit on pools[0] (T_c), if any
-    may_compress: bool = False  # whether content may be dropped to meet compress_to
-    fallback: tuple[str, ...] = ()  # where the original goes if compress_to cannot be met
-    category: Category | None = None
-    reason: str = ""  # one line for the request log and the 413 message
-    borderline: bool = False  # in the C&R band: on the short pool only by compressing
-    # B_short < L_total ≤ γ·B_short whatever the category or outcome (code, too little room,
-    # short pool down included): the denominator of the planner's observed p_c
-    in_band: bool = False
 
 
 def _serving(request: RequestInfo, pools: Sequence[PoolSpec]) -> list[PoolSpec]:
@@ -88,7 +70,16 @@ class ShortLongPlacement:
             return min(self.b_short, pool.max_model_len)
         return pool.max_model_len
 
-    def place(self, request: RequestInfo, pools: Sequence[PoolSpec]) -> Placement:
+    @property
+    def category_blind_below(self) -> float:
+        return 0.0  # the category keys the estimate that decides short or long: classify
+
+    def place(
+        self,
+        request: RequestInfo,
+        pools: Sequence[PoolSpec],
+        healthy: Collection[str] | None = None,  # not looked at: the driver spills
+    ) -> Placement:
         serving = _serving(request, pools)
         if not serving:
             return Placement(Verdict.NO_MODEL, reason=f"no pool serves {request.model!r}")
@@ -124,6 +115,11 @@ class CompressAndRoute:
             raise ValueError(f"gamma must be ≥ 1: {self.gamma}")
         if not 0.0 <= self.verify_margin < 1.0:
             raise ValueError(f"verify_margin must be in [0, 1): {self.verify_margin}")
+
+    @property
+    def category_blind_below(self) -> float:
+        # below the verify margin a request goes short uncounted, whatever its category
+        return (1.0 - self.verify_margin) * self.b_short
 
     def place(
         self,
@@ -195,29 +191,36 @@ class CompressAndRoute:
         )
 
 
-Placer = CompressAndRoute | ShortLongPlacement
+# Every policy is offered the placement section's shared keys and takes those it uses;
+# its own keys (`placement.params`) are checked strictly.
+SHARED_KEYS = frozenset({"short_pool", "b_short", "gamma", "verify_margin"})
 
-# Placement's parameters are the `placement.*` section's keys (short_pool, b_short, gamma,
-# verify_margin); a policy takes the ones it uses.
-PLACERS: Registry[Placer] = Registry("placement policy")
+
+def _config(cls: Any, params: Mapping[str, Any]) -> Any:
+    fields = getattr(cls, "__dataclass_fields__", {})
+    return config_from(
+        cls, {k: v for k, v in params.items() if k in fields or k not in SHARED_KEYS}
+    )
 
 
 @PLACERS.register("compress_and_route")
 def _compress_and_route(params: Mapping[str, Any]) -> Placer:
-    return CompressAndRoute(
-        params["short_pool"],
-        params["b_short"],
-        params.get("gamma", 1.5),
-        verify_margin=params.get("verify_margin", 0.05),
-    )
+    own = dict(params)
+    if "compressible" in own:  # category names in configuration
+        own["compressible"] = frozenset(Category(c) for c in own["compressible"])
+    placer: CompressAndRoute = _config(CompressAndRoute, own)
+    return placer
 
 
 @PLACERS.register("short_long")
 def _short_long(params: Mapping[str, Any]) -> Placer:
-    return ShortLongPlacement(params["short_pool"], params["b_short"])
+    placer: ShortLongPlacement = _config(ShortLongPlacement, params)
+    return placer
 
 
-PLACEMENTS = tuple(PLACERS.names())
+def make_placer(name: str, params: Mapping[str, Any] | None = None) -> Placer:
+    """A placement policy by name with its parameters; unknown names or keys fail at start."""
+    return PLACERS.make(name, params)
 
 
 def make_placement(
@@ -226,7 +229,24 @@ def make_placement(
     b_short: int,
     gamma: float = 1.5,
     verify_margin: float = 0.05,
+    params: Mapping[str, Any] | None = None,
 ) -> Placer:
-    """A placement policy by its configuration name; an unknown name fails at start."""
-    params = {"short_pool": short_pool, "b_short": b_short, "gamma": gamma}
-    return PLACERS.make(name, params | {"verify_margin": verify_margin})
+    """`make_placer` from the placement section's shared keys and the policy's own `params`."""
+    shared = {"short_pool": short_pool, "b_short": b_short, "gamma": gamma}
+    return make_placer(name, {**shared, "verify_margin": verify_margin, **(params or {})})
+
+
+# the built-in names (tests, documentation); configuration asks PLACERS.names()
+PLACEMENTS = tuple(PLACERS.names())
+
+__all__ = [
+    "PLACEMENTS",
+    "PLACERS",
+    "CompressAndRoute",
+    "Placement",
+    "Placer",
+    "ShortLongPlacement",
+    "Verdict",
+    "make_placement",
+    "make_placer",
+]

@@ -3,6 +3,8 @@
 Every extension point of the pipeline core (policies/core.py) keeps one `Registry`: a
 policy registers a factory under a name (`@ADMITTERS.register("concurrency")`), and
 configuration builds it by name with its parameters (`ADMITTERS.make(name, params)`).
+The registries live with their protocols (policies/protocols/); each step's module
+imports its built-in policies by an explicit list, which is what fills its registry.
 An unknown name or an unknown parameter fails there, at start-up, naming what is known.
 """
 
@@ -16,10 +18,9 @@ Factory = Callable[[Mapping[str, Any]], T]
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, load: Callable[[], object] | None = None) -> None:
+    def __init__(self, kind: str) -> None:
         self.kind = kind  # what the error messages call it: "router", "admission policy"
         self._factories: dict[str, Factory[T]] = {}
-        self._load = load  # imports the built-in policies' modules on first use
 
     def register(self, name: str) -> Callable[[Factory[T]], Factory[T]]:
         def deco(factory: Factory[T]) -> Factory[T]:
@@ -31,12 +32,10 @@ class Registry(Generic[T]):
         return deco
 
     def names(self) -> list[str]:
-        self._builtins()
         return sorted(self._factories)
 
     def make(self, name: str, params: Mapping[str, Any] | None = None) -> T:
         """Build a policy by name; unknown names and unknown parameters fail here."""
-        self._builtins()
         try:
             factory = self._factories[name]
         except KeyError:
@@ -44,11 +43,6 @@ class Registry(Generic[T]):
                 f"unknown {self.kind} {name!r}; known: {', '.join(sorted(self._factories))}"
             ) from None
         return factory(dict(params or {}))
-
-    def _builtins(self) -> None:
-        if self._load is not None:
-            load, self._load = self._load, None
-            load()
 
 
 class ParamError(ValueError):

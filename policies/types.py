@@ -7,14 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-
-class Category(StrEnum):
-    """Content category of a prompt (what the bytes-per-token estimate is keyed by)."""
-
-    CHAT = "chat"
-    PROSE = "prose"
-    CODE = "code"
-    RAG = "rag"
+from compressor.category import Category as Category  # re-exported: the policies use it
 
 
 @dataclass(slots=True)

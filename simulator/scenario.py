@@ -111,8 +111,9 @@ class RoutingModel(_Strict):
 
 
 class PlacementModel(_Strict):
-    # the gateway's placement policies (gateway/config.py `placement.policy`)
-    policy: Literal["short_long", "compress_and_route"] = "short_long"
+    # a registered placement policy (policies/pools.py; gateway/config.py `placement`)
+    policy: str = "short_long"
+    params: dict[str, Any] = Field(default_factory=dict)  # the policy's own
     short_pool: str = "short"
     b_short: int = Field(default=8192, ge=1)
     gamma: float = Field(default=1.5, ge=1.0, le=4.0)  # C&R: the band B_short < L ≤ γ·B_short
@@ -385,10 +386,18 @@ def _check_policies(sc: Scenario) -> None:
     """Every step's policy builds from its name and parameters; an error names its key."""
     from policies.admission import make_admitter
     from policies.dispatch import make_dispatcher
+    from policies.pools import make_placement
     from policies.routing import make_router
 
     p = sc.policy
+    pl = p.placement
     checks: list[tuple[str, Any]] = [
+        (
+            "policy.placement",
+            lambda: make_placement(
+                pl.policy, pl.short_pool, pl.b_short, pl.gamma, pl.verify_margin, pl.params
+            ),
+        ),
         ("policy.admission", lambda: make_admitter(p.admission.policy, p.admission.params)),
         ("policy.dispatch", lambda: make_dispatcher(p.dispatch.policy, p.dispatch.params)),
         ("policy.quartz", lambda: _quartz_settings(p.quartz or {})),

@@ -15,9 +15,9 @@ later carries λ·Δ more, so r is served before any request arriving more than
 (ŝα(r) + β·u(c)) / λ seconds after it — no request waits forever while room keeps freeing.
 
 A request that can use several pools is in each of their heaps; each waiter leaves the
-queue exactly once (woken, expired or cancelled) and stale heap entries are skipped when
-popped (compacted when they outnumber live ones). Expiry walks an arrival-ordered deque:
-every waiter has the same timeout, so deadlines come in arrival order.
+queue exactly once (woken, expired or cancelled: the bookkeeping shared by every
+dispatcher, waiters.py) and stale heap entries are skipped when popped (compacted when
+they outnumber live ones).
 
 Fallback (§3.5): while the predictor's calibration reports degraded coverage — or no
 predictor is bound — wake takes the oldest waiter (FIFO), and new keys carry ŝα = 0.
@@ -45,16 +45,16 @@ Bounds: `max_waiting` (full: refused at once, 429) and `timeout_s` (503 queue_ti
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from policies.clock import Clock
-from policies.dispatch import DISPATCHERS, Dispatcher, Waiter, expire_in_arrival_order
+from policies.protocols.dispatch import DISPATCHERS, Dispatcher, Waiter
 from policies.quantile.features import at_index
 from policies.quantile.predictor import Predictor
 from policies.queue.counters import ClientCounters
+from policies.queue.waiters import Waiters
 from policies.registry import ParamError, config_from
 from policies.types import RequestInfo
 
@@ -119,14 +119,13 @@ class QuartzDispatcher:
     # with a wait bound: per pool, (the instant the waiter ages, seq, waiter)
     _aged: dict[str, list[tuple[float, int, Waiter]]] = field(default_factory=dict)
     _seen: float = float("-inf")  # the latest time wait / served / expire were given
-    _arrivals: deque[Waiter] = field(default_factory=deque)
-    _per_pool: dict[str, int] = field(default_factory=dict)
-    _live: int = 0
+    _waiters: Waiters = field(init=False)
     _seq: int = 0
 
     def __post_init__(self) -> None:
         c = self.config
         self.counters = ClientCounters(c.half_life_s, c.unit_tokens, c.idle_s, c.max_clients)
+        self._waiters = Waiters(c.max_waiting, c.timeout_s, self._forget)
 
     @property
     def max_waiting(self) -> int:
@@ -162,9 +161,9 @@ class QuartzDispatcher:
 
     def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
         self._seen = max(self._seen, now)
-        if self._live >= self.config.max_waiting:
+        waiter = self._waiters.add(request, pools, now)
+        if waiter is None:
             return None
-        waiter = Waiter(request.id, pools, now, now + self.config.timeout_s, request=request)
         k = self.key(request, now)
         self._seq += 1
         entry = (k, self._seq, waiter)
@@ -175,9 +174,6 @@ class QuartzDispatcher:
             heapq.heappush(self._heaps.setdefault(pool, []), entry)
             if aged is not None:
                 heapq.heappush(self._aged.setdefault(pool, []), aged)
-            self._per_pool[pool] = self._per_pool.get(pool, 0) + 1
-        self._arrivals.append(waiter)
-        self._live += 1
         return waiter
 
     def served(self, request: RequestInfo, now: float) -> None:
@@ -185,64 +181,50 @@ class QuartzDispatcher:
         self.counters.add(request.entitlement, request.prompt_tokens, now)
 
     def wake(self, pool: str) -> Waiter | None:
-        if not self._per_pool.get(pool):
+        if not self._waiters.waiting(pool):
             return None
         p = self.predictor
         if p is None or p.calibration.degraded:
-            return self._oldest(pool)
+            return self._waiters.oldest(pool)
         aged = self._aged.get(pool)
         if aged:
             while aged and aged[0][2].done:
                 heapq.heappop(aged)
             if aged and aged[0][0] <= self._now():
                 waiter = heapq.heappop(aged)[2]
-                self._leave(waiter)
+                self._waiters.leave(waiter)
                 return waiter
         heap = self._heaps[pool]
         while heap:
             _, _, waiter = heapq.heappop(heap)
             if not waiter.done:
-                self._leave(waiter)
-                return waiter
-        return None
-
-    def _oldest(self, pool: str) -> Waiter | None:
-        arrivals = self._arrivals
-        while arrivals and arrivals[0].done:
-            arrivals.popleft()
-        for waiter in arrivals:
-            if not waiter.done and pool in waiter.pools:
-                self._leave(waiter)
+                self._waiters.leave(waiter)
                 return waiter
         return None
 
     def expire(self, now: float) -> list[Waiter]:
         self._seen = max(self._seen, now)
-        return expire_in_arrival_order(self._arrivals, now, self._leave)
+        return self._waiters.expire(now)
 
     def cancel(self, waiter: Waiter) -> None:
-        if not waiter.done:
-            self._leave(waiter)
+        self._waiters.cancel(waiter)
 
     def waiting(self, pool: str) -> int:
-        return self._per_pool.get(pool, 0)
+        return self._waiters.waiting(pool)
 
-    def _leave(self, waiter: Waiter) -> None:
-        waiter.done = True
-        self._live -= 1
+    def _forget(self, waiter: Waiter) -> None:
+        """A waiter left: compact its pools' heaps once stale entries outnumber live ones."""
+        per_pool = self._waiters.per_pool
         for pool in waiter.pools:
-            self._per_pool[pool] -= 1
-            live = 4 * max(self._per_pool[pool], 16)
+            live = 4 * max(per_pool[pool], 16)
             for heaps in (self._heaps, self._aged):
                 heap = heaps.get(pool)
                 if heap is not None and len(heap) > live:
                     heaps[pool] = [e for e in heap if not e[2].done]
                     heapq.heapify(heaps[pool])
-        if len(self._arrivals) > 4 * max(self._live, 16):
-            self._arrivals = deque(w for w in self._arrivals if not w.done)
 
     def __len__(self) -> int:
-        return self._live
+        return self._waiters.live
 
 
 @DISPATCHERS.register("quartz")

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.dispatch import DISPATCHERS, Dispatcher, Waiter, expire_in_arrival_order
+from policies.protocols.dispatch import DISPATCHERS, Dispatcher, Waiter
 from policies.queue.counters import ClientCounters
+from policies.queue.waiters import Waiters
 from policies.registry import config_from
 from policies.types import RequestInfo
 
@@ -45,25 +46,20 @@ class TokenFairDispatcher:
     config: TokenFairConfig = field(default_factory=TokenFairConfig)
     counters: ClientCounters = field(init=False)
     _clients: dict[str, deque[Waiter]] = field(default_factory=dict)  # arrival order each
-    _arrivals: deque[Waiter] = field(default_factory=deque)
-    _per_pool: dict[str, int] = field(default_factory=dict)
-    _live: int = 0
+    _waiters: Waiters = field(init=False)
     _now: float = 0.0
 
     def __post_init__(self) -> None:
         c = self.config
         self.counters = ClientCounters(c.half_life_s, c.unit_tokens, c.idle_s, c.max_clients)
+        self._waiters = Waiters(c.max_waiting, c.timeout_s, self._forget)
 
     def wait(self, request: RequestInfo, pools: tuple[str, ...], now: float) -> Waiter | None:
-        if self._live >= self.config.max_waiting:
+        waiter = self._waiters.add(request, pools, now)
+        if waiter is None:
             return None
         self._now = max(self._now, now)
-        waiter = Waiter(request.id, pools, now, now + self.config.timeout_s, request=request)
         self._clients.setdefault(request.entitlement, deque()).append(waiter)
-        self._arrivals.append(waiter)
-        for pool in pools:
-            self._per_pool[pool] = self._per_pool.get(pool, 0) + 1
-        self._live += 1
         return waiter
 
     def served(self, request: RequestInfo, now: float) -> None:
@@ -71,7 +67,7 @@ class TokenFairDispatcher:
         self.counters.add(request.entitlement, request.prompt_tokens, now)
 
     def wake(self, pool: str) -> Waiter | None:
-        if not self._per_pool.get(pool):
+        if not self._waiters.waiting(pool):
             return None
         best: Waiter | None = None
         best_key = (0.0, 0.0)
@@ -88,34 +84,28 @@ class TokenFairDispatcher:
             if best is None or key < best_key:
                 best, best_key = first, key
         if best is not None:
-            self._leave(best)
+            self._waiters.leave(best)
         return best
 
     def expire(self, now: float) -> list[Waiter]:
         self._now = max(self._now, now)
-        return expire_in_arrival_order(self._arrivals, now, self._leave)
+        return self._waiters.expire(now)
 
     def cancel(self, waiter: Waiter) -> None:
-        if not waiter.done:
-            self._leave(waiter)
+        self._waiters.cancel(waiter)
 
     def waiting(self, pool: str) -> int:
-        return self._per_pool.get(pool, 0)
+        return self._waiters.waiting(pool)
 
-    def _leave(self, waiter: Waiter) -> None:
-        waiter.done = True
-        self._live -= 1
-        for pool in waiter.pools:
-            self._per_pool[pool] -= 1
-        if len(self._arrivals) > 4 * max(self._live, 16):
-            self._arrivals = deque(w for w in self._arrivals if not w.done)
+    def _forget(self, waiter: Waiter) -> None:
+        """A waiter left: compact its client's queue once the dead outnumber the live."""
         client = waiter.request.entitlement if waiter.request is not None else ""
         queue = self._clients.get(client)
-        if queue is not None and len(queue) > 4 * max(self._live, 16):
+        if queue is not None and len(queue) > 4 * max(self._waiters.live, 16):
             self._clients[client] = deque(w for w in queue if not w.done)
 
     def __len__(self) -> int:
-        return self._live
+        return self._waiters.live
 
 
 @DISPATCHERS.register("token_fair")

@@ -5,6 +5,10 @@ a name so that configuration picks it (`routing.policy: least_loaded`). Routers 
 `WorkerView`s the driver has already merged (engine telemetry + the gateway's own
 in-flight counts); they hold no I/O and read no clock they were not given.
 
+The protocol and its registry are policies/protocols/routing.py; the built-in routers, one
+per file here, register themselves, and the import list below is the one place that loads
+them (importing anything under policies.routing fills `ROUTERS`).
+
 Routers are built as profiles — filters → weighted scorers → picker
 (policies/routing/profile.py) — and the shared posture is the default filters, applied
 once per decision:
@@ -17,25 +21,27 @@ once per decision:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from policies.registry import Registry, config_from
+from policies.protocols.routing import ROUTERS, Router, config_from, register
+from policies.routing import (  # noqa: F401  (each registers itself)
+    kv_cost,
+    least_loaded,
+    locality,
+    power_of_two,
+    prefix_overlap,
+    quartz,
+    regime_adaptive,
+    round_robin,
+    session_affinity,
+)
+from policies.routing.profile import DEFAULT_FILTERS
 from policies.types import RequestInfo, WorkerView
-
-
-class Router(Protocol):
-    name: str
-
-    def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
-        """The worker to send `request` to, or None when no candidate can take it."""
-        ...
 
 
 def eligible(candidates: Sequence[WorkerView]) -> list[WorkerView]:
     """Healthy workers, fresh ones only unless every healthy worker is stale: the default
     filters of policies/routing/profile.py, for routers and tests that are not profiles."""
-    from policies.routing.profile import DEFAULT_FILTERS
-
     workers = list(candidates)
     for keep in DEFAULT_FILTERS:
         workers = keep(_ANY, workers)
@@ -44,23 +50,6 @@ def eligible(candidates: Sequence[WorkerView]) -> list[WorkerView]:
 
 _ANY = RequestInfo(id="", model="", arrival=0.0, prompt_tokens=0, max_tokens=0)
 
-
-def _load_builtins() -> None:
-    from policies.routing import (  # noqa: F401
-        kv_cost,
-        least_loaded,
-        locality,
-        power_of_two,
-        prefix_overlap,
-        quartz,
-        regime_adaptive,
-        round_robin,
-        session_affinity,
-    )
-
-
-ROUTERS: Registry[Router] = Registry("router", _load_builtins)
-register = ROUTERS.register
 names = ROUTERS.names
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.hooks import Hook
-from policies.routing import config_from, register
+from policies.protocols.routing import config_from, register
 from policies.routing.kv_state import CacheConfig, KvState, blocks_for
 from policies.routing.profile import Profile
 from policies.routing.softmax import NORMALISE, Softmax

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from policies.routing import config_from, register
+from policies.protocols.routing import config_from, register
 from policies.routing.profile import Load, LowestScore, Profile
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.hooks import Hook
-from policies.routing import config_from, register
+from policies.protocols.routing import config_from, register
 from policies.routing.kv_state import CacheConfig, KvState
 from policies.routing.profile import Load, LowestScore, Profile
 from policies.types import RequestInfo, WorkerView

@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.protocols.routing import config_from, register
 from policies.quantile.features import at_index
 from policies.quantile.predictor import Predictor
-from policies.routing import config_from, register
 from policies.routing.least_loaded import least_loaded
 from policies.routing.profile import DEFAULT_FILTERS, Profile
 from policies.types import RequestInfo, WorkerView

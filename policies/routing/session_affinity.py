@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from policies.routing import config_from, register
+from policies.protocols.routing import config_from, register
 from policies.routing.least_loaded import least_loaded
 from policies.routing.profile import DEFAULT_FILTERS, Filter, LowestScore, Profile
 from policies.types import RequestInfo, WorkerView

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from policies.admission import ADMITTERS, AdmissionRefused, Reservation
+from policies.protocols.admission import ADMITTERS, AdmissionRefused, Reservation
 from policies.tenancy.config import TokenPoolsConfig
 from policies.tenancy.control import priorities, step
 from policies.tenancy.entitlement import Entitlement, EntitlementState

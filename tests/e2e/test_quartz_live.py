@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.quartz_live import METHODS, Setup, run_one, train
+from tests.experiments.quartz_live import METHODS, Setup, run_one, train
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("sklearn")

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from bench.corpus import borderline_set
+from tests.corpus import borderline_set
 from tests.e2e.fleet import MODEL, emulator, gateway_config, start_gateway
 from tests.served_models import qwen3_dir
 

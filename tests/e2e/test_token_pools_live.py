@@ -18,9 +18,15 @@ from collections import Counter
 import httpx
 import pytest
 
-from bench.token_pools_live import ADMIN, LiveRun, emulator_args, gateway_config, run_live
 from simulator.scenario import load
 from tests.e2e.fleet import metric, start_gateway, wait_until
+from tests.experiments.token_pools_live import (
+    ADMIN,
+    LiveRun,
+    emulator_args,
+    gateway_config,
+    run_live,
+)
 from tests.procs import Procs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

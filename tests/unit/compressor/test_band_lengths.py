@@ -1,4 +1,4 @@
-"""bench/band_lengths.py: the CDF modes draw L_total inside the borderline band and follow
+"""tests/band_lengths.py: the CDF modes draw L_total inside the borderline band and follow
 the workload CDF restricted to it (a one-sample Kolmogorov–Smirnov check on seeded draws
 against a reference written here from the data file's points, not from the code under
 test); uniform stays uniform; max_tokens sources are the documented ones."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.band_lengths import band_lengths
+from tests.band_lengths import band_lengths
 
 B_SHORT, HI = 8192, 12288
 N = 400

@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from bench.corpus import chat_sample, prose_prompt, rag_sample
 from compressor.compress import (
     CompressorConfig,
     compress_chat,
@@ -14,6 +13,7 @@ from compressor.compress import (
     fit_request,
     request_tokens,
 )
+from tests.corpus import chat_sample, prose_prompt, rag_sample
 from tests.tokens import engine_tokens
 
 

@@ -7,9 +7,9 @@ import inspect
 import textwrap
 from collections import Counter
 
-from bench.corpus import labelled_set
 from compressor.content import classify, classify_chat, classify_text, is_code
 from policies.types import Category
+from tests.corpus import labelled_set
 
 
 def test_accuracy_on_the_labelled_set() -> None:

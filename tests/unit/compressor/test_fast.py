@@ -71,7 +71,7 @@ def test_the_compiled_path_is_the_default_unless_pure() -> None:
 
 @lru_cache(maxsize=1)
 def _corpus_texts() -> list[str]:
-    from bench.shapes import shape_set
+    from tests.shapes import shape_set
 
     texts = []
     for s in shape_set(2, seed=7):

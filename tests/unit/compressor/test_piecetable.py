@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compressor.piecetable import MAX_KEY_BYTES, PieceTable, lookup_pieces
+from compressor.piecetable import MAX_KEY_BYTES, PieceTable, lookup_spans
 
 
 class _Ids(dict[str, int]):
@@ -19,7 +19,7 @@ class _Ids(dict[str, int]):
 def _check(table: PieceTable, text: str) -> None:
     memo = _Ids()
     for _ in range(2):  # the first pass fills the table, the second reads it
-        got = lookup_pieces(table, text, memo)
+        got = lookup_spans(table, text, memo)[0]
         assert got.tolist() == [memo[p] for p in text.split(" ")]
 
 

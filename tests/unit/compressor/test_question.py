@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from bench.corpus import prose_prompt
 from compressor.compress import CompressorConfig, compress_chat, compress_prompt, default_analyzer
-from compressor.content import is_log, protect_as_code
+from compressor.content import code_outside_fences, is_log, unfenced
 from compressor.question import question_tail
+from tests.corpus import prose_prompt
 from tests.tokens import engine_tokens
 
 
@@ -82,6 +82,6 @@ def test_logs_are_not_code() -> None:
         for i in range(60)
     ]
     log = "\n".join(lines)
-    assert is_log(log) and not protect_as_code(log)
+    assert is_log(log) and not code_outside_fences(unfenced(log))
     source = "def f(x):\n    return g(x)\n\n" * 40
-    assert not is_log(source) and protect_as_code(source)
+    assert not is_log(source) and code_outside_fences(unfenced(source))

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compressor.select import greedy_select, mandatory_mask, trim
-
-
-def test_mandatory_mask_first_last_and_code() -> None:
-    m = mandatory_mask(10, [False] * 4 + [True] + [False] * 5, 3, 2)
-    assert m.tolist() == [True, True, True, False, True, False, False, False, True, True]
-    assert mandatory_mask(3, [False] * 3, 3, 2).all()
+from compressor.select import greedy_select, trim
 
 
 def test_greedy_takes_best_scores_that_fit_and_skips_too_large_ones() -> None:

@@ -21,11 +21,11 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from bench.corpus import borderline_set
 from compressor.compress import fit_request
 from compressor.counting import TokenCounter
 from compressor.hf_template import HFTemplate
 from compressor.tokenizer import HFTokenizer
+from tests.corpus import borderline_set
 from tests.served_models import llama31_dir, qwen3_dir
 
 B_SHORT = 8192

@@ -1,4 +1,4 @@
-"""The compressor on borderline requests in the shapes users send (bench/shapes.py, issue
+"""The compressor on borderline requests in the shapes users send (tests/shapes.py, issue
 13): the final question survives verbatim, system prompts are untouched, counts are within
 the target by an independent tiktoken count, and `protect_last_user` restores the rule
 "the last user message is never compressed"."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from bench.corpus import Sample
-from bench.shapes import PROSE_SHAPES, SHAPES, shape_set
 from compressor.compress import Compression, CompressorConfig, fit_request
 from compressor.template import content_text
+from tests.corpus import Sample
+from tests.shapes import PROSE_SHAPES, SHAPES, shape_set
 from tests.tokens import engine_tokens
 
 B_SHORT = 8192

@@ -3,9 +3,6 @@ special, the same count as the emulator's own definition."""
 
 from __future__ import annotations
 
-import pytest
-
-from bench.corpus import labelled_set
 from compressor.template import (
     chat_segments,
     chat_tokens,
@@ -13,6 +10,8 @@ from compressor.template import (
     content_text,
     fixed_tokens,
 )
+from emulator.chat_template import render_chat, render_completion
+from tests.corpus import labelled_set
 from tests.tokens import engine_tokens, text_tokens
 
 MESSAGES = [
@@ -49,10 +48,9 @@ def test_segments_are_the_encoded_texts_with_their_slots() -> None:
 
 
 def test_the_emulator_counts_the_same() -> None:
-    emulator = pytest.importorskip("emulator.chat_template")
     for s in labelled_set(per_class=4, seed=3, sizes=(200, 2000)):
         if s.messages is not None:
-            assert len(emulator.render_chat(s.messages)) == chat_tokens(s.messages)
+            assert len(render_chat(s.messages)) == chat_tokens(s.messages)
         else:
             assert s.prompt is not None
-            assert len(emulator.render_completion(s.prompt)) == completion_tokens(s.prompt)
+            assert len(render_completion(s.prompt)) == completion_tokens(s.prompt)

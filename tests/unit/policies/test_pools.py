@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from policies.pools import (
     PLACEMENTS,
+    PLACERS,
     CompressAndRoute,
     Placement,
     ShortLongPlacement,
     Verdict,
     make_placement,
+    make_placer,
 )
 from policies.types import Category, PoolSpec, RequestInfo
 
@@ -181,3 +185,43 @@ def test_placement_conformance(name: str) -> None:
 def test_unknown_placement_fails_at_start() -> None:
     with pytest.raises(ValueError, match="unknown placement policy 'nope'"):
         make_placement("nope", "short", 8192)
+
+
+# --- placement is an open extension point: registered by name, built with params ----------
+
+
+@pytest.mark.parametrize("name", PLACERS.names())
+def test_every_registered_placer_keeps_the_protocol(name: str) -> None:
+    """Every registered placer, built from the section's shared keys alone: it answers with
+    a `Placement` with or without `healthy`, and below `category_blind_below` the content
+    category changes nothing but the category it reports."""
+    placer = make_placer(name, {"short_pool": "short", "b_short": 8192, "gamma": 1.5})
+    blind = placer.category_blind_below
+    assert 0.0 <= blind <= 8192
+    for prompt in range(50, 70_000, 1499):
+        for healthy in (None, {"short", "long"}, {"long"}, set()):
+            got = placer.place(_req(prompt), _POOLS, healthy)
+            assert isinstance(got, Placement) and got.verdict in set(Verdict)
+            assert got.verdict is not Verdict.PLACED or got.pools
+        if prompt + 256 <= blind:
+            answers = {
+                dataclasses.replace(placer.place(_req(prompt, category=c), _POOLS), category=None)
+                for c in Category
+            }
+            assert len(answers) == 1, answers
+
+
+@pytest.mark.parametrize("name", PLACERS.names())
+def test_a_placers_own_params_are_checked_and_shared_keys_it_does_not_use_are_not(name):
+    shared = {"short_pool": "short", "b_short": 8192, "gamma": 2.0, "verify_margin": 0.1}
+    make_placer(name, shared)  # every policy is offered every shared key
+    with pytest.raises(ValueError, match="unknown parameter"):
+        make_placer(name, {**shared, "no_such_key": 1})
+
+
+def test_compress_and_route_takes_its_own_params() -> None:
+    placer = make_placement(
+        "compress_and_route", "short", 8192, params={"min_target": 1024, "compressible": ["rag"]}
+    )
+    assert placer.min_target == 1024 and placer.compressible == frozenset({Category.RAG})
+    assert not placer.place(req(9000, category=Category.PROSE), POOLS).borderline

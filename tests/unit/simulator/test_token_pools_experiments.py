@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from bench.token_pools_experiments import LedgerTrace, run_exp1, run_exp2
 from simulator.run import run
 from simulator.scenario import load
+from tests.experiments.token_pools_experiments import LedgerTrace, run_exp1, run_exp2
 
 
 @pytest.fixture(scope="module")

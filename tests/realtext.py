@@ -1,4 +1,4 @@
-"""Real text that is on the machine offline, for bench/shapes.py's prompt shapes.
+"""Real text that is on the machine offline, for tests/shapes.py's prompt shapes.
 
 Nothing is downloaded and nothing is committed; every source is optional (a slim image
 without man pages or licences still builds the shapes from what is there, the Python
@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from bench.corpus import Source, code_sources, doc_sources
+from tests.corpus import Source, code_sources, doc_sources
 
 LICENCES = Path("/usr/share/common-licenses")
 MAN = Path("/usr/share/man")

@@ -1,4 +1,4 @@
-"""Request lengths for the borderline benchmark (bench/shapes.py): L_total and max_tokens
+"""Request lengths for the borderline benchmark (tests/shapes.py): L_total and max_tokens
 drawn from a real workload CDF restricted to the band (B_short, γ·B_short], or uniformly.
 
 Modes (`--lengths`):

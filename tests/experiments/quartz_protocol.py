@@ -41,13 +41,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-from bench.quartz_oracle import oracle_extras
 from simulator import report
 from simulator.families import chain_hashes, mix64
 from simulator.run import RunResult, build_workload, run
 from simulator.scenario import Scenario, parse, resolve
 from simulator.theory import EngineTiming, capacity, mean_slot_steps
 from simulator.workloads import RequestSpec
+from tests.experiments.quartz_oracle import oracle_extras
 
 BASE = "quartz-mixed"
 BLOCK = 16  # the engine's KV block size: prefixes must be whole blocks to hit

@@ -18,10 +18,10 @@ user message (or of the completion prompt) that a compressor must keep verbatim.
 | code         | Python source (fenced or not) + a question about it                  |
 
 Documents are licences, man pages, package READMEs and the Python/NumPy reference
-(bench/realtext.py); questions are written for the shape, sometimes several sentences,
+(tests/realtext.py); questions are written for the shape, sometimes several sentences,
 sometimes followed by 2–3 polite sentences (in the same paragraph or the next).
 
-Lengths (`shape_set(lengths=...)`, bench/band_lengths.py): by default each request's L_total
+Lengths (`shape_set(lengths=...)`, tests/band_lengths.py): by default each request's L_total
 is drawn from the LMSYS-Chat-1M CDF restricted to the band (FleetOpt Table 7's source) and
 its max_tokens from the Azure 2023 trace's measured output lengths; `uniform` is the corpus
 before (L_total uniform in the band, max_tokens 256/512/512/1024), `azure` the Azure trace.
@@ -34,10 +34,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import realtext
-from bench.band_lengths import BandLengths, band_lengths
-from bench.corpus import Sample, Source, code_sources, count, paragraphs
 from policies.types import Category
+from tests import realtext
+from tests.band_lengths import BandLengths, band_lengths
+from tests.corpus import Sample, Source, code_sources, count, paragraphs
 
 SHAPES = (
     "doc_question",
@@ -393,7 +393,7 @@ def shape_set(
     max_tokens: str | None = None,
 ) -> list[Sample]:
     """`per_shape` borderline requests of each shape (B_short < L_total ≤ γ·B_short),
-    interleaved. `lengths` (bench/band_lengths.py): `uniform` draws L_total uniformly and
+    interleaved. `lengths` (tests/band_lengths.py): `uniform` draws L_total uniformly and
     redraws a build that lands outside the band (the corpus before); `lmsys` / `azure` draw
     L_total and max_tokens from that workload's CDF restricted to the band, then rebuild
     until the request's real L_total is within `_TOLERANCE` tokens of the drawn one (the
