@@ -315,7 +315,7 @@ def fit(
     estimators: dict[str, Any] = {}
     ensembles: dict[str, Ensemble] = {}
     links: dict[str, str] = {}
-    from fleetgate.progress import bar as progress_bar
+    from simulator.progress import bar as progress_bar
 
     with progress_bar(len(specs) * trees, "fit", "tree", on=progress) as stages:
 
@@ -428,7 +428,7 @@ def simulated_entries(
         e.w, e.h, e.prefill_chunk, e.max_num_seqs, e.prefill_token_s, e.max_num_batched_tokens
     )
     analytic = analytic_model(settings, shape)
-    from fleetgate.progress import bar as progress_bar
+    from simulator.progress import bar as progress_bar
 
     out: list[dict[str, Any]] = []
     runs = progress_bar(len(loads) * len(seeds), f"simulate {name}", "run", on=progress)
@@ -537,7 +537,7 @@ def _describe(m: AnalyticModel) -> str:
 
 
 def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[str], AnalyticModel]:
-    from fleetgate.progress import enabled
+    from simulator.progress import enabled
 
     X, y, skipped = read_logs(args.logs)
     extra: list[dict[str, Any]] = []
@@ -572,7 +572,7 @@ def _gather(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Counter[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fleetgate.progress import enabled
+    from simulator.progress import enabled
 
     args = _parser().parse_args(argv)
     err = "fleetgate train-predictor:"

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = scenario.seed if args.seed is None else args.seed
     specs = build_workload(scenario, seed, args.requests)  # what run() would build
     arrivals = sorted(s.arrival for s in specs)
-    from fleetgate import progress
+    from simulator import progress
 
     on = progress.enabled() and not args.no_progress
     with progress.bar(

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.hooks import Hook
-from policies.registry import config_from
 from policies.protocols.routing import register
+from policies.registry import config_from
 from policies.routing.kv_cost import KvCostConfig, KvCostRouter
 from policies.routing.kv_state import CacheConfig, KvState
 from policies.saturation import DetectorConfig, Regime, SaturationDetector

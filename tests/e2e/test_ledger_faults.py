@@ -23,7 +23,9 @@ import httpx
 import pytest
 import redis
 
-from bench.token_pools_faults import (
+from tests.e2e.fleet import metric, wait_until
+from tests.e2e.test_tenancy import engine, engine_stats, load, replicas
+from tests.experiments.token_pools_faults import (
     Load,
     Sampler,
     Settings,
@@ -32,8 +34,6 @@ from bench.token_pools_faults import (
     start_gateway,
     start_redis,
 )
-from tests.e2e.fleet import metric, wait_until
-from tests.e2e.test_tenancy import engine, engine_stats, load, replicas
 from tests.procs import Proc, Procs, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

@@ -177,7 +177,7 @@ QUICK = Protocol(
 
 def run_all(jobs: Sequence[Job], workers: int) -> tuple[list[dict[str, Any]], float, float]:
     """Run `jobs` in a process pool; (rows, wall seconds, CPU seconds summed over runs)."""
-    from fleetgate.progress import iterate
+    from simulator.progress import iterate
 
     t0 = time.perf_counter()
     if workers <= 1:

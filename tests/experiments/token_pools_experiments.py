@@ -392,7 +392,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    from fleetgate.progress import bar
+    from simulator.progress import bar
 
     with bar(3, "token-pools experiments", "run") as runs:  # drawn at a terminal only
         runs.set_postfix_str("exp1, token pools")

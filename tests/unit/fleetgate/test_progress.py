@@ -1,4 +1,4 @@
-"""Progress bars (fleetgate/progress.py) appear where a person watches a terminal and
+"""Progress bars (simulator/progress.py) appear where a person watches a terminal and
 nowhere else: not when the output is piped or redirected (tests, CI, scripts), never in JSON
 output. The terminal is a real pseudo-terminal (the pty module) around a real process."""
 
