@@ -4,7 +4,8 @@ GET /v1/models, GET /health (vLLM's: 200 with an empty body while a worker can t
 traffic, else 503), GET /healthz (the process is up), GET /readyz, GET /metrics, and the
 admin routes behind `auth.admin_key`. POST /v1/chat/completions and /v1/completions are
 declared here only for /docs and /openapi.json: gateway/edge.py serves them before
-FastAPI sees the request.
+FastAPI sees the request. Every other request reaches FastAPI through gateway/guard.py,
+which has checked its key and read its body within the limits already.
 
 Every refusal, FastAPI's own included (unknown path, wrong method, a query parameter that
 does not validate), is OpenAI-shaped: never a 422 or `{"detail": ...}`.

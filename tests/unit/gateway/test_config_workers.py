@@ -9,9 +9,12 @@ import sys
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.apikeys import key_hash
-from gateway.config import ConfigError, Worker, load_config
+from gateway.config import ConfigError, Worker, header_safe, load_config
+from gateway.upstream import Endpoint
 from tests.procs import ROOT, env
 
 
@@ -159,3 +162,24 @@ def test_a_key_under_two_entitlements_is_a_config_error_naming_both(
 def test_a_key_listed_twice_for_one_entitlement_is_fine() -> None:
     cfg = load_config(data=_token_pools({"a": ["sk-a-1"]}, {"a": ["sk-a-1", "sk-a-2"]}), environ={})
     assert cfg.entitlement_keys()["a"].count("sk-a-1") == 2
+
+
+# what the model lets through, the upstream client can use: an independent parser (the
+# client's Endpoint) takes every accepted URL, and nothing it sends can carry credentials
+_URL_PIECES = st.sampled_from(
+    ["http://", "https://", "h", "127.0.0.1", "[::1]", "a.b", "-", "_", ".", ":", "8000", "0",
+     "99999", "@", "u:p@", "/", "/v1", "?", "#", " ", "\r\n", "%40", "\\", "[", "]", "é"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_URL_PIECES, min_size=1, max_size=8).map("".join))
+def test_every_accepted_url_is_one_the_upstream_client_can_use(url: str) -> None:
+    try:
+        worker = Worker.model_validate({"url": url})
+    except ValueError:
+        return
+    endpoint = Endpoint.from_url(worker.url)
+    assert b"@" not in endpoint.authority and 1 <= endpoint.port <= 65535
+    assert header_safe(worker.id)
+    assert all(33 <= ord(c) < 127 for c in worker.url)
