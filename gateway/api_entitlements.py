@@ -227,8 +227,10 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
     async def create_entitlement(body: EntitlementCreate) -> Any:
         spec = body.model_dump(by_alias=True, exclude={"keys"})
         async with changing:
-            keys_free(body.name, body.keys)
             try:
+                # a bad definition is a 400 before any key clash (the tenancy's own check)
+                tenancy()._build(spec)
+                keys_free(body.name, body.keys)
                 return info(await tenancy().create(spec, list(body.keys)))
             except EntitlementError as exc:
                 raise _mapped(exc) from None
@@ -254,8 +256,9 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         changes = {k: v for k, v in given.items() if v is not None or k == "slo_target_ms"}
         keys = None if body.keys is None else list(body.keys)
         async with changing:
-            keys_free(name, keys)
             try:
+                tenancy().describe(name)  # 404 before any key clash
+                keys_free(name, keys)
                 return info(await tenancy().update(name, changes, keys))
             except EntitlementError as exc:
                 raise _mapped(exc) from None

@@ -88,3 +88,13 @@ def test_a_key_of_another_entitlement_is_refused_with_409(gw):
             r = c.post("/v1/chat/completions", json=CHAT, headers=bearer(key))
             assert r.status_code == 200, r.text
             assert r.headers["x-fleetgate-entitlement"] == name
+
+
+def test_a_bad_definition_or_an_unknown_name_answers_before_a_key_clash(gw):
+    a = bearer(ADMIN)
+    with httpx.Client(base_url=gw.url, timeout=10) as c:
+        body = {"name": "team-q", "pool": "nope", "class": "spot", "keys": ["sk-team-a-1"]}
+        r = c.post("/admin/entitlements", json=body, headers=a)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "pool", r.text
+        r = c.patch("/admin/entitlements/none", json={"keys": ["sk-team-a-1"]}, headers=a)
+        assert r.status_code == 404, r.text
