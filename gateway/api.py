@@ -309,14 +309,15 @@ def build_api(gateway: Gateway) -> FastAPI:
         basis = None
         if source != "observed":
             tenancy = gateway.tenancy
-            if tenancy is None or not tenancy.active:
+            if tenancy is None or tenancy.admitter is None:
                 raise InvalidRequest(
                     "planning from entitlements needs admission.policy: token_pools",
                     param="source",
                 )
             tenancy.snapshot()  # the in-memory ledger's demand as of now
-            rate = sum(d.promised["tokens_per_s"] if source == "promised"
-                       else d.demand["tokens_per_s"] for d in tenancy.demands.values())  # fmt: skip
+            rate = admin.entitled_rate(
+                tenancy.admitter.definitions.values(), tenancy.demands.values(), source
+            )
             doc, basis = admin.entitled(doc, rate, source)
         result = await asyncio.to_thread(admin.run_planner, doc, slo_ms / 1000.0, pc, explain)
         if basis is not None:
