@@ -191,6 +191,11 @@ def worker_url(v: str) -> str:
         raise ValueError(
             "must not hold credentials (user:password@host): give the engine's key as api_key"
         )
+    # before urlsplit, which drops tabs, CR and LF where it finds them
+    if not _TOKEN.fullmatch(v):
+        raise ValueError("must be visible ASCII: no spaces or control characters")
+    if netloc.endswith(":"):
+        raise ValueError(f"no port after ':' in {netloc!r}")
     if "?" in v or "#" in v:
         raise ValueError(f"must have no query or fragment, got {v!r}")
     try:

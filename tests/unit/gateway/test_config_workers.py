@@ -168,7 +168,7 @@ def test_a_key_listed_twice_for_one_entitlement_is_fine() -> None:
 # client's Endpoint) takes every accepted URL, and nothing it sends can carry credentials
 _URL_PIECES = st.sampled_from(
     ["http://", "https://", "h", "127.0.0.1", "[::1]", "a.b", "-", "_", ".", ":", "8000", "0",
-     "99999", "@", "u:p@", "/", "/v1", "?", "#", " ", "\r\n", "%40", "\\", "[", "]", "é"]
+     "99999", "@", "u:p@", "/", "/v1", "?", "#", " ", "\r\n", "\t", "%40", "\\", "[", "]", "é"]
 )  # fmt: skip
 
 
@@ -183,3 +183,10 @@ def test_every_accepted_url_is_one_the_upstream_client_can_use(url: str) -> None
     assert b"@" not in endpoint.authority and 1 <= endpoint.port <= 65535
     assert header_safe(worker.id)
     assert all(33 <= ord(c) < 127 for c in worker.url)
+
+
+@pytest.mark.parametrize("url", ["http://http://\r\n", "http://h:1/a\tb", "http://h:/v1"])
+def test_what_urlsplit_would_drop_or_guess_is_refused(url: str) -> None:
+    """Found by the property above: urlsplit drops CR, LF and tabs wherever they are."""
+    with pytest.raises(ValueError, match="url"):
+        Worker.model_validate({"url": url})
