@@ -19,10 +19,12 @@ the event loop that relays streams.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from gateway.config import GatewayConfig
 from gateway.errors import InvalidRequest
+from policies.tenancy.entitlement import Entitlement, EntitlementState
 
 
 def current(cfg: GatewayConfig, counts: dict[str, int] | None = None) -> dict[str, Any]:
@@ -41,6 +43,19 @@ def current(cfg: GatewayConfig, counts: dict[str, int] | None = None) -> dict[st
 
 
 SOURCES = ("observed", "promised", "demand")
+
+
+def entitled_rate(definitions: Iterable[Entitlement], demands: Iterable[Any], source: str) -> float:
+    """The entitled tokens/s: Σ baselines of the bound entitlements as defined now
+    (`promised`), plus the demand above them last measured (`demand`). The baselines are
+    read from the definitions, not from the last measured demand, which is recomputed at
+    most every 100 ms (a change made through /admin/entitlements just before would be
+    missed)."""
+    promised = sum(e.tokens_per_s for e in definitions if e.state is EntitlementState.BOUND)
+    if source == "promised":
+        return promised
+    extra = sum(max(0.0, d.demand["tokens_per_s"] - d.promised["tokens_per_s"]) for d in demands)
+    return float(promised + extra)
 
 
 def entitled(

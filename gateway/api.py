@@ -4,7 +4,8 @@ GET /v1/models, GET /health (vLLM's: 200 with an empty body while a worker can t
 traffic, else 503), GET /healthz (the process is up), GET /readyz, GET /metrics, and the
 admin routes behind `auth.admin_key`. POST /v1/chat/completions and /v1/completions are
 declared here only for /docs and /openapi.json: gateway/edge.py serves them before
-FastAPI sees the request.
+FastAPI sees the request. Every other request reaches FastAPI through gateway/guard.py,
+which has checked its key and read its body within the limits already.
 
 Every refusal, FastAPI's own included (unknown path, wrong method, a query parameter that
 does not validate), is OpenAI-shaped: never a 422 or `{"detail": ...}`.
@@ -13,8 +14,9 @@ does not validate), is OpenAI-shaped: never a 422 or `{"detail": ...}`.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
+import re
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import orjson
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse as StarletteJSONResponse
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,15 +33,14 @@ from starlette.routing import Match
 from gateway import admin, api_entitlements
 from gateway.config import ConfigError, Worker
 from gateway.errors import (
-    AuthenticationFailed,
     Conflict,
     GatewayError,
     InvalidRequest,
     MethodNotAllowed,
     NotFound,
-    PermissionDenied,
     error_body,
 )
+from gateway.guard import admin_refusal, api_key_refusal, bearer
 from gateway.metrics import CONTENT_TYPE
 from gateway.schemas import (
     AddWorker,
@@ -65,8 +67,9 @@ log = logging.getLogger("fleetgate.gateway")
 _GET = ["GET", "HEAD"]
 
 
-class JSONResponse(Response):
-    media_type = "application/json"
+class JSONResponse(StarletteJSONResponse):
+    """orjson's JSON (a JSONResponse subclass, so that /openapi.json documents a route's
+    response model as its body, not as a string)."""
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
@@ -82,8 +85,7 @@ def _error_response(exc: GatewayError) -> Response:
 
 
 def _bearer(request: Request) -> str:
-    auth = request.headers.get("authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    return bearer(request.headers.get("authorization", ""))
 
 
 def build_api(gateway: Gateway) -> FastAPI:
@@ -138,11 +140,18 @@ def build_api(gateway: Gateway) -> FastAPI:
             response.headers.update(exc.headers)
         if exc.status_code == 405:
             # Starlette names the first route of the path only; several routes may share
-            # it (GET and POST /admin/entitlements): Allow lists every method they take
-            allowed = {
-                m
+            # its template (GET and POST /admin/entitlements): Allow lists every method
+            # they take. Only that template's: a worker id may hold "/", so DELETE
+            # /admin/workers/{id} also matches .../{id}/drain, another resource
+            matching = [
+                route
                 for route in request.app.router.routes
                 if isinstance(route, APIRoute) and route.matches(request.scope)[0] != Match.NONE
+            ]
+            allowed = {
+                m
+                for route in matching
+                if route.path_format == matching[0].path_format
                 for m in route.methods or ()
             }
             if allowed:
@@ -158,25 +167,17 @@ def build_api(gateway: Gateway) -> FastAPI:
             media_type="application/json",
         )
 
-    # --- dependencies --------------------------------------------------------------------
-    api_keys = frozenset(config.auth.api_keys)
-
+    # --- dependencies (gateway/guard.py checks the same before a body is read; again here
+    # for an app served without that front) ----------------------------------------------
     def api_key(request: Request) -> None:
-        if api_keys and not gateway.key_ok(_bearer(request)):
-            raise AuthenticationFailed(
-                "unknown API key"
-                if _bearer(request)
-                else "missing API key: send 'Authorization: Bearer <key>'"
-            )
+        err = api_key_refusal(gateway, _bearer(request))
+        if err is not None:
+            raise err
 
     def admin_key(request: Request) -> None:
-        key = config.auth.admin_key
-        if not key:
-            raise PermissionDenied(
-                "admin routes are disabled: set auth.admin_key", code="admin_disabled"
-            )
-        if not hmac.compare_digest(_bearer(request).encode(), key.encode()):
-            raise PermissionDenied("admin routes need the admin key", code="admin_key_required")
+        err = admin_refusal(config.auth.admin_key, _bearer(request))
+        if err is not None:
+            raise err
 
     # --- the proxy routes, documented (served by gateway/edge.py) ------------------------
     @api.post(
@@ -308,14 +309,15 @@ def build_api(gateway: Gateway) -> FastAPI:
         basis = None
         if source != "observed":
             tenancy = gateway.tenancy
-            if tenancy is None or not tenancy.active:
+            if tenancy is None or tenancy.admitter is None:
                 raise InvalidRequest(
                     "planning from entitlements needs admission.policy: token_pools",
                     param="source",
                 )
             tenancy.snapshot()  # the in-memory ledger's demand as of now
-            rate = sum(d.promised["tokens_per_s"] if source == "promised"
-                       else d.demand["tokens_per_s"] for d in tenancy.demands.values())  # fmt: skip
+            rate = admin.entitled_rate(
+                tenancy.admitter.definitions.values(), tenancy.demands.values(), source
+            )
             doc, basis = admin.entitled(doc, rate, source)
         result = await asyncio.to_thread(admin.run_planner, doc, slo_ms / 1000.0, pc, explain)
         if basis is not None:
@@ -386,7 +388,7 @@ def build_api(gateway: Gateway) -> FastAPI:
     }
 
     @api.post(
-        "/admin/workers/{worker_id}/drain",
+        "/admin/workers/{worker_id:path}/drain",
         tags=["admin"],
         summary="Stop routing to a worker; it leaves the fleet when its last request ends",
         dependencies=[Depends(admin_key)],
@@ -398,7 +400,7 @@ def build_api(gateway: Gateway) -> FastAPI:
         return drain(worker_id)
 
     @api.delete(
-        "/admin/workers/{worker_id}",
+        "/admin/workers/{worker_id:path}",
         tags=["admin"],
         summary="Remove a worker: drained first, so no request in flight is cut",
         dependencies=[Depends(admin_key)],
@@ -448,29 +450,52 @@ def build_api(gateway: Gateway) -> FastAPI:
 
 def _document_models(api: FastAPI, models: list[str]) -> None:
     """/openapi.json names the models this gateway serves, so /docs' "Try it out" and
-    schema-driven clients send requests that can succeed."""
+    schema-driven clients send requests that can succeed; and says what every operation
+    answers (`_describe_answers`)."""
     build = api.openapi
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is not None:
             return api.openapi_schema
-        doc = build()
+        with warnings.catch_warnings():
+            # FastAPI warns that a GET+HEAD route's two operations share one id: they get
+            # their own below
+            warnings.filterwarnings("ignore", "Duplicate Operation ID", UserWarning)
+            doc = build()
         schemas = doc["components"]["schemas"]
         for name in ("ChatCompletionRequest", "CompletionRequest"):
             model = schemas[name]["properties"]["model"]
             model["examples"] = models
             for example in schemas[name].get("examples", []):
                 example["model"] = models[0]
-        # FastAPI adds "type": "string" beside a response model's $ref (our JSONResponse
-        # is not its own): the body is the model, an object
-        for ops in doc["paths"].values():
-            for op in ops.values():
-                for answer in op.get("responses", {}).values():
-                    for media in answer.get("content", {}).values():
-                        schema = media.get("schema", {})
-                        if "$ref" in schema and schema.get("type") == "string":
-                            del schema["type"]
+        _describe_answers(doc)
         api.openapi_schema = doc
         return doc
 
     api.openapi = openapi  # type: ignore[method-assign]
+
+
+_ERROR_REF = {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
+
+
+def _describe_answers(doc: dict[str, Any]) -> None:
+    """Per operation: an operationId of its own, the same at every start (`get_v1_models`,
+    `head_v1_models`; FastAPI's names a GET+HEAD route after whichever method its set
+    yields first, so it changed between starts and the twins shared it); HEAD answers
+    without a body; every refusal's body the OpenAI-shaped error; and a body's limits
+    (408, 413: gateway/guard.py) wherever a body is taken."""
+    for path, ops in doc["paths"].items():
+        slug = re.sub(r"[^A-Za-z0-9]+", "_", path).strip("_")
+        for method, op in ops.items():
+            op["operationId"] = f"{method}_{slug}"
+            answers = op.setdefault("responses", {})
+            if method == "head":
+                for answer in answers.values():
+                    answer.pop("content", None)
+                continue
+            if "requestBody" in op:
+                answers.setdefault("408", {"description": "request body not received in time"})
+                answers.setdefault("413", {"description": "request body too large"})
+            for status, answer in answers.items():
+                if status[0] in "45" and "content" not in answer:
+                    answer["content"] = {"application/json": dict(_ERROR_REF)}

@@ -10,24 +10,27 @@
 Behind their own key, `auth.entitlements_admin_key` (403 without it: closed by default).
 A change applies at once on this replica and, with the Redis store, on every replica
 (gateway/tenancy.py); API keys given here are kept only as HMACs and never shown again.
+A key already naming another entitlement (configured or made here) is refused with 409
+naming both entitlements, never the key: giving it would move that tenant's traffic.
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.apikeys import stored_form
 from gateway.errors import (
     Conflict,
     GatewayError,
     InvalidRequest,
     NotFound,
-    PermissionDenied,
     ServiceUnavailable,
 )
+from gateway.guard import bearer, entitlements_admin_refusal
 from gateway.tenancy import EntitlementError
 
 if TYPE_CHECKING:
@@ -115,11 +118,6 @@ class EntitlementList(BaseModel):
     data: list[EntitlementInfo]
 
 
-def _bearer(request: Request) -> str:
-    auth = request.headers.get("authorization", "")
-    return auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-
-
 def _mapped(exc: EntitlementError) -> GatewayError:
     msg = str(exc)
     if exc.status == 404:
@@ -133,17 +131,12 @@ def _mapped(exc: EntitlementError) -> GatewayError:
 
 def add_routes(api: FastAPI, gateway: Gateway) -> None:
     def admin_key(request: Request) -> None:
-        key = gateway.config.auth.entitlements_admin_key
-        if not key:
-            raise PermissionDenied(
-                "entitlement admin routes are disabled: set auth.entitlements_admin_key",
-                code="admin_disabled",
-            )
-        if not hmac.compare_digest(_bearer(request).encode(), key.encode()):
-            raise PermissionDenied(
-                "entitlement admin routes need auth.entitlements_admin_key",
-                code="admin_key_required",
-            )
+        # gateway/guard.py checks it before the body is read; again here for an app
+        # served without that front
+        given = bearer(request.headers.get("authorization", ""))
+        err = entitlements_admin_refusal(gateway.config.auth.entitlements_admin_key, given)
+        if err is not None:
+            raise err
 
     def tenancy() -> Any:
         t = gateway.tenancy
@@ -152,6 +145,26 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
                 "entitlements need admission.policy: token_pools", code="no_token_pools"
             )
         return t
+
+    # one change at a time on this replica: the check that a key is free and the change
+    # that takes it are one step (a change awaits the store in between)
+    changing = asyncio.Lock()
+
+    def keys_free(name: str, keys: list[str] | None) -> None:
+        secret = gateway.config.auth.key_secret
+        if not keys or not secret:
+            return  # no keys; or none can be kept (the tenancy refuses them with 400)
+        try:
+            hashes = [stored_form(secret, k) for k in keys]
+        except ValueError as exc:  # a malformed `hmac-sha256:` form
+            raise InvalidRequest(f"keys: {exc}", param="keys") from None
+        owner = tenancy().keys.owner_elsewhere(name, hashes)
+        if owner is not None:
+            raise Conflict(
+                f"a key given for entitlement {name!r} already names entitlement {owner!r}:"
+                f" a key names one entitlement (take it from {owner!r} first)",
+                param="keys",
+            )
 
     deps = [Depends(admin_key)]
     errors: dict[int | str, dict[str, Any]] = {
@@ -204,14 +217,23 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         status_code=201,
         response_model=EntitlementInfo,
         response_model_by_alias=True,
-        responses={201: ok, **errors, 409: {"description": "it exists"}, **unavailable},
+        responses={
+            201: ok,
+            **errors,
+            409: {"description": "it exists, or a key given names another entitlement"},
+            **unavailable,
+        },
     )
     async def create_entitlement(body: EntitlementCreate) -> Any:
         spec = body.model_dump(by_alias=True, exclude={"keys"})
-        try:
-            return info(await tenancy().create(spec, list(body.keys)))
-        except EntitlementError as exc:
-            raise _mapped(exc) from None
+        async with changing:
+            try:
+                # a bad definition is a 400 before any key clash (the tenancy's own check)
+                tenancy()._build(spec)
+                keys_free(body.name, body.keys)
+                return info(await tenancy().create(spec, list(body.keys)))
+            except EntitlementError as exc:
+                raise _mapped(exc) from None
 
     @api.patch(
         "/admin/entitlements/{name}",
@@ -220,17 +242,26 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         dependencies=deps,
         response_model=EntitlementInfo,
         response_model_by_alias=True,
-        responses={200: ok, **errors, **not_found, **unavailable},
+        responses={
+            200: ok,
+            **errors,
+            **not_found,
+            409: {"description": "a key given names another entitlement"},
+            **unavailable,
+        },
     )
     async def update_entitlement(name: PathName, body: EntitlementUpdate) -> Any:
         given = body.model_dump(by_alias=True, exclude_unset=True, exclude={"keys"})
         # null means "unchanged", except for the SLO target, where it means "none"
         changes = {k: v for k, v in given.items() if v is not None or k == "slo_target_ms"}
         keys = None if body.keys is None else list(body.keys)
-        try:
-            return info(await tenancy().update(name, changes, keys))
-        except EntitlementError as exc:
-            raise _mapped(exc) from None
+        async with changing:
+            try:
+                tenancy().describe(name)  # 404 before any key clash
+                keys_free(name, keys)
+                return info(await tenancy().update(name, changes, keys))
+            except EntitlementError as exc:
+                raise _mapped(exc) from None
 
     @api.post(
         "/admin/entitlements/{name}/expire",
@@ -242,7 +273,8 @@ def add_routes(api: FastAPI, gateway: Gateway) -> None:
         responses={200: ok, **errors, **not_found, **unavailable},
     )
     async def expire_entitlement(name: PathName) -> Any:
-        try:
-            return info(await tenancy().expire(name))
-        except EntitlementError as exc:
-            raise _mapped(exc) from None
+        async with changing:
+            try:
+                return info(await tenancy().expire(name))
+            except EntitlementError as exc:
+                raise _mapped(exc) from None

@@ -114,6 +114,15 @@ class KeyDirectory:
             self.managed[h] = name
         self._index()
 
+    def owner_elsewhere(self, name: str, hashes: Iterable[str]) -> str | None:
+        """The entitlement other than `name` that one of `hashes` already names (configured
+        or made through the admin API), None when they are all free or `name`'s own."""
+        for h in hashes:
+            owner = self.configured.get(h) or self.managed.get(h)
+            if owner is not None and owner != name:
+                return owner
+        return None
+
     def count(self, name: str) -> int:
         return sum(n == name for n in self.configured.values()) + sum(
             n == name for n in self.managed.values()

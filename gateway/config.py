@@ -9,6 +9,7 @@ Environment variables override the file: `FLEETGATE_LISTEN__PORT=9000` sets
 from __future__ import annotations
 
 import copy
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -16,11 +17,13 @@ from dataclasses import dataclass, replace
 from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from compressor.served import load_served, parse_spec
+from gateway.apikeys import stored_form
 from policies.registry import ParamError
 
 ENV_PREFIX = "FLEETGATE_"
@@ -133,9 +136,12 @@ class Auth(_Section):
 
 
 class Worker(_Section):
+    """One engine. Checked here, whichever way it comes in (the file, a reload, POST
+    /admin/workers): what passes goes into request lines and headers as it is."""
+
     url: str
     engine: Literal["vllm", "sglang"] = "vllm"
-    name: str | None = None  # defaults to host:port
+    name: str | None = None  # defaults to host:port[/path]
     max_model_len: int | None = Field(None, gt=0)  # defaults to the pool's
     max_num_seqs: int | None = Field(None, ge=1)  # defaults to the pool's
     api_key: str | None = None  # sent upstream as a bearer token
@@ -143,13 +149,77 @@ class Worker(_Section):
     @field_validator("url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")) or v.endswith("://"):
-            raise ValueError(f"must be an http(s) URL, got {v!r}")
-        return v.rstrip("/")
+        return worker_url(v)
+
+    @field_validator("name")
+    @classmethod
+    def _header_name(cls, v: str | None) -> str | None:
+        if v is not None and not header_safe(v):
+            raise ValueError("printable ASCII, no spaces (a header value)")
+        return v
+
+    @field_validator("api_key")
+    @classmethod
+    def _header_key(cls, v: str | None) -> str | None:
+        # never echoed: the message says what is wrong, not what was given
+        if v is not None and not _TOKEN.fullmatch(v):
+            raise ValueError(
+                "must be visible ASCII with no spaces or control characters"
+                " (it is sent in the Authorization header)"
+            )
+        return v
 
     @property
     def id(self) -> str:
         return self.name or self.url.split("://", 1)[1]
+
+
+_TOKEN = re.compile(r"[\x21-\x7e]+")
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+_URL_PATH = re.compile(r"(/[\x21-\x7e]*)?")
+
+
+def worker_url(v: str) -> str:
+    """A worker's URL, checked for everything the upstream client will do with it: an
+    http(s) scheme, a host and port a connection can be made to, no credentials (they would
+    show in x-fleetgate-worker, /metrics and the Host header: give the key as `api_key`),
+    no query or fragment. Returned without a trailing slash."""
+    if not v.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    netloc = v.split("://", 1)[1].split("/", 1)[0]
+    if "@" in netloc:  # never echoed: it holds credentials
+        raise ValueError(
+            "must not hold credentials (user:password@host): give the engine's key as api_key"
+        )
+    # before urlsplit, which drops tabs, CR and LF where it finds them
+    if not _TOKEN.fullmatch(v):
+        raise ValueError("must be visible ASCII: no spaces or control characters")
+    if netloc.endswith(":"):
+        raise ValueError(f"no port after ':' in {netloc!r}")
+    if "?" in v or "#" in v:
+        raise ValueError(f"must have no query or fragment, got {v!r}")
+    try:
+        parts = urlsplit(v)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"bad host or port (1-65535) in {netloc!r}") from None
+    if port == 0:
+        raise ValueError(f"bad port 0 in {netloc!r} (1-65535)")
+    host = parts.hostname or ""
+    if not host:
+        raise ValueError(f"no host in {v!r}")
+    if netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"bad IPv6 address in {netloc!r}") from None
+    elif len(host) > 253 or not all(
+        _HOST_LABEL.fullmatch(p) for p in host.removesuffix(".").split(".")
+    ):
+        raise ValueError(f"bad host name {host!r}: letters, digits, '-', '_' between dots")
+    if not _URL_PATH.fullmatch(parts.path):
+        raise ValueError(f"bad path in {v!r}: visible ASCII, no spaces")
+    return v.rstrip("/")
 
 
 class Pool(_Section):
@@ -485,10 +555,6 @@ class GatewayConfig(_Section):
             if not header_safe(pname):
                 raise ValueError(f"pools.{pname}: a pool name is printable ASCII, no spaces")
             for i, w in enumerate(pool.workers):
-                if not header_safe(w.id):
-                    raise ValueError(
-                        f"pools.{pname}.workers.{i}.name: printable ASCII, no spaces (a header value)"
-                    )
                 if w.id in ids:
                     raise ValueError(f"pools.{pname}.workers.{i}: worker {w.id!r} appears twice")
                 ids.add(w.id)
@@ -540,6 +606,33 @@ class GatewayConfig(_Section):
             if name not in known:
                 raise ValueError(
                     f"auth.keys.{name}: no such entitlement in admission.params.entitlements"
+                )
+        self._one_entitlement_per_key()
+
+    def _one_entitlement_per_key(self) -> None:
+        """A key (or its hash) listed under two entitlements would map to whichever came
+        last: refused, naming both places and never the key."""
+        secret = self.auth.key_secret or ""
+        places = [
+            (name, f"auth.keys.{name}.{i}", key)
+            for name, keys in self.auth.keys.items()
+            for i, key in enumerate(keys)
+        ] + [
+            (name, f"admission.params.entitlements.{name}.keys.{i}", key)
+            for name, keys in self.admission.entitlement_keys().items()
+            for i, key in enumerate(keys)
+        ]
+        seen: dict[str, tuple[str, str]] = {}  # stored form → (entitlement, key path)
+        for name, where, key in places:
+            try:
+                stored = stored_form(secret, key)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            first = seen.setdefault(stored, (name, where))
+            if first[0] != name:
+                raise ValueError(
+                    f"{where}: the same key is {first[1]}: a key names one entitlement, not"
+                    f" two ({first[0]!r} and {name!r})"
                 )
 
     def entitlement_keys(self) -> dict[str, list[str]]:

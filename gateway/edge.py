@@ -4,8 +4,9 @@
 skip Starlette's routing, Request and Response objects: this module reads the few
 headers the pipeline needs in one pass, streams the body in with its size limit and
 deadline enforced while reading, and hands the pipeline a `Responder` that writes raw
-ASGI messages. Every other path and method goes to the FastAPI app unchanged, which
-also documents these two routes in /openapi.json (gateway/schemas.py).
+ASGI messages. Every other path and method goes to the FastAPI app, which also documents
+these two routes in /openapi.json (gateway/schemas.py), once gateway/guard.py has checked
+its key from the head and read its body within the same limits.
 
 A client that leaves must abort the engine request at once, also while the gateway is
 still waiting for the engine's first byte. Under `fleetgate serve` the HTTP protocol
@@ -22,6 +23,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from gateway import guard
 from gateway.errors import (
     PayloadTooLarge,
     RequestTimeout,
@@ -201,6 +203,9 @@ class ProxyRoutes:
             if endpoint is not None:
                 await self._proxy(scope, receive, send, endpoint)
                 return
+        if scope["type"] == "http":
+            await guard.serve(self.api, self.gateway, scope, receive, send)
+            return
         await self.api(scope, receive, send)
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:

@@ -333,3 +333,120 @@ def test_hidden_worker_addresses(fresh_procs):
     r = httpx.post(g2.url + "/v1/chat/completions", json=CHAT)
     assert r.status_code in (502, 503)
     assert "127.0.0.1" not in r.text
+
+
+# --- every other route: the key checked before the body, the body bounded (issue 23) ------
+HUGE = 200 * 1024 * 1024
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status"),
+    [
+        ("/admin/workers", {}, 403),
+        ("/admin/workers", {"authorization": "Bearer wrong"}, 403),
+        ("/admin/reload", {}, 403),
+        ("/admin/entitlements", {}, 403),  # routes not configured (no entitlements key)
+        ("/admin/entitlements", {"authorization": f"Bearer {ADMIN}"}, 403),
+        ("/admin/entitlements/x", {"authorization": f"Bearer {ADMIN}"}, 403),
+        ("/v1/models", {}, 401),
+    ],
+)
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_refused_body_is_answered_before_it_is_sent(gw, path, headers, status, framing):
+    """Was: the whole body read and parsed before the key was checked (no limit, no
+    deadline, also with the admin routes not configured): here the client sends the head
+    only, and the refusal comes at once, the connection closed behind it."""
+    method = "PATCH" if path == "/admin/entitlements/x" else "POST"
+    if path == "/v1/models":
+        method = "GET"
+    framed = {"content-length": str(HUGE)} if framing == "content-length" else {
+        "transfer-encoding": "chunked"}  # fmt: skip
+    head = request(method, path, headers={"content-type": "application/json", **headers,
+                                          **framed})  # fmt: skip
+    with Conn(gw.port, timeout=5) as c:
+        c.send(head + (b"" if framing == "content-length" else b"1\r\n{\r\n"))
+        err = assert_openai_error(c.read(method), status)
+        assert c.closed_by_peer()
+    assert err["type"] in ("permission_error", "authentication_error")
+
+
+def test_a_huge_unauthenticated_admin_body_is_not_read(gw):
+    """Was: one 200 MiB body took the process from 125 to 659 MiB."""
+    before = _rss_kib(gw.popen.pid)
+    piece = b"x" * (1024 * 1024)
+    sent = 0
+    head = request("POST", "/admin/workers", headers={"content-length": str(HUGE)})
+    with Conn(gw.port, timeout=10) as c:
+        c.send(head)
+        try:
+            while sent < HUGE:
+                c.sock.sendall(piece)
+                sent += len(piece)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass
+    assert sent < HUGE // 4, f"the gateway took {sent >> 20} MiB of an unauthenticated body"
+    grown = _rss_kib(gw.popen.pid) - before
+    assert grown < 24 * 1024, f"RSS grew by {grown >> 10} MiB"
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_an_admin_body_over_the_limit_is_413(gw, framing):
+    admin = {"authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
+    if framing == "content-length":
+        head = request(
+            "POST", "/admin/workers", headers={**admin, "content-length": str(MAX_BODY + 1)}
+        )
+        wire = head  # nothing of the body needs to be sent
+    else:
+        big = b"x" * (MAX_BODY + 1)
+        wire = request("POST", "/admin/workers",
+                       chunked([big[i : i + 65536] for i in range(0, len(big), 65536)]),
+                       {**admin, "transfer-encoding": "chunked"}, length=False)  # fmt: skip
+    with Conn(gw.port, timeout=5) as c:
+        try:
+            c.send(wire)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        err = assert_openai_error(c.read("POST"), 413)
+    assert err["code"] == "body_too_large"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "auth"),
+    [("POST", "/admin/workers", ADMIN), ("GET", "/v1/models", KEY), ("POST", "/healthz", None)],
+)
+def test_a_slow_body_on_any_route_is_408(gw, method, path, auth):
+    """Was: 50 slow admin bodies still held after 40 s."""
+    headers = {"content-type": "application/json", "content-length": "100"}
+    if auth:
+        headers["authorization"] = f"Bearer {auth}"
+    with Conn(gw.port, timeout=8) as c:
+        c.send(request(method, path, headers=headers) + b'{"pool":')
+        err = assert_openai_error(c.read(method), 408)
+        assert c.closed_by_peer()
+    assert err["code"] == "request_timeout"
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_an_authenticated_small_admin_body_still_works(gw, framing):
+    body = orjson.dumps({"pool": "nope", "url": "http://127.0.0.1:9"})
+    admin = {"authorization": f"Bearer {ADMIN}", "content-type": "application/json"}
+    if framing == "chunked":
+        wire = request("POST", "/admin/workers", chunked([body[:5], body[5:]]),
+                       {**admin, "transfer-encoding": "chunked"}, length=False)  # fmt: skip
+    else:
+        wire = request("POST", "/admin/workers", body, admin)
+    with Conn(gw.port) as c:
+        c.send(wire + request("GET", "/v1/models", headers=AUTH))
+        err = assert_openai_error(c.read("POST"), 400)  # the body was read: it names the pool
+        models = c.read()
+    assert err["param"] == "pool"
+    assert models.status == 200 and orjson.loads(models.body)["data"][0]["id"] == MODEL

@@ -327,3 +327,57 @@ def test_every_process_of_workers_n_reloads_the_changed_file(fresh_procs):
         return all(set(_workers(gw)) == {_id(a), _id(c)} for _ in range(20))
 
     assert wait_until(all_reloaded, timeout=15)
+
+
+# --- worker entries validated once, whatever way they come in (issue 23) --------------------
+def test_bad_worker_entries_are_refused_by_the_admin_api_and_by_a_reload(fresh_procs):
+    """Was: a worker key with CR LF injected headers into every engine request; a URL with
+    credentials showed them in x-fleetgate-worker, /metrics and the Host header; a bad port
+    answered 500 through the admin API and half-applied a reload with no error counted; a
+    worker whose URL had a path and no name could not be drained or removed."""
+    emus, gw, _ = _start(fresh_procs, 2, listen={"reload_poll_s": 0})
+    a, b = emus
+    before = set(_workers(gw))
+    port = b.url.rsplit(":", 1)[1]
+    body = {"pool": "short", "url": b.url, "name": "evil", "api_key": "k\r\nx-evil: 1"}
+    r = httpx.post(gw.url + "/admin/workers", headers=ADMIN, json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "api_key", r.text
+    assert "x-evil" not in r.text
+    for url in (f"http://user:s3cret-pw@127.0.0.1:{port}", "http://127.0.0.1:99999",
+                "http://127.0.0.1:0", "http://a..b:80"):  # fmt: skip
+        r = httpx.post(gw.url + "/admin/workers", headers=ADMIN, json={"pool": "short", "url": url})
+        assert r.status_code == 400, (url, r.status_code, r.text)
+        assert r.json()["error"]["param"] == "url" and "s3cret-pw" not in r.text
+    text = httpx.get(gw.url + "/metrics").text
+    assert "s3cret-pw" not in text
+    assert set(_workers(gw)) == before
+
+    # a URL with a path and no name: its id can be drained and removed
+    r = httpx.post(gw.url + "/admin/workers", headers=ADMIN,
+                   json={"pool": "short", "url": b.url + "/engine/x"})  # fmt: skip
+    assert r.status_code == 201, r.text
+    wid = r.json()["id"]
+    assert wid == _id(b) + "/engine/x"
+    r = httpx.post(gw.url + f"/admin/workers/{wid}/drain", headers=ADMIN)
+    assert r.status_code == 202 and r.json()["id"] == wid, r.text
+    assert wait_until(lambda: wid not in _workers(gw))
+    r = httpx.delete(gw.url + f"/admin/workers/{wid}", headers=ADMIN)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "worker_not_found"
+
+    # a reload: refused whole, counted, nothing half-applied
+    path = fresh_procs.dir / "gateway.yaml"
+    for bad in ("http://127.0.0.1:99999", f"http://u:s3cret-pw@127.0.0.1:{port}"):
+        broken = gateway_config([a.url, b.url, bad], [], auth={"admin_key": KEY},
+                                listen={"reload_poll_s": 0})  # fmt: skip
+        path.write_text(yaml.safe_dump(broken))
+        r = httpx.post(gw.url + "/admin/reload", headers=ADMIN, timeout=10)
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["code"] == "invalid_config" and "pools.short.workers.2.url" in err["message"]
+        assert "s3cret-pw" not in r.text
+    assert set(_workers(gw)) == before
+    text = httpx.get(gw.url + "/metrics").text
+    assert metric(text, "fleetgate_config_reloads_total", result="error") == 2
+    assert metric(text, "fleetgate_config_reloads_total", result="ok") == 0
+    r = httpx.post(gw.url + "/v1/chat/completions", json=BODY, timeout=10)
+    assert r.status_code == 200 and r.headers["x-fleetgate-worker"] in before

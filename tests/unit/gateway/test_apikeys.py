@@ -31,3 +31,14 @@ def test_directory_finds_keys_and_only_them() -> None:
     d.set_managed("other", [key_hash("0123456789abcdef", "sk-d")])
     assert d.entitlement_of("sk-d") == "other"
     assert KeyDirectory.build(None, {}).entitlement_of("sk-a") is None
+
+
+def test_directory_names_the_owner_of_a_key_another_entitlement_holds() -> None:
+    secret = "0123456789abcdef"
+    d = KeyDirectory.build(secret, {"team": ["sk-a"]})
+    d.set_managed("other", [key_hash(secret, "sk-d")])
+    assert d.owner_elsewhere("mine", [key_hash(secret, "sk-a")]) == "team"
+    assert d.owner_elsewhere("mine", [key_hash(secret, "sk-d")]) == "other"
+    assert d.owner_elsewhere("team", [key_hash(secret, "sk-a")]) is None
+    assert d.owner_elsewhere("other", [key_hash(secret, "sk-d")]) is None
+    assert d.owner_elsewhere("mine", [key_hash(secret, "sk-new")]) is None
