@@ -31,7 +31,7 @@ from gateway.errors import (
 )
 
 if TYPE_CHECKING:
-    from gateway.app import Gateway
+    from gateway.runtime import Gateway
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
