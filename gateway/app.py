@@ -14,7 +14,9 @@ inside another app whose server does not run its lifespan, run `app.gateway.star
 
 The fleet changes live (gateway/workers.py `Fleet`): the admin API adds and drains
 workers, and with a configuration file (`source`) SIGHUP, the file's modification time or
-POST /admin/reload re-read it and apply its fleet (gateway/reload.py). The scrape and
+POST /admin/reload re-read it and apply its fleet (gateway/reload.py); a pool with
+`discovery` takes its workers from Kubernetes EndpointSlices (gateway/discovery_k8s.py),
+applied through the same diff. The scrape and
 health loops and the metrics listen to the fleet, so they follow every change.
 """
 
@@ -38,6 +40,7 @@ from gateway import drain
 from gateway.api import build_api
 from gateway.apikeys import KeyDirectory
 from gateway.config import ConfigError, ConfigSource, GatewayConfig, load_config
+from gateway.discovery_k8s import Discovery
 from gateway.edge import ProxyRoutes
 from gateway.health import HealthChecker
 from gateway.metrics import GatewayMetrics
@@ -79,6 +82,7 @@ class Gateway:
         # API keys → entitlements (HMACs); replaced by the tenancy's directory at start
         self.keys = KeyDirectory.build(config.auth.key_secret, config.entitlement_keys())
         self.tenancy: Tenancy | None = None
+        self.discovery: Discovery | None = None  # pools with `discovery` (started at start)
 
     def key_ok(self, key: str) -> bool:
         given = key.encode()
@@ -146,6 +150,11 @@ class Gateway:
         self.health.start()
         # from here on the loops and the metrics follow the fleet's changes
         self.fleet.listeners[:] = [self.scraper, self.health, self.metrics, self]
+        if any(p.discovery for p in cfg.pools.values()):
+            # the first list of every discovered pool before serving (bounded)
+            self.discovery = Discovery(self.fleet.set_discovered, self._forget_discovered)
+            self.discovery.reconcile(cfg)
+            await self.discovery.wait_synced()
         if self.source is not None:
             self.reloader = Reloader(
                 self.source,
@@ -211,6 +220,14 @@ class Gateway:
 
     def _set_config(self, config: GatewayConfig) -> None:
         self.config = config
+        # a reload may add, change or remove a pool's discovery
+        if self.discovery is None and any(p.discovery for p in config.pools.values()):
+            self.discovery = Discovery(self.fleet.set_discovered, self._forget_discovered)
+        if self.discovery is not None:
+            self.discovery.reconcile(config)
+
+    def _forget_discovered(self, pool: str) -> None:
+        self.fleet.discovered.pop(pool, None)
 
     async def reload(self, why: str) -> ReloadResult:
         """Re-read the configuration file and apply its fleet (ConfigError, FleetError)."""
@@ -226,6 +243,8 @@ class Gateway:
             await self.tenancy.stop()
         if self.reloader is not None:
             await self.reloader.stop()
+        if self.discovery is not None:
+            await self.discovery.stop()
         self.fleet.listeners.clear()
         await self.scraper.stop()
         await self.health.stop()
