@@ -182,6 +182,7 @@ class Gateway:
             self,
             self.compress_pool,
         )
+        self.metrics.watch_dispatch(self.pipeline.core.dispatcher)
         # token pools: the store (Redis: attached, published, heartbeat, control loop)
         self.tenancy = Tenancy.of(cfg, self.pipeline.core.admitter, REPLICA_ID)
         self.keys = self.tenancy.keys

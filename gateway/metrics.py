@@ -227,6 +227,28 @@ class _QuartzCollector(Collector):
         yield from (info, fallback, changes, coverage, regimes, observed, queued, backlog)
 
 
+class _DispatchCollector(Collector):
+    """The gateway's request queue (step 6, every dispatch policy), read at scrape time:
+    requests waiting for a worker with room, per configured pool (a request waiting on
+    several pools counts in each)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.dispatcher: Any = None
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "fleetgate_dispatch_queue_length",
+            "Requests waiting in the gateway for a worker with room, per pool.",
+            labels=["pool"],
+        )
+        d = self.dispatcher
+        if d is not None:
+            for pool in list(self.fleet.pool_configs):
+                depth.add_metric([pool], d.waiting(pool))
+        yield depth
+
+
 class TenancySource(Protocol):
     """What the token-pool metrics read (gateway/tenancy.py's `Tenancy`)."""
 
@@ -413,6 +435,13 @@ class GatewayMetrics:
             buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=r,
         )
+        self.dispatch_refused = Counter(
+            "fleetgate_dispatch_refused",
+            "Requests the request queue refused: queue_full (429, dispatch.max_waiting) or "
+            "queue_timeout (503, no room within dispatch.timeout_s).",
+            ["reason"],
+            registry=r,
+        )
         self.scrape_errors = Counter(
             "fleetgate_telemetry_scrape_errors",
             "Failed /metrics scrapes, by reason.",
@@ -504,6 +533,8 @@ class GatewayMetrics:
             registry=r,
         )
         r.register(_FleetCollector(fleet, now))
+        self._dispatch = _DispatchCollector(fleet)
+        r.register(self._dispatch)
         self.tenancy = _TenancyCollector()
         r.register(self.tenancy)
         self._requests_children: dict[tuple[str, int], Counter] = {}
@@ -555,6 +586,10 @@ class GatewayMetrics:
                 self.completion_tokens.labels(name),
             )
         return series
+
+    def watch_dispatch(self, dispatcher: Any) -> None:
+        """The request queue whose length `fleetgate_dispatch_queue_length` reports."""
+        self._dispatch.dispatcher = dispatcher
 
     def watch_quartz(self, predictor: Predictor, dispatcher: Any) -> None:
         """QUARTZ is configured: its collector, and predicted-vs-observed prefill."""
