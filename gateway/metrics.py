@@ -350,6 +350,13 @@ class PoolSeries:
     completion_tokens: Counter
 
 
+@dataclass(frozen=True, slots=True)
+class ModelSeries:
+    ttft: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+
+
 class GatewayMetrics:
     def __init__(self, fleet: Fleet, now: Callable[[], float]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -532,6 +539,36 @@ class GatewayMetrics:
             ent,
             registry=r,
         )
+        # per model (issue 29): the label is a model some configured pool serves, anything
+        # else "other", so a client cannot mint label values (bounded by the configuration)
+        self.model_requests = Counter(
+            "fleetgate_model_requests",
+            "Requests answered, by requested model (a configured model, else other) and status.",
+            ["model", "status"],
+            registry=r,
+        )
+        self.model_ttft = Histogram(
+            "fleetgate_model_time_to_first_token_seconds",
+            "Time from arrival to the first streamed token, by requested model.",
+            ["model"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.model_prompt_tokens = Counter(
+            "fleetgate_model_prompt_tokens",
+            "Prompt tokens, as the engines counted them, by requested model.",
+            ["model"],
+            registry=r,
+        )
+        self.model_completion_tokens = Counter(
+            "fleetgate_model_completion_tokens",
+            "Completion tokens, as the engines counted them, by requested model.",
+            ["model"],
+            registry=r,
+        )
+        self._fleet = fleet
+        self._model_children: dict[tuple[str, int], Counter] = {}
+        self._models: dict[str, ModelSeries] = {}
         r.register(_FleetCollector(fleet, now))
         self._dispatch = _DispatchCollector(fleet)
         r.register(self._dispatch)
@@ -573,6 +610,41 @@ class GatewayMetrics:
         if child is None:
             child = self._tokens[labels] = self.entitlement_tokens.labels(*labels)
         child.inc(tokens)
+
+    def count_model(
+        self,
+        model: str | None,
+        status: int,
+        ttft: float | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> None:
+        """One settled request on the per-model series (a client gone, 499, is not
+        counted, as for `count_request`; TTFT and tokens of answered requests only)."""
+        if status == 499:
+            return
+        label = model if model is not None and model in self._fleet.models else "other"
+        child = self._model_children.get((label, status))
+        if child is None:
+            child = self._model_children[(label, status)] = self.model_requests.labels(
+                label, str(status)
+            )
+        child.inc()
+        if status != 200:
+            return
+        series = self._models.get(label)
+        if series is None:
+            series = self._models[label] = ModelSeries(
+                self.model_ttft.labels(label),
+                self.model_prompt_tokens.labels(label),
+                self.model_completion_tokens.labels(label),
+            )
+        if ttft is not None:
+            series.ttft.observe(ttft)
+        if prompt_tokens:
+            series.prompt_tokens.inc(prompt_tokens)
+        if completion_tokens:
+            series.completion_tokens.inc(completion_tokens)
 
     def pool(self, name: str) -> PoolSeries:
         """The per-pool series, bound once (a `labels()` lookup costs more than the update)."""

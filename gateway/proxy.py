@@ -855,6 +855,14 @@ class Pipeline:
         pool = att.pool
         if att.status != 499:
             m.count_request(pool, att.status)
+        # issue 29 (k8s29): per-model series (bounded: configured models, else "other")
+        m.count_model(
+            parsed.model if parsed else None,
+            att.status,
+            att.ttft,
+            att.prompt_tokens,
+            att.completion_tokens,
+        )
         if att.status == 200:
             series = m.pool(pool)
             series.latency.observe(latency)

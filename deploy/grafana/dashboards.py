@@ -6,8 +6,8 @@
 Four dashboards, the ones a person opens first:
 
 - `overview.json`   Gateway overview: requests by pool and status, TTFT and end-to-end P50/P99,
-                    gateway overhead, tokens, in-flight per worker, retries, upstream errors,
-                    spills, client disconnects.
+                    gateway overhead, tokens, requests / TTFT / tokens by model, in-flight per
+                    worker, retries, upstream errors, spills, client disconnects.
 - `compress.json`   Compress-and-Route: borderline / compressed / fallen back, tokens removed,
                     compressor latency, learnt bytes per token by category.
 - `fleet.json`      Fleet: engine running / waiting, KV usage and prefix-cache hit rate (scraped
@@ -310,6 +310,45 @@ def overview() -> db.Dashboard:
             "Gateway time before the request went upstream: parse, estimate, place, route.",
             "s",
             *quantiles("fleetgate_gateway_overhead_seconds"),
+            width=8,
+        )
+    )
+    d.with_row(db.Row("Models (the requested model; one not configured counts as other)"))
+    d.with_panel(
+        timeseries(
+            "Requests by model and status",
+            "fleetgate_model_requests_total: answers per second by the model the client asked for.",
+            "reqps",
+            (
+                f"sum by (model, status) (rate(fleetgate_model_requests_total{RATE}))",
+                "{{model}} {{status}}",
+            ),
+            stack=True,
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Time to first token P50 / P99 by model",
+            "fleetgate_model_time_to_first_token_seconds (streaming requests).",
+            "s",
+            *quantiles("fleetgate_model_time_to_first_token_seconds", by="model", sel=""),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Tokens / s by model",
+            "Prompt and completion tokens per second by requested model (engine counts).",
+            "short",
+            (
+                f"sum by (model) (rate(fleetgate_model_prompt_tokens_total{RATE}))",
+                "{{model}} prompt",
+            ),
+            (
+                f"sum by (model) (rate(fleetgate_model_completion_tokens_total{RATE}))",
+                "{{model}} completion",
+            ),
             width=8,
         )
     )
