@@ -9,6 +9,7 @@ Environment variables override the file: `FLEETGATE_LISTEN__PORT=9000` sets
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 import re
 from collections.abc import Mapping
@@ -203,6 +204,15 @@ class KubernetesDiscovery(_Section):
         description="After an API error, wait this long before the next list (doubling up"
         " to 30 s while errors go on); the workers found so far stay meanwhile.",
     )
+
+    @model_validator(mode="after")
+    def _client_installed(self) -> KubernetesDiscovery:
+        # a check before the cost: refused at start (and by check-config), not in a task
+        if importlib.util.find_spec("kubernetes_asyncio") is None:
+            raise ValueError(
+                "kind: kubernetes needs the kubernetes extra: pip install 'fleetgate[kubernetes]'"
+            )
+        return self
 
     @field_validator("namespace")
     @classmethod

@@ -66,12 +66,14 @@ class PoolWatch:
 
     async def run(self) -> None:
         k8s = _client_module()
-        api_client = await self._api_client(k8s)
+        api_client = None
+        delay = self.spec.retry_s
         try:
-            api = k8s.client.DiscoveryV1Api(api_client)
-            delay = self.spec.retry_s
             while True:
                 try:
+                    if api_client is None:  # the credentials too may not be there yet
+                        api_client = await self._api_client(k8s)
+                    api = k8s.client.DiscoveryV1Api(api_client)
                     await self._list(api)
                     delay = self.spec.retry_s
                     while True:
@@ -93,7 +95,8 @@ class PoolWatch:
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, MAX_RETRY_S)
         finally:
-            await api_client.close()
+            if api_client is not None:
+                await api_client.close()
 
     async def _api_client(self, k8s: Any) -> Any:
         cfg = k8s.client.Configuration()

@@ -168,16 +168,19 @@ class StandInApiServer:
             wake.set()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if request.headers.get("authorization") != f"Bearer {TOKEN}":
-            return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
         q = request.query
         ns = request.match_info["namespace"]
         selector = q.get("labelSelector", "")
         watch = _bool(q.get("watch"))
+        authorized = request.headers.get("authorization") == f"Bearer {TOKEN}"
         with self._lock:
             self.requests.append(
-                {"kind": "watch" if watch else "list", "rv": q.get("resourceVersion", "")} | dict(q)
+                {"kind": "watch" if watch else "list", "rv": q.get("resourceVersion", "")}
+                | dict(q)
+                | {"authorized": str(authorized)}
             )
+        if not authorized:
+            return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
         if not watch:
             with self._lock:
                 items = [

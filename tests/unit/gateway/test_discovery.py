@@ -191,20 +191,47 @@ async def test_a_watch_resumes_from_the_bookmark_without_a_relist(api, tmp_path)
         await disco.stop()
 
 
-async def test_unreachable_api_server_keeps_the_workers_and_recovers(api, tmp_path):
+async def test_missing_credentials_are_retried_and_a_reload_can_fix_the_spec(api, tmp_path):
     cfg = _config(api.kubeconfig(tmp_path / "kubeconfig"))
-    bad = _config(tmp_path / "missing-kubeconfig")
+    late = tmp_path / "late-kubeconfig"
     fleet = Fleet(cfg)
     disco = Discovery(fleet.set_discovered, lambda pool: None)
-    disco.reconcile(bad)  # no such kubeconfig: the task fails, the fleet is untouched
-    assert not await disco.wait_synced(0.3)
-    assert _active(fleet) == set()
-    disco.reconcile(cfg)  # a reload that fixes the spec starts a new watch
-    api.put_slice("vllm-llama-a", [endpoint("vllm-0", "10.1.0.10")], port=8000, labels=LABELS)
+    disco.reconcile(_config(late))  # not there yet (a secret not mounted yet): retried
     try:
+        assert not await disco.wait_synced(0.3)
+        assert _active(fleet) == set()
+        api.put_slice("vllm-llama-a", [endpoint("vllm-0", "10.1.0.10")], port=8000, labels=LABELS)
+        api.kubeconfig(late)
         await _until(lambda: _active(fleet) == {"vllm-0@10.1.0.10:8000"})
+        # a reload that changes the spec starts a new watch (the old one stops)
+        old_task = disco.watches["short"][1]
+        disco.reconcile(cfg)
+        assert disco.watches["short"][1] is not old_task
+        await _until(old_task.done)
+        api.put_slice("vllm-llama-b", [endpoint("vllm-1", "10.1.0.11")], port=8000, labels=LABELS)
+        await _until(lambda: "vllm-1@10.1.0.11:8000" in _active(fleet))
     finally:
         await disco.stop()
+
+
+async def test_a_wrong_token_is_refused_and_retried_keeping_the_workers(api, running, tmp_path):
+    """The API server's 401 (what a wrong or expired token gets) is an error like any other:
+    the workers found so far stay; discovery lists again with backoff."""
+    fleet, disco = running
+    api.put_slice("vllm-llama-a", [endpoint("vllm-0", "10.1.0.10")], port=8000, labels=LABELS)
+    assert await disco.wait_synced(10)
+    await _until(lambda: len(_active(fleet)) == 1)
+    import tests.k8s_apiserver as stand_in
+
+    lists = api.count("list")
+    old = stand_in.TOKEN
+    stand_in.TOKEN = "rotated"  # the gateway's token no longer matches
+    try:
+        api.compact()  # the watch ends (410) and the next list is refused (401)
+        await _until(lambda: api.count("list") >= lists + 2)
+        assert _active(fleet) == {"vllm-0@10.1.0.10:8000"}
+    finally:
+        stand_in.TOKEN = old
 
 
 async def test_a_reload_without_discovery_forgets_the_discovered_workers(api, running, tmp_path):
@@ -289,3 +316,20 @@ def test_discovery_config_is_validated_with_key_paths():
         assert f"pools.short.discovery.{key}:" in text, text
     with pytest.raises(ConfigError, match=r"pools.short.discovery.kind"):
         load_config(data={"pools": {"short": {**base, "discovery": {"kind": "consul"}}}})
+
+
+def test_without_the_kubernetes_extra_the_config_is_refused_at_start(monkeypatch):
+    import importlib.util
+
+    from gateway.config import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "kubernetes_asyncio" else real(name, *a),
+    )
+    spec = {"kind": "kubernetes", "namespace": "llm", "selector": "a=b", "port": 8000}
+    pool = {"max_model_len": 8192, "models": ["m"], "discovery": spec}
+    with pytest.raises(ConfigError, match=r"pools.short.discovery: .*fleetgate\[kubernetes\]"):
+        load_config(data={"pools": {"short": pool}})
