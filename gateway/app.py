@@ -152,7 +152,9 @@ class Gateway:
         self.fleet.listeners[:] = [self.scraper, self.health, self.metrics, self]
         if any(p.discovery for p in cfg.pools.values()):
             # the first list of every discovered pool before serving (bounded)
-            self.discovery = Discovery(self.fleet.set_discovered, self._forget_discovered)
+            self.discovery = Discovery(
+                self.fleet.set_discovered, self._forget_discovered, self._count_discovery
+            )
             self.discovery.reconcile(cfg)
             await self.discovery.wait_synced()
         if self.source is not None:
@@ -223,9 +225,14 @@ class Gateway:
         self.config = config
         # a reload may add, change or remove a pool's discovery
         if self.discovery is None and any(p.discovery for p in config.pools.values()):
-            self.discovery = Discovery(self.fleet.set_discovered, self._forget_discovered)
+            self.discovery = Discovery(
+                self.fleet.set_discovered, self._forget_discovered, self._count_discovery
+            )
         if self.discovery is not None:
             self.discovery.reconcile(config)
+
+    def _count_discovery(self, pool: str, event: str) -> None:
+        self.metrics.discovery_events.labels(pool, event).inc()
 
     def _forget_discovered(self, pool: str) -> None:
         self.fleet.discovered.pop(pool, None)

@@ -35,6 +35,13 @@ LIST_TIMEOUT_S = 30.0
 FIRST_SYNC_S = 10.0  # start waits this long for every pool's first list
 
 Apply = Callable[[str, tuple[Worker, ...]], FleetDiff]
+# (pool, event): list, gone (a 410: listed again), error, applied (the workers changed),
+# refused (the fleet refused the change: FleetError) — fleetgate_discovery_events_total
+Count = Callable[[str, str], None]
+
+
+def _uncounted(pool: str, event: str) -> None:
+    pass
 
 
 class Gone(Exception):
@@ -55,10 +62,13 @@ def _client_module() -> Any:
 class PoolWatch:
     """Lists and watches one pool's EndpointSlices for as long as it runs."""
 
-    def __init__(self, pool: str, spec: KubernetesDiscovery, apply: Apply) -> None:
+    def __init__(
+        self, pool: str, spec: KubernetesDiscovery, apply: Apply, count: Count = _uncounted
+    ) -> None:
         self.pool = pool
         self.spec = spec
         self.apply = apply
+        self.count = count
         self.slices = SliceSet()
         self.synced = asyncio.Event()  # set by the first good list
         self.applied: tuple[Worker, ...] | None = None
@@ -79,10 +89,12 @@ class PoolWatch:
                     while True:
                         await self._watch(api)
                 except Gone:
+                    self.count(self.pool, "gone")
                     log.info("pool %s: resourceVersion expired (410): listing again", self.pool)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # the API server's, the network's, a bad answer
+                    self.count(self.pool, "error")
                     log.warning(
                         "pool %s: EndpointSlice discovery failed (%s: %s); keeping %d"
                         " workers found so far, listing again in %.3g s",
@@ -125,6 +137,7 @@ class PoolWatch:
             self.slices.replace(orjson.loads(body))
         except orjson.JSONDecodeError as exc:
             raise SliceError(f"the list answer is not JSON: {exc}") from None
+        self.count(self.pool, "list")
         self._publish()
         self.synced.set()
 
@@ -179,9 +192,11 @@ class PoolWatch:
         try:
             diff = self.apply(self.pool, workers)
         except FleetError as exc:
+            self.count(self.pool, "refused")
             log.error("pool %s: discovered workers not applied: %s", self.pool, exc)
             return
         self.applied = workers
+        self.count(self.pool, "applied")
         if diff.changed:
             log.info(
                 "pool %s: discovery: added %s, draining %s (%d ready endpoints)",
@@ -195,9 +210,12 @@ class PoolWatch:
 class Discovery:
     """The watches of every pool that has `discovery`; follows configuration reloads."""
 
-    def __init__(self, apply: Apply, forget: Callable[[str], None]) -> None:
+    def __init__(
+        self, apply: Apply, forget: Callable[[str], None], count: Count = _uncounted
+    ) -> None:
         self.apply = apply
         self.forget = forget  # a pool no longer discovered: its discovered workers go
+        self.count = count
         self.watches: dict[str, tuple[PoolWatch, asyncio.Task[None]]] = {}
 
     def reconcile(self, config: GatewayConfig) -> None:
@@ -212,7 +230,7 @@ class Discovery:
                     self.forget(pool)
         for pool, spec in wanted.items():
             if pool not in self.watches:
-                watch = PoolWatch(pool, spec, self.apply)
+                watch = PoolWatch(pool, spec, self.apply, self.count)
                 task = asyncio.get_running_loop().create_task(watch.run())
                 task.add_done_callback(_report)
                 self.watches[pool] = (watch, task)

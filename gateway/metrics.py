@@ -506,6 +506,14 @@ class GatewayMetrics:
             ["pool", "result"],
             registry=r,
         )
+        self.discovery_events = Counter(
+            "fleetgate_discovery_events",
+            "Kubernetes discovery (pools.<name>.discovery), by event: list (EndpointSlices "
+            "listed), gone (410: listed again), error (the API or the network failed), applied "
+            "(the pool's workers changed), refused (the fleet refused the change).",
+            ["pool", "event"],
+            registry=r,
+        )
         self.config_reloads = Counter(
             "fleetgate_config_reloads",
             "Configuration reloads (SIGHUP, file change, POST /admin/reload), by result (ok, error).",

@@ -19,7 +19,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.e2e.fleet import MODEL, emulator, gateway_config, start_gateway, wait_until
+from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway, wait_until
 from tests.k8s_apiserver import StandInApiServer, endpoint
 from tests.procs import Proc
 
@@ -157,6 +157,13 @@ def test_discovered_workers_come_and_go_under_load_and_every_request_is_answered
             assert wait_until(lambda: api.count("list") > lists, timeout=15)
             assert wait_until(lambda: load.served_by(_id("pod3", e3)) > 10, timeout=15)
             assert _active(gw) == {_id("pod2", e2), _id("pod3", e3)}
+            text = httpx.get(gw.url + "/metrics", timeout=5).text
+            events = {
+                e: metric(text, "fleetgate_discovery_events_total", pool="short", event=e)
+                for e in ("list", "gone", "error", "applied")
+            }
+            assert events["list"] == api.count("list") and events["gone"] >= 1
+            assert events["error"] == 0 and events["applied"] >= 5
             ended_by_test = not load.stop.is_set() and load.sent < MAX_REQUESTS
         assert ended_by_test, "the load's bound ran out before the changes were made"
         assert load.failures == [], load.failures[:5]
