@@ -333,3 +333,22 @@ def test_without_the_kubernetes_extra_the_config_is_refused_at_start(monkeypatch
     pool = {"max_model_len": 8192, "models": ["m"], "discovery": spec}
     with pytest.raises(ConfigError, match=r"pools.short.discovery: .*fleetgate\[kubernetes\]"):
         load_config(data={"pools": {"short": pool}})
+
+
+async def test_a_reload_keeps_the_discovered_workers_and_their_state(api, running, tmp_path):
+    """A reload applies the file's fleet (`Fleet.apply`, as gateway/reload.py does): the file
+    lists no discovered worker, and they stay, kept with their state; a static worker the
+    file adds joins beside them."""
+    fleet, disco = running
+    api.put_slice("vllm-llama-a", [endpoint("vllm-0", "10.1.0.10")], port=8000, labels=LABELS)
+    assert await disco.wait_synced(10)
+    await _until(lambda: len(_active(fleet)) == 1)
+    kept = fleet.workers["vllm-0@10.1.0.10:8000"]
+    kept.in_flight = 2
+    data = _config(api.kubeconfig(tmp_path / "kubeconfig")).model_dump()
+    data["pools"]["short"]["workers"] = [{"url": "http://10.2.0.1:8000"}]
+    diff = fleet.apply(load_config(data=data, environ={}))
+    assert diff.added == ("10.2.0.1:8000",) and diff.draining == ()
+    assert diff.kept == ("vllm-0@10.1.0.10:8000",)
+    assert fleet.workers["vllm-0@10.1.0.10:8000"] is kept and kept.in_flight == 2
+    assert _active(fleet) == {"10.2.0.1:8000", "vllm-0@10.1.0.10:8000"}
