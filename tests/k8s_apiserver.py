@@ -7,8 +7,10 @@ ADDED / MODIFIED / DELETED with the whole object, BOOKMARK with only a resourceV
 `allowWatchBookmarks=true`, and `ERROR` with a `Status` object of code 410 / reason Expired
 when the asked resourceVersion has been compacted away — which is how a real API server
 forces a client to list again). Objects start from tests/data/k8s/endpointslice.json, an
-EndpointSlice as the EndpointSlice controller writes it (labels, ownerReferences,
-managedFields, conditions ready / serving / terminating, targetRef).
+EndpointSlice with the fields the EndpointSlice controller writes (labels, ownerReferences,
+managedFields, conditions ready / serving / terminating, targetRef). These answers are
+written to the discovery.k8s.io/v1 API reference, not recorded from a cluster (none was at
+hand): a recording from a real API server can replace the template without changing a test.
 
 The test drives it: `put_slice` / `delete_slice` make the events, `compact` makes every
 older resourceVersion expire, `bookmark` sends a BOOKMARK, `requests` records every list

@@ -2,7 +2,8 @@
 
 No cluster runs here: the gateway process watches a stand-in API server on 127.0.0.1
 (tests/k8s_apiserver.py) that serves EndpointSlice list and watch answers in the API
-server's shapes — ADDED / MODIFIED / DELETED events, and an ERROR 410 Gone after a
+server's shapes (written to the API reference, not recorded from a cluster) — ADDED /
+MODIFIED / DELETED events, and an ERROR 410 Gone after a
 compaction that forces a re-list — through a kubeconfig file, with the real
 kubernetes_asyncio client. The workers are emulator processes; each "pod" is one slice
 whose named port `http` is the emulator's port (every emulator listens on 127.0.0.1).

@@ -3,8 +3,9 @@ API server.
 
 No cluster runs here: tests/k8s_apiserver.py serves EndpointSlice list and watch answers in
 the API server's shapes (resourceVersion, ADDED / MODIFIED / DELETED / BOOKMARK events, and
-the ERROR event with a 410 Gone Status that forces a re-list), from an EndpointSlice as the
-EndpointSlice controller writes it (tests/data/k8s/endpointslice.json). The client is the
+the ERROR event with a 410 Gone Status that forces a re-list), from an EndpointSlice with the
+fields the EndpointSlice controller writes (tests/data/k8s/endpointslice.json; written to the
+API reference, not recorded: no cluster was at hand). The client is the
 real kubernetes_asyncio, configured from a kubeconfig file; the fleet is the gateway's own
 `Fleet`, so a change goes through the same diff as a configuration reload.
 """
