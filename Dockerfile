@@ -26,12 +26,13 @@ COPY . .
 # compiled code is the project's own compressor/_fast.c, so this stage (not the final image)
 # gets gcc. A regular (not editable) install: /src is not in the final image. The import
 # check fails the build if the C helper was skipped (setup.py marks it optional); -I, so
-# that it imports the installed package, not the source tree in /src.
+# that it imports the installed package, not the source tree in /src. The `kubernetes` extra:
+# pools that find their workers from EndpointSlices (`discovery`), as deploy/kubernetes runs it.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 RUN pip install --upgrade pip \
- && pip install . \
+ && pip install '.[kubernetes]' \
  && fleetgate --version \
  && python -I -c "import compressor._fast"
 

@@ -15,7 +15,9 @@ inside another app whose server does not run its lifespan, run `app.gateway.star
 
 The fleet changes live (gateway/workers.py `Fleet`): the admin API adds and drains
 workers, and with a configuration file (`source`) SIGHUP, the file's modification time or
-POST /admin/reload re-read it and apply its fleet (gateway/reload.py). The scrape and
+POST /admin/reload re-read it and apply its fleet (gateway/reload.py); a pool with
+`discovery` takes its workers from Kubernetes EndpointSlices (gateway/discovery_k8s.py),
+applied through the same diff. The scrape and
 health loops and the metrics listen to the fleet, so they follow every change.
 """
 

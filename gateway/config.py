@@ -9,6 +9,7 @@ Environment variables override the file: `FLEETGATE_LISTEN__PORT=9000` sets
 from __future__ import annotations
 
 import copy
+import importlib.util
 import ipaddress
 import os
 import re
@@ -222,13 +223,98 @@ def worker_url(v: str) -> str:
     return v.rstrip("/")
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_PORT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
+
+
+class KubernetesDiscovery(_Section):
+    """A pool's workers found in Kubernetes (gateway/discovery.py): the ready endpoints of
+    the EndpointSlices that match a label selector, watched live. Needs the `kubernetes`
+    extra (`pip install 'fleetgate[kubernetes]'`) and RBAC to get, list and watch
+    EndpointSlices in the namespace (deploy/kubernetes/base/rbac.yaml)."""
+
+    kind: Literal["kubernetes"] = Field(
+        description="The discovery mechanism; `kubernetes` (EndpointSlices,"
+        " discovery.k8s.io/v1) is the one there is."
+    )
+    namespace: str = Field(
+        description="The namespace whose EndpointSlices are watched (a DNS label)."
+    )
+    selector: str = Field(
+        min_length=1,
+        description="A Kubernetes label selector on the EndpointSlices, as `kubectl -l` takes"
+        " it: `kubernetes.io/service-name=vllm-llama` picks the slices of one Service.",
+    )
+    port: int | str = Field(
+        description="The engine's port: a number, or the name of a port in the"
+        " EndpointSlices' `ports` (a slice without that name contributes no workers).",
+    )
+    engine: Literal["vllm", "sglang"] = Field(
+        "vllm", description="What the discovered workers run (as a static worker's `engine`)."
+    )
+    scheme: Literal["http", "https"] = Field("http", description="How to reach the workers.")
+    api_key: str | None = Field(
+        None, description="Sent to every discovered worker as a bearer token."
+    )
+    kubeconfig: str | None = Field(
+        None,
+        description="A kubeconfig file to reach the API server with; None: the in-cluster"
+        " configuration (the pod's service account).",
+    )
+    watch_timeout_s: int = Field(
+        300,
+        ge=1,
+        le=3600,
+        description="Each watch request asks the API server to end after this long; the"
+        " watch then resumes from the last resourceVersion seen (a 410 Gone re-lists).",
+    )
+    retry_s: float = Field(
+        1.0,
+        gt=0,
+        description="After an API error, wait this long before the next list (doubling up"
+        " to 30 s while errors go on); the workers found so far stay meanwhile.",
+    )
+
+    @model_validator(mode="after")
+    def _client_installed(self) -> KubernetesDiscovery:
+        # a check before the cost: refused at start (and by check-config), not in a task
+        if importlib.util.find_spec("kubernetes_asyncio") is None:
+            raise ValueError(
+                "kind: kubernetes needs the kubernetes extra: pip install 'fleetgate[kubernetes]'"
+            )
+        return self
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, v: str) -> str:
+        if not _DNS_LABEL.match(v):
+            raise ValueError(f"must be a DNS label (lower-case letters, digits, '-'), got {v!r}")
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and not 1 <= v <= 65535:
+            raise ValueError(f"a port number is 1..65535, got {v}")
+        if isinstance(v, str) and (v.isdigit() or not _PORT_NAME.match(v)):
+            raise ValueError(f"a port name is lower-case letters, digits and '-', got {v!r}")
+        return v
+
+
 class Pool(_Section):
     max_model_len: int = Field(gt=0)
     # requests a worker takes at once (the engine's --max-num-seqs); beyond it a request
     # waits in the gateway for room (`dispatch`); None: no limit, the engine queues
     max_num_seqs: int | None = Field(None, ge=1)
     models: list[str] = Field(min_length=1)
-    workers: list[Worker] = Field(min_length=1)
+    # at least one, unless `discovery` finds them
+    workers: list[Worker] = Field(default_factory=list)
+    discovery: KubernetesDiscovery | None = Field(
+        None,
+        description="Find the pool's workers in Kubernetes (beside any listed in `workers`):"
+        " ready endpoints join, endpoints that go away or turn not ready drain, as a"
+        " configuration reload would do.",
+    )
     # what the pool's model counts prompts with (compressor/served.py): cl100k (the
     # emulator's), hf:<tokenizer folder> (tokenizer.json + its chat template), or engine
     tokenizer: str = "cl100k"
@@ -241,6 +327,12 @@ class Pool(_Section):
     def _tokenizer_spec(cls, v: str) -> str:
         parse_spec(v)
         return v
+
+    @model_validator(mode="after")
+    def _has_workers(self) -> Pool:
+        if not self.workers and self.discovery is None:
+            raise ValueError("workers: list at least one worker, or find them with `discovery`")
+        return self
 
 
 class Placement(_Section):

@@ -227,6 +227,28 @@ class _QuartzCollector(Collector):
         yield from (info, fallback, changes, coverage, regimes, observed, queued, backlog)
 
 
+class _DispatchCollector(Collector):
+    """The gateway's request queue (step 6, every dispatch policy), read at scrape time:
+    requests waiting for a worker with room, per configured pool (a request waiting on
+    several pools counts in each)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.dispatcher: Any = None
+
+    def collect(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily(
+            "fleetgate_dispatch_queue_length",
+            "Requests waiting in the gateway for a worker with room, per pool.",
+            labels=["pool"],
+        )
+        d = self.dispatcher
+        if d is not None:
+            for pool in list(self.fleet.pool_configs):
+                depth.add_metric([pool], d.waiting(pool))
+        yield depth
+
+
 class TenancySource(Protocol):
     """What the token-pool metrics read (gateway/tenancy.py's `Tenancy`)."""
 
@@ -339,6 +361,13 @@ class PoolSeries:
     completion_tokens: Counter
 
 
+@dataclass(frozen=True, slots=True)
+class ModelSeries:
+    ttft: Histogram
+    prompt_tokens: Counter
+    completion_tokens: Counter
+
+
 class GatewayMetrics:
     def __init__(self, fleet: Fleet, now: Callable[[], float]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -424,6 +453,13 @@ class GatewayMetrics:
             buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=r,
         )
+        self.dispatch_refused = Counter(
+            "fleetgate_dispatch_refused",
+            "Requests the request queue refused: queue_full (429, dispatch.max_waiting) or "
+            "queue_timeout (503, no room within dispatch.timeout_s).",
+            ["reason"],
+            registry=r,
+        )
         self.scrape_errors = Counter(
             "fleetgate_telemetry_scrape_errors",
             "Failed /metrics scrapes, by reason.",
@@ -481,6 +517,14 @@ class GatewayMetrics:
             ["pool", "result"],
             registry=r,
         )
+        self.discovery_events = Counter(
+            "fleetgate_discovery_events",
+            "Kubernetes discovery (pools.<name>.discovery), by event: list (EndpointSlices "
+            "listed), gone (410: listed again), error (the API or the network failed), applied "
+            "(the pool's workers changed), refused (the fleet refused the change).",
+            ["pool", "event"],
+            registry=r,
+        )
         self.config_reloads = Counter(
             "fleetgate_config_reloads",
             "Configuration reloads (SIGHUP, file change, POST /admin/reload), by result (ok, error).",
@@ -514,7 +558,39 @@ class GatewayMetrics:
             ent,
             registry=r,
         )
+        # per model (issue 29): the label is a model some configured pool serves, anything
+        # else "other", so a client cannot mint label values (bounded by the configuration)
+        self.model_requests = Counter(
+            "fleetgate_model_requests",
+            "Requests answered, by requested model (a configured model, else other) and status.",
+            ["model", "status"],
+            registry=r,
+        )
+        self.model_ttft = Histogram(
+            "fleetgate_model_time_to_first_token_seconds",
+            "Time from arrival to the first streamed token, by requested model.",
+            ["model"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.model_prompt_tokens = Counter(
+            "fleetgate_model_prompt_tokens",
+            "Prompt tokens, as the engines counted them, by requested model.",
+            ["model"],
+            registry=r,
+        )
+        self.model_completion_tokens = Counter(
+            "fleetgate_model_completion_tokens",
+            "Completion tokens, as the engines counted them, by requested model.",
+            ["model"],
+            registry=r,
+        )
+        self._fleet = fleet
+        self._model_children: dict[tuple[str, int], Counter] = {}
+        self._models: dict[str, ModelSeries] = {}
         r.register(_FleetCollector(fleet, now))
+        self._dispatch = _DispatchCollector(fleet)
+        r.register(self._dispatch)
         self.tenancy = _TenancyCollector()
         r.register(self.tenancy)
         self._requests_children: dict[tuple[str, int], Counter] = {}
@@ -554,6 +630,41 @@ class GatewayMetrics:
             child = self._tokens[labels] = self.entitlement_tokens.labels(*labels)
         child.inc(tokens)
 
+    def count_model(
+        self,
+        model: str | None,
+        status: int,
+        ttft: float | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> None:
+        """One settled request on the per-model series (a client gone, 499, is not
+        counted, as for `count_request`; TTFT and tokens of answered requests only)."""
+        if status == 499:
+            return
+        label = model if model is not None and model in self._fleet.models else "other"
+        child = self._model_children.get((label, status))
+        if child is None:
+            child = self._model_children[(label, status)] = self.model_requests.labels(
+                label, str(status)
+            )
+        child.inc()
+        if status != 200:
+            return
+        series = self._models.get(label)
+        if series is None:
+            series = self._models[label] = ModelSeries(
+                self.model_ttft.labels(label),
+                self.model_prompt_tokens.labels(label),
+                self.model_completion_tokens.labels(label),
+            )
+        if ttft is not None:
+            series.ttft.observe(ttft)
+        if prompt_tokens:
+            series.prompt_tokens.inc(prompt_tokens)
+        if completion_tokens:
+            series.completion_tokens.inc(completion_tokens)
+
     def pool(self, name: str) -> PoolSeries:
         """The per-pool series, bound once (a `labels()` lookup costs more than the update)."""
         series = self._pools.get(name)
@@ -566,6 +677,10 @@ class GatewayMetrics:
                 self.completion_tokens.labels(name),
             )
         return series
+
+    def watch_dispatch(self, dispatcher: Any) -> None:
+        """The request queue whose length `fleetgate_dispatch_queue_length` reports."""
+        self._dispatch.dispatcher = dispatcher
 
     def watch_quartz(self, predictor: Predictor, dispatcher: Any) -> None:
         """QUARTZ is configured: its collector, and predicted-vs-observed prefill."""

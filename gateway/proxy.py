@@ -585,6 +585,7 @@ class Pipeline:
         pools = ticket.pools
         waiter = self.core.wait(ticket, now)
         if waiter is None:
+            self.metrics.dispatch_refused.labels("queue_full").inc()  # issue 29 (k8s29): counted
             raise RateLimited(
                 "every worker is at capacity and the wait queue is full; retry shortly",
                 code="queue_full",
@@ -599,6 +600,7 @@ class Pipeline:
             if not (woken.done() and not woken.cancelled()):
                 self.core.dispatcher.cancel(waiter)
                 att.error = "queue_timeout"
+                self.metrics.dispatch_refused.labels("queue_timeout").inc()  # issue 29 (k8s29)
                 raise ServiceUnavailable(
                     f"no worker of pool(s) {', '.join(pools)} had room within "
                     f"{self.config.dispatch.timeout_s:g} s (dispatch.timeout_s)",
@@ -853,6 +855,14 @@ class Pipeline:
         pool = att.pool
         if att.status != 499:
             m.count_request(pool, att.status)
+        # issue 29 (k8s29): per-model series (bounded: configured models, else "other")
+        m.count_model(
+            parsed.model if parsed else None,
+            att.status,
+            att.ttft,
+            att.prompt_tokens,
+            att.completion_tokens,
+        )
         if att.status == 200:
             series = m.pool(pool)
             series.latency.observe(latency)

@@ -20,6 +20,7 @@ import httpx
 from gateway import __version__, drain
 from gateway.apikeys import KeyDirectory
 from gateway.config import ConfigError, ConfigSource, GatewayConfig
+from gateway.discovery_k8s import Discovery
 from gateway.health import HealthChecker
 from gateway.metrics import GatewayMetrics
 from gateway.proxy import Pipeline
@@ -55,6 +56,7 @@ class Gateway:
         # API keys → entitlements (HMACs); replaced by the tenancy's directory at start
         self.keys = KeyDirectory.build(config.auth.key_secret, config.entitlement_keys())
         self.tenancy: Tenancy | None = None
+        self.discovery: Discovery | None = None  # pools with `discovery` (started at start)
 
     def key_ok(self, key: str) -> bool:
         given = key.encode()
@@ -122,6 +124,13 @@ class Gateway:
         self.health.start()
         # from here on the loops and the metrics follow the fleet's changes
         self.fleet.listeners[:] = [self.scraper, self.health, self.metrics, self]
+        if any(p.discovery for p in cfg.pools.values()):
+            # the first list of every discovered pool before serving (bounded)
+            self.discovery = Discovery(
+                self.fleet.set_discovered, self._forget_discovered, self._count_discovery
+            )
+            self.discovery.reconcile(cfg)
+            await self.discovery.wait_synced()
         if self.source is not None:
             self.reloader = Reloader(
                 self.source,
@@ -149,6 +158,7 @@ class Gateway:
             self,
             self.compress_pool,
         )
+        self.metrics.watch_dispatch(self.pipeline.core.dispatcher)
         # token pools: the store (Redis: attached, published, heartbeat, control loop)
         self.tenancy = Tenancy.of(cfg, self.pipeline.core.admitter, REPLICA_ID)
         self.keys = self.tenancy.keys
@@ -187,6 +197,19 @@ class Gateway:
 
     def _set_config(self, config: GatewayConfig) -> None:
         self.config = config
+        # a reload may add, change or remove a pool's discovery
+        if self.discovery is None and any(p.discovery for p in config.pools.values()):
+            self.discovery = Discovery(
+                self.fleet.set_discovered, self._forget_discovered, self._count_discovery
+            )
+        if self.discovery is not None:
+            self.discovery.reconcile(config)
+
+    def _count_discovery(self, pool: str, event: str) -> None:
+        self.metrics.discovery_events.labels(pool, event).inc()
+
+    def _forget_discovered(self, pool: str) -> None:
+        self.fleet.discovered.pop(pool, None)
 
     async def reload(self, why: str) -> ReloadResult:
         """Re-read the configuration file and apply its fleet (ConfigError, FleetError)."""
@@ -202,6 +225,8 @@ class Gateway:
             await self.tenancy.stop()
         if self.reloader is not None:
             await self.reloader.stop()
+        if self.discovery is not None:
+            await self.discovery.stop()
         self.fleet.listeners.clear()
         await self.scraper.stop()
         await self.health.stop()

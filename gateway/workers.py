@@ -10,7 +10,8 @@ half-open: it gets traffic again, and one more failure re-opens it at once while
 closes it. Health checks are separate: a worker failing `unhealthy_after` checks in a row
 is unhealthy until `healthy_after` good checks. Either one keeps a worker out of routing.
 
-Live changes (`Fleet.add_worker`, `drain_worker`, `remove_worker`, `apply`): every change is
+Live changes (`Fleet.add_worker`, `drain_worker`, `remove_worker`, `apply`, and
+`set_discovered` for the workers a pool's `discovery` finds: gateway/discovery.py): every change is
 made in one synchronous call, so the event loop never sees half of one. A draining worker
 is out of routing at once (`views` leaves it out, it counts for no pool or readiness);
 its requests in flight finish, and when the last one ends (`released`) it leaves the
@@ -190,6 +191,10 @@ class Fleet:
         self.workers: dict[str, WorkerState] = {}
         self.models: dict[str, int] = {}  # model -> the largest context serving it
         self.listeners: list[FleetListener] = []
+        # pool -> the workers its `discovery` found (gateway/discovery.py); `apply` adds
+        # them to the pool's listed workers, so a reload keeps them and they change
+        # through the same diff as a reload
+        self.discovered: dict[str, tuple[Worker, ...]] = {}
         self._live: frozenset[str] = frozenset()
         self._live_at = float("-inf")
         for pname, pool in config.pools.items():
@@ -293,18 +298,17 @@ class Fleet:
         their in-flight counts, breakers and telemetry. Pools and models follow. Checked
         whole before anything changes: a FleetError (naming the key path) changes nothing."""
         keep: dict[str, tuple[str, Worker]] = {}
-        for pname, pool in config.pools.items():
-            for i, w in enumerate(pool.workers):
-                current = self.workers.get(w.id)
-                if current is not None and not _same_worker(current, pname, w):
-                    raise FleetError(
-                        f"pools.{pname}.workers.{i}: worker {w.id!r} is running"
-                        f" in pool {current.pool!r} at {current.url}; give the changed worker"
-                        " another name, or remove it first",
-                        param=f"pools.{pname}.workers.{i}",
-                        status=409,
-                    )
-                keep[w.id] = (pname, w)
+        for pname, where, w in self._configured(config):
+            current = self.workers.get(w.id)
+            if current is not None and not _same_worker(current, pname, w):
+                raise FleetError(
+                    f"{where}: worker {w.id!r} is running"
+                    f" in pool {current.pool!r} at {current.url}; give the changed worker"
+                    " another name, or remove it first",
+                    param=where,
+                    status=409,
+                )
+            keep[w.id] = (pname, w)
         added: list[str] = []
         kept: list[str] = []
         pools_added = tuple(p for p in config.pools if p not in self.pool_configs)
@@ -359,6 +363,39 @@ class Fleet:
                 list(pools_removed),
             )
         return diff
+
+    def set_discovered(self, pool: str, workers: tuple[Worker, ...]) -> FleetDiff:
+        """The workers `pool`'s discovery finds now, applied as a diff of the running
+        configuration (`apply`: the same as a reload). Raises FleetError and changes
+        nothing when the change cannot be made."""
+        before = self.discovered.get(pool)
+        self.discovered[pool] = workers
+        try:
+            return self.apply(self.config)
+        except FleetError:
+            if before is None:
+                self.discovered.pop(pool, None)
+            else:
+                self.discovered[pool] = before
+            raise
+
+    def _configured(self, config: GatewayConfig) -> list[tuple[str, str, Worker]]:
+        """(pool, key path, worker) for every worker `config` lists, and those the
+        discovery of a pool that still has one found (one that names a listed worker is
+        left out: the listed one stands)."""
+        out: list[tuple[str, str, Worker]] = []
+        for pname, pool in config.pools.items():
+            out += [(pname, f"pools.{pname}.workers.{i}", w) for i, w in enumerate(pool.workers)]
+        listed = {w.id for _, _, w in out}
+        for pname, pool in config.pools.items():
+            if pool.discovery is None:
+                continue
+            for w in self.discovered.get(pname, ()):
+                if w.id in listed:
+                    log.warning("pool %s: discovered worker %s is listed already", pname, w.id)
+                    continue
+                out.append((pname, f"pools.{pname}.discovery", w))
+        return out
 
     # --- internals -------------------------------------------------------------------------
     def _state(self, pname: str, pool: Pool, w: Worker) -> WorkerState:

@@ -3,17 +3,21 @@
     python -m deploy.grafana.dashboards          # rewrite deploy/grafana/dashboards/*.json
     python deploy/grafana/dashboards.py --check  # exit 1 if a committed file is out of date
 
-Three dashboards, the ones a person opens first:
+Four dashboards, the ones a person opens first:
 
 - `overview.json`   Gateway overview: requests by pool and status, TTFT and end-to-end P50/P99,
-                    gateway overhead, tokens, in-flight per worker, retries, upstream errors,
-                    spills, client disconnects.
+                    gateway overhead, tokens, requests / TTFT / tokens by model, in-flight per
+                    worker, retries, upstream errors, spills, client disconnects.
 - `compress.json`   Compress-and-Route: borderline / compressed / fallen back, tokens removed,
                     compressor latency, learnt bytes per token by category.
 - `fleet.json`      Fleet: engine running / waiting, KV usage and prefix-cache hit rate (scraped
                     from the engines: vLLM `vllm:*`, SGLang `sglang:*` or `sglang_*`), the
                     gateway's own view of each worker (telemetry age and staleness, health,
                     circuit breakers).
+- `control.json`    Admission, queue and QUARTZ: token pools (admitted, refused by reason,
+                    fairness debt, capacity promised / demanded, the Redis breaker), the request
+                    queue (length, wait, refusals) and QUARTZ (coverage, fallback, observed over
+                    predicted prefill, backlog).
 
 Every query reads the `${datasource}` variable (a Prometheus data source) and sums over
 gateway replicas, so one dashboard serves one process or N pods. Do not edit the JSON by
@@ -306,6 +310,45 @@ def overview() -> db.Dashboard:
             "Gateway time before the request went upstream: parse, estimate, place, route.",
             "s",
             *quantiles("fleetgate_gateway_overhead_seconds"),
+            width=8,
+        )
+    )
+    d.with_row(db.Row("Models (the requested model; one not configured counts as other)"))
+    d.with_panel(
+        timeseries(
+            "Requests by model and status",
+            "fleetgate_model_requests_total: answers per second by the model the client asked for.",
+            "reqps",
+            (
+                f"sum by (model, status) (rate(fleetgate_model_requests_total{RATE}))",
+                "{{model}} {{status}}",
+            ),
+            stack=True,
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Time to first token P50 / P99 by model",
+            "fleetgate_model_time_to_first_token_seconds (streaming requests).",
+            "s",
+            *quantiles("fleetgate_model_time_to_first_token_seconds", by="model", sel=""),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Tokens / s by model",
+            "Prompt and completion tokens per second by requested model (engine counts).",
+            "short",
+            (
+                f"sum by (model) (rate(fleetgate_model_prompt_tokens_total{RATE}))",
+                "{{model}} prompt",
+            ),
+            (
+                f"sum by (model) (rate(fleetgate_model_completion_tokens_total{RATE}))",
+                "{{model}} completion",
+            ),
             width=8,
         )
     )
@@ -640,7 +683,200 @@ def fleet() -> db.Dashboard:
     return d
 
 
-DASHBOARDS = {"overview.json": overview, "compress.json": compress, "fleet.json": fleet}
+def control() -> db.Dashboard:
+    """Admission, the request queue and QUARTZ: the gateway's decisions before a request
+    reaches an engine. The token-pool `pool` label is a token pool's name (admission.params
+    .pools), not a fleet pool's: that row is not filtered by the Pool variable."""
+    ent = "entitlement, pool"
+    d = board(
+        "fleetgate-control",
+        "fleetgate / Admission, queue and QUARTZ",
+        "Token-pool admission, the gateway's request queue and QUARTZ's tail-aware routing.",
+    ).with_variable(pool_variable("fleetgate_requests_total"))
+    d.with_row(db.Row("Token pools (admission.policy: token_pools)"))
+    d.with_panel(
+        timeseries(
+            "Admitted by token pool and class",
+            "fleetgate_admission_admitted_total: requests admitted on an entitlement, per second.",
+            "reqps",
+            (
+                f"sum by (pool, class) (rate(fleetgate_admission_admitted_total{RATE}))",
+                "{{pool}} {{class}}",
+            ),
+            stack=True,
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Refused by reason",
+            "fleetgate_admission_refused_total: requests refused (429) per second, by the check "
+            "that refused them (token_budget, kv_bytes, pool_contention, store_unavailable, ...).",
+            "reqps",
+            (
+                f"sum by (pool, reason) (rate(fleetgate_admission_refused_total{RATE}))",
+                "{{pool}} {{reason}}",
+            ),
+            stack=True,
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Refused share",
+            "Refused / (admitted + refused) per token pool, over the rate window.",
+            "percentunit",
+            (
+                f"sum by (pool) (rate(fleetgate_admission_refused_total{RATE})) / "
+                f"(sum by (pool) (rate(fleetgate_admission_refused_total{RATE})) + "
+                f"sum by (pool) (rate(fleetgate_admission_admitted_total{RATE})))",
+                "{{pool}}",
+            ),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Fairness debt per entitlement",
+            "fleetgate_entitlement_debt (d_e): what an entitlement is owed against its baseline "
+            "(max over replicas: with Redis every replica reports the same figure).",
+            "short",
+            (f"max by ({ent}) (fleetgate_entitlement_debt)", "{{pool}} {{entitlement}}"),
+            width=8,
+            min_zero=False,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Capacity: configured, promised, demanded (tokens / s)",
+            "fleetgate_pool_capacity, _promised (Σ baselines) and _demand (the autoscaler's "
+            "target) for the tokens_per_s resource.",
+            "short",
+            (
+                'max by (pool) (fleetgate_pool_capacity{resource="tokens_per_s"})',
+                "{{pool}} capacity",
+            ),
+            (
+                'max by (pool) (fleetgate_pool_capacity_promised{resource="tokens_per_s"})',
+                "{{pool}} promised",
+            ),
+            (
+                'max by (pool) (fleetgate_pool_capacity_demand{resource="tokens_per_s"})',
+                "{{pool}} demand",
+            ),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Redis fallback (entitlement store breaker)",
+            "fleetgate_entitlement_store_breaker_open: 1 while a replica cannot reach Redis "
+            "and admits on its local limits (fail_open classes) or refuses (fail-closed).",
+            "short",
+            ("max by (instance) (fleetgate_entitlement_store_breaker_open)", "{{instance}}"),
+            (
+                f"sum(increase(fleetgate_entitlement_store_breaker_transitions_total{RATE}))",
+                "breaker transitions",
+            ),
+            width=8,
+        )
+    )
+    d.with_row(db.Row("Request queue (dispatch)"))
+    d.with_panel(
+        timeseries(
+            "Waiting for a worker with room",
+            "fleetgate_dispatch_queue_length: requests held in the gateway because every worker "
+            "of their pools is at capacity (max_num_seqs, kv_overcommit, prefill_room).",
+            "short",
+            (f"sum by (pool) (fleetgate_dispatch_queue_length{{{POOL}}})", "{{pool}}"),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Queue wait P50 / P99",
+            "fleetgate_dispatch_wait_seconds: how long a request that waited waited.",
+            "s",
+            *quantiles("fleetgate_dispatch_wait_seconds", by="", sel=""),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Waits and refusals",
+            "Requests that had to wait per second, and those the queue refused: queue_full "
+            "(429, dispatch.max_waiting) and queue_timeout (503, dispatch.timeout_s).",
+            "reqps",
+            (f"sum(rate(fleetgate_dispatch_waits_total{RATE}))", "waited"),
+            (
+                f"sum by (reason) (rate(fleetgate_dispatch_refused_total{RATE}))",
+                "refused {{reason}}",
+            ),
+            width=8,
+        )
+    )
+    d.with_row(db.Row("QUARTZ (tail-aware routing and queueing)"))
+    d.with_panel(
+        timeseries(
+            "Coverage of the predicted quantile",
+            "fleetgate_quartz_coverage: share of recent first tokens within the calibrated "
+            "alpha-quantile (should sit near alpha, 0.9 or 0.95); -1 before enough samples.",
+            "percentunit",
+            ("min by (instance) (fleetgate_quartz_coverage)", "{{instance}}"),
+            width=8,
+            min_zero=False,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Fallback",
+            "fleetgate_quartz_fallback: 1 while coverage is below alpha - delta and QUARTZ "
+            "routes least-loaded with a FIFO queue; and how often it switched.",
+            "short",
+            ("max by (instance) (fleetgate_quartz_fallback)", "{{instance}} fallback"),
+            (
+                f"sum(increase(fleetgate_quartz_fallback_changes_total{RATE}))",
+                "switches",
+            ),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Observed / predicted prefill",
+            "fleetgate_quartz_prefill_ratio: observed prefill time over the predicted "
+            "alpha-quantile, P50 and P99 (above 1: slower than predicted).",
+            "short",
+            *quantiles("fleetgate_quartz_prefill_ratio", by="", sel=""),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Observed prefill P50 / P99",
+            "fleetgate_quartz_prefill_seconds: dispatch to a worker until its first token.",
+            "s",
+            *quantiles("fleetgate_quartz_prefill_seconds", by="", sel=""),
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Expected backlog per worker",
+            "fleetgate_quartz_worker_backlog_seconds: predicted prefill work sent and not yet "
+            "at first token (max over replicas).",
+            "s",
+            ("max by (worker) (fleetgate_quartz_worker_backlog_seconds)", "{{worker}}"),
+        )
+    )
+    return d
+
+
+DASHBOARDS = {
+    "overview.json": overview,
+    "compress.json": compress,
+    "fleet.json": fleet,
+    "control.json": control,
+}
 
 
 # --- output ----------------------------------------------------------------------------------

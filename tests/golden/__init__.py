@@ -104,6 +104,9 @@ def in_process_exposition() -> str:
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(TokenBudget())
     metrics.tenancy.source = _TenancySample()
+    from policies.dispatch import make_dispatcher
+
+    metrics.watch_dispatch(make_dispatcher("fifo"))
     for m in vars(metrics).values():
         if isinstance(m, MetricWrapperBase):
             names = m._labelnames  # prometheus_client keeps them private
@@ -135,3 +138,28 @@ class _TenancySample:
 
     def snapshot(self) -> list[object]:
         return [self.admitter.ledger.view("p", 0.0)]
+
+
+def quartz_series() -> set[str]:
+    """The sample names the gateway exposes only with QUARTZ configured (`watch_quartz`:
+    not in the golden list, which a gateway without QUARTZ must match), every family's
+    whether or not it has samples yet. Rules and dashboards may query these too."""
+    from gateway.config import load_config
+    from gateway.metrics import GatewayMetrics
+    from gateway.quartz import predictor_for
+    from gateway.workers import Fleet
+    from policies.dispatch import make_dispatcher
+
+    pool = {"max_model_len": 8192, "models": ["m"], "workers": [{"url": "http://127.0.0.1:9/"}]}
+    cfg = load_config(data={"pools": {"short": pool}, "quartz": {}}, environ={})
+    predictor = predictor_for(cfg)
+    assert predictor is not None
+    metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
+    before = {f.name for f in metrics.registry.collect()}
+    metrics.watch_quartz(predictor, make_dispatcher("fifo"))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    names: set[str] = set()
+    for fam in metrics.registry.collect():
+        if fam.name not in before:
+            names.update(fam.name + s for s in suffixes.get(fam.type, ("",)))
+    return names

@@ -20,6 +20,7 @@ from gateway.config import load_config
 from gateway.metrics import GatewayMetrics
 from gateway.workers import Fleet
 from policies.budget import TokenBudget
+from tests.golden import quartz_series
 
 _SUFFIXES = {
     "counter": ("_total",),
@@ -56,7 +57,7 @@ def gateway_series() -> set[str]:
     )
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(TokenBudget())
-    return _sample_names(metrics.registry)
+    return _sample_names(metrics.registry) | quartz_series()  # QUARTZ's: only when configured
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +186,19 @@ def test_dashboards_cover_what_an_operator_opens_first(boards):
         "fleetgate_worker_healthy",
         "fleetgate_worker_circuit_open",
     } <= used["fleet.json"]
+    # issue 29: token pools, the request queue and QUARTZ
+    assert {
+        "fleetgate_admission_admitted_total",
+        "fleetgate_admission_refused_total",
+        "fleetgate_entitlement_debt",
+        "fleetgate_entitlement_store_breaker_open",
+        "fleetgate_dispatch_queue_length",
+        "fleetgate_dispatch_wait_seconds_bucket",
+        "fleetgate_dispatch_refused_total",
+        "fleetgate_quartz_coverage",
+        "fleetgate_quartz_fallback",
+        "fleetgate_quartz_prefill_ratio_bucket",
+    } <= used["control.json"]
 
 
 def test_panels_are_well_formed(boards):

@@ -250,3 +250,32 @@ def test_render_rules_tolerates_no_rules_and_keeps_file_order(tmp_path):
     (rules / "30-a-again.yaml").write_text(yaml.safe_dump({"groups": [a]}))
     with pytest.raises(ValueError, match="appears twice"):
         render_rules.groups(rules)
+
+
+def test_gateway_may_watch_endpointslices_and_nothing_else(rendered):
+    """`discovery: {kind: kubernetes}` pools: the pod's ServiceAccount is bound to a Role
+    that gets, lists and watches EndpointSlices (gateway/discovery_k8s.py), nothing more."""
+    pod = _gateway(rendered)["spec"]["template"]["spec"]
+    account = pod["serviceAccountName"]
+    assert pod["automountServiceAccountToken"] is True
+    _one(rendered, "ServiceAccount", account)
+    namespace = _gateway(rendered)["metadata"].get("namespace")
+    bound = [
+        b
+        for b in _by_kind(rendered, "RoleBinding")
+        if any(s["kind"] == "ServiceAccount" and s["name"] == account for s in b["subjects"])
+    ]
+    assert len(bound) == 1
+    (binding,) = bound
+    (subject,) = binding["subjects"]
+    assert subject.get("namespace") == namespace  # an overlay names it (kustomize does not)
+    assert binding["roleRef"]["kind"] == "Role"
+    role = _one(rendered, "Role", binding["roleRef"]["name"])
+    assert role["rules"] == [
+        {
+            "apiGroups": ["discovery.k8s.io"],
+            "resources": ["endpointslices"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
+    assert not _by_kind(rendered, "ClusterRoleBinding")

@@ -23,7 +23,7 @@ from emulator.metrics import _Family
 from emulator.metrics_sglang import SglangMetrics
 from emulator.metrics_vllm import VllmMetrics
 from gateway import metrics as gateway_metrics
-from tests.golden import read_golden
+from tests.golden import quartz_series, read_golden
 
 ROOT = Path(__file__).resolve().parents[3]
 PROM = ROOT / "deploy" / "prometheus"
@@ -162,7 +162,7 @@ def engine_metric_names() -> set[str]:
 def test_every_metric_the_rules_use_exists():
     golden = set(read_golden())
     engines = engine_metric_names()
-    known = golden | engines | recorded() | BUILTIN
+    known = golden | quartz_series() | engines | recorded() | BUILTIN
     used = {
         name: metric_names(r["expr"]) for r in rules() for name in [r.get("record", r.get("alert"))]
     }
@@ -221,6 +221,13 @@ def test_the_alerts_the_issue_asks_for_exist():
         "fleetgate:upstream_error_ratio:rate5m",
         "fleetgate:compress_fallback:ratio_rate30m",
         "fleetgate:ttft_slo_errors:ratio_rate1h",
+        # issue 29: token pools (refusals, the Redis fallback), the queue, QUARTZ
+        "fleetgate_admission_refused_total",
+        "fleetgate_entitlement_store_breaker_open",
+        "fleetgate_dispatch_refused_total",
+        "fleetgate_dispatch_wait_seconds_bucket",
+        "fleetgate_quartz_fallback",
+        "fleetgate_quartz_prefill_ratio_bucket",
     ):
         assert any(metric in u for u in uses.values()), metric
 
