@@ -172,6 +172,7 @@ def test_grafana_service_mounts_provisioning_and_dashboards():
     dash_dir = provider["options"]["path"]
     assert sorted(p.name for p in (ROOT / mounts[dash_dir]).glob("*.json")) == [
         "compress.json",
+        "control.json",
         "fleet.json",
         "overview.json",
     ]
