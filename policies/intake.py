@@ -24,6 +24,7 @@ skips the classifier too.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -192,6 +193,28 @@ class Intake:
         taken.pools = placement.fallback
         taken.info.prompt_tokens = result.tokens_before
         return None
+
+    def replace(
+        self, taken: Intaken, pools: Sequence[PoolSpec], refused_len: int
+    ) -> Intaken | None:
+        """Place again a request an engine refused as too long for its context
+        (`refused_len`): the original prompt (uncompressed: its count before compression),
+        by the placement policy, on the pools with a longer context. None when none is
+        left, or placement refuses. Its size and the engine's count no longer match:
+        ĉ_k learns nothing from it (`classified` False)."""
+        longer = [p for p in pools if p.max_model_len > refused_len]
+        if not longer:
+            return None
+        info = taken.info
+        c = taken.compression
+        if c is not None:
+            info.prompt_tokens = c.tokens_before
+        placement = self.placer.place(info, longer)
+        if placement.verdict is not Verdict.PLACED:
+            return None
+        return dataclasses.replace(
+            taken, placement=placement, pools=placement.pools, classified=False, fit_target=None
+        )
 
     def learn(self, taken: Intaken, engine_prompt_tokens: int) -> None:
         """ĉ_k learns from what was actually sent (the compressed text, if compressed)."""
