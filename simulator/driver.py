@@ -111,6 +111,7 @@ class Gateway:
         self.kernel = kernel
         self.cluster = cluster
         self.pool_specs = tuple(pool_specs)
+        self._context = {p.name: p.max_model_len for p in self.pool_specs}
         self.core = core
         core.on_action = self.act  # a wake or an eviction: an action for another request
         core.views = self.candidates
@@ -318,9 +319,9 @@ class Gateway:
         except ValueError:
             # the engine refuses it; too long for its context: the core's safety net may
             # place it again on a longer pool, as the gateway's does on an engine's 400
-            max_len = worker.config.max_model_len
-            if sent + spec.max_tokens > max_len:
-                action = self.core.on(ticket, ContextRefused(max_len), now)
+            if sent + spec.max_tokens > worker.config.max_model_len:
+                # the context its pool is configured with, as the gateway knows a worker's
+                action = self.core.on(ticket, ContextRefused(self._context[worker.pool]), now)
                 if action is not PROCEED:
                     self.act(action)
                     return

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from policies.budget import BudgetConfig
 from policies.build import Choice, CoreSpec, build_core
-from policies.core import Core
+from policies.core import ActionRecorder, Core
 from policies.hooks import Hook
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
@@ -183,12 +183,14 @@ def run(
     routers: dict[str, Router] | None = None,
     probe: Probe | None = None,
     prefill_model: PrefillModel | None = None,
+    log: ActionRecorder | None = None,
 ) -> RunResult:
     """Run `scenario` to completion. `specs` replaces its workload and `routers` its
     per-pool routing policies (any object with the `Router` protocol), for experiments;
     `probe` is called at every sampling instant. `prefill_model` replaces QUARTZ's
     predictor model (default: the analytic model of the scenario's engine, or none when
-    nothing uses a predictor) — e.g. a trained tree model, or an oracle."""
+    nothing uses a predictor) — e.g. a trained tree model, or an oracle. `log` records
+    what the core decided (policies.actions.ActionLog)."""
     seed = scenario.seed if seed is None else seed
     if specs is None:
         specs = build_workload(scenario, seed, requests)
@@ -204,6 +206,7 @@ def run(
         routers=routers,
         predictor_for=lambda core: _predictor_for(scenario, core, pool_routing, prefill_model),
     )
+    core.log = log
     gateway = Gateway(
         kernel,
         cluster,

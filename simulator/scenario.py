@@ -367,7 +367,10 @@ class Scenario(_Strict):
         return self
 
     def engine_config(self, pool: PoolModel) -> EngineConfig:
-        merged = {**self.fleet.engine, **pool.engine, "max_model_len": pool.max_model_len}
+        # a pool's `engine.max_model_len` may be shorter than the context the pool is
+        # configured with (placement's): a misconfigured worker, whose refusals the
+        # core's context-length safety net places again on longer pools
+        merged = {**self.fleet.engine, "max_model_len": pool.max_model_len, **pool.engine}
         return EngineConfig(**merged)
 
 

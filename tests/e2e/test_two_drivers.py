@@ -1,15 +1,36 @@
-"""The same requests through both drivers of the pipeline: the gateway (real time, HTTP,
-an emulated engine) and the simulator (virtual time, the engine model). A policy's hooks
-(policies/hooks.py) see the same events in the same order in both; both place the same
-requests on the same pools with the same `Intake`; every worker slot comes back."""
+"""One trace through both drivers of the core's state machine (policies/core.py): the
+gateway (real time, HTTP, emulated engines in their own processes) and the simulator
+(virtual time, the engine model). Both must take the same decisions in the same order —
+the core's action log, the same in both — and give every lease back.
+
+The trace (one entitlement, one worker per pool, each taking one request at a time,
+at most two requests of the entitlement admitted at once; a–f too long for the short pool):
+
+    a   sent to the long pool; a long answer
+    b   finds no room: waits; woken when `a` ends, and sent
+    c   refused at admission (a and b hold both seats): 429
+    f   sent to the long pool; a longer answer
+    e   waits behind it, past the queue's timeout: 503 queue_timeout
+    d   fits the short pool as configured, but its engine serves a shorter context than
+        configured: refused by the engine, placed again on the long pool, sent there
+
+The gateway's client sends each request once the one before it is where the trace says
+(in flight, or waiting): the order is the requests' causality, not a race of clocks.
+Timeouts are in each driver's time: the gateway's wall seconds are the emulators'
+engine seconds × their time scale.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 import httpx
 import pytest
 
 from gateway.app import create_app
 from gateway.config import load_config
+from policies.actions import ActionLog
 from policies.types import Category
 from simulator.run import run
 from simulator.workloads import RequestSpec
@@ -19,69 +40,148 @@ from tests.unit.simulator.conftest import small
 
 pytestmark = pytest.mark.e2e
 
+SCALE = 0.1  # the emulators' time scale: wall seconds per engine second
+TIMEOUT = 6.0  # the queue's timeout, engine seconds: `e` waits behind `f` past it
+SHORT, ENGINE_SHORT, LONG = 4096, 2048, 65536
 
-# (id, prompt tokens, max tokens): short, long (beyond the short pool), too long for any
-TRACE = [("t0", 300, 16), ("t1", 6000, 16), ("t2", 70000, 16)]
-EXPECTED = {
-    "t0": ["arrival", "dispatch", "first_token", "complete:ok"],
-    "t1": ["arrival", "dispatch", "first_token", "complete:ok"],
-    "t2": [],  # refused at placement (413): policies never hear of it
+# id → (sim arrival in engine seconds, prompt tokens, output tokens)
+TRACE = {
+    "a": (0.1, 5000, 400),
+    "b": (0.2, 5000, 16),
+    "c": (0.3, 5000, 16),
+    "f": (10.0, 5000, 2000),
+    "e": (10.1, 5000, 16),
+    "d": (40.0, 2500, 16),
 }
+EXPECTED = [
+    ("a", "send long"),
+    ("b", "wait"),
+    ("c", "refuse 429 entitlement_exhausted"),
+    ("c", "done error"),
+    ("a", "done ok"),
+    ("b", "send long"),
+    ("b", "done ok"),
+    ("f", "send long"),
+    ("e", "wait"),
+    ("e", "refuse 503 queue_timeout"),
+    ("e", "done error"),
+    ("f", "done ok"),
+    ("d", "send short"),
+    ("d", "replace long"),
+    ("d", "send long"),
+    ("d", "done ok"),
+]
 
 
-def _simulated() -> tuple[Events, dict[str, str | None]]:
-    events = Events()
+def _decisions(log: ActionLog) -> list[tuple[str, str]]:
+    """The log with each worker named by its pool (one worker per pool here)."""
+    out = []
+    for rid, what, detail in log.entries:
+        if what == "send":
+            detail = detail.split("/")[0]
+        out.append((rid, f"{what} {detail}".rstrip()))
+    return out
+
+
+def _simulated() -> tuple[list[tuple[str, str]], Events]:
+    log, events = ActionLog(), Events()
     sc = small(
+        engine={"max_num_seqs": 1},
         pools=[
-            {"name": "short", "workers": 1, "max_model_len": 4096},
-            {"name": "long", "workers": 1, "max_model_len": 65536},
+            {"name": "short", "workers": 1, "max_model_len": SHORT,
+             "engine": {"max_model_len": ENGINE_SHORT}},
+            {"name": "long", "workers": 1, "max_model_len": LONG},
         ],
-        policy={"placement": {"policy": "compress_and_route", "short_pool": "short",
-                              "b_short": 4096}},
+        policy={
+            "placement": {"policy": "compress_and_route", "short_pool": "short",
+                          "b_short": SHORT},
+            "admission": {"policy": "concurrency", "params": {"limit": 2}},
+            "dispatch": {"capacity": "engine", "timeout_s": TIMEOUT},
+        },
     )  # fmt: skip
     specs = [
-        RequestSpec(id=rid, arrival=0.1 * (i + 1), prompt_tokens=p, output_tokens=m,
-                    max_tokens=m, category=Category.CODE, model="model")
-        for i, (rid, p, m) in enumerate(TRACE)
+        RequestSpec(id=rid, arrival=at, prompt_tokens=p, output_tokens=n, max_tokens=n,
+                    client="default", category=Category.CODE, model="model")
+        for rid, (at, p, n) in TRACE.items()
     ]  # fmt: skip
-    res = run(sc, specs=specs, hooks=(events,))
-    return events, {r.id: r.pool for r in res.records}
+    res = run(sc, specs=specs, hooks=(events,), log=log)
+    core = res.core
+    assert core is not None
+    for pool in ("short", "long"):
+        for v in core.views(pool):
+            assert v.in_flight == v.outstanding_tokens == v.prefill_tokens == 0, v
+    assert len(core.dispatcher) == 0 and core.admitter.in_flight == {}  # type: ignore[attr-defined]
+    return _decisions(log), events
 
 
-async def _live(tmp_path) -> tuple[Events, dict[str, str | None]]:
+async def _live() -> tuple[list[tuple[str, str]], Events]:
     from tests.procs import procs
 
-    events = Events()
-    pools: dict[str, str | None] = {}
+    log, events = ActionLog(), Events()
     with procs() as ps:
-        short = emulator(ps, "two-short", 4096).wait_ready()
-        long = emulator(ps, "two-long", 65536).wait_ready()
+        scale = ("--time-scale", str(SCALE))
+        short = emulator(ps, "two-short", ENGINE_SHORT, *scale).wait_ready()
+        long = emulator(ps, "two-long", LONG, *scale).wait_ready()
         cfg = gateway_config([short.url], [long.url])
-        cfg["pools"]["short"]["max_model_len"] = 4096
+        cfg["pools"]["short"].update(max_model_len=SHORT, max_num_seqs=1)  # type: ignore[index]
+        cfg["pools"]["long"]["max_num_seqs"] = 1  # type: ignore[index]
         cfg["placement"] = {"policy": "compress_and_route", "short_pool": "short"}
+        cfg["admission"] = {"policy": "concurrency", "params": {"limit": 2}}
+        cfg["dispatch"] = {"timeout_s": TIMEOUT * SCALE}
         app = create_app(load_config(data=cfg, environ={}))
         await app.gateway.start()
         try:
-            app.gateway.pipeline.hooks = (events,)
+            pipeline = app.gateway.pipeline
+            assert pipeline is not None
+            core = pipeline.core
+            core.log = log
+            pipeline.hooks = (events,)
+            workers = app.gateway.fleet.workers
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
-                for rid, prompt, max_tokens in TRACE:
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw",
+                                         timeout=60) as c:  # fmt: skip
+
+                def send(rid: str) -> asyncio.Task[httpx.Response]:
+                    _, prompt, n = TRACE[rid]
                     # token ids: the gateway's count is exact, as the simulator's is
                     body = {"model": MODEL, "prompt": list(range(1000, 1000 + prompt)),
-                            "max_tokens": max_tokens, "ignore_eos": True}  # fmt: skip
-                    r = await c.post("/v1/completions", json=body, headers={"x-request-id": rid})
-                    pools[rid] = r.headers.get("x-fleetgate-pool")
-            for w in app.gateway.fleet.workers.values():
-                assert w.in_flight == 0 and w.outstanding_tokens == 0  # every slot came back
+                            "max_tokens": n, "ignore_eos": True}  # fmt: skip
+                    return asyncio.create_task(
+                        c.post("/v1/completions", json=body, headers={"x-request-id": rid})
+                    )
+
+                async def until(check: object) -> None:
+                    deadline = time.monotonic() + 20
+                    while not check():  # type: ignore[operator]
+                        assert time.monotonic() < deadline, "the trace did not get there"
+                        await asyncio.sleep(0.002)
+
+                in_flight = lambda: sum(w.in_flight for w in workers.values())  # noqa: E731
+                a = send("a")
+                await until(lambda: in_flight() == 1)
+                b = send("b")
+                await until(lambda: len(core.dispatcher) == 1)
+                assert (await send("c")).status_code == 429
+                assert [(await t).status_code for t in (a, b)] == [200, 200]
+                f = send("f")
+                await until(lambda: in_flight() == 1)
+                assert (await send("e")).status_code == 503
+                assert (await f).status_code == 200
+                d = await send("d")
+                assert d.status_code == 200 and d.headers["x-fleetgate-pool"] == "long"
+            for w in workers.values():  # every lease came back
+                assert w.in_flight == w.outstanding_tokens == w.prefill_tokens == 0
+            assert len(core.dispatcher) == 0 and core.admitter.in_flight == {}  # type: ignore[attr-defined]
         finally:
             await app.gateway.stop()
-    return events, pools
+    return _decisions(log), events
 
 
-async def test_both_drivers_see_the_same_events_and_decisions(tmp_path):
-    sim_events, sim_pools = _simulated()
-    live_events, live_pools = await _live(tmp_path)
-    for rid, _, _ in TRACE:
-        assert sim_events.of(rid) == EXPECTED[rid], ("simulator", rid, sim_events.of(rid))
-        assert live_events.of(rid) == EXPECTED[rid], ("gateway", rid, live_events.of(rid))
-    assert sim_pools == live_pools == {"t0": "short", "t1": "long", "t2": None}
+async def test_both_drivers_take_the_same_decisions_in_the_same_order():
+    sim_log, sim_events = _simulated()
+    assert sim_log == EXPECTED, ("simulator", sim_log)
+    live_log, live_events = await _live()
+    assert live_log == EXPECTED, ("gateway", live_log)
+    # and a policy's hooks hear the same events of each request in both
+    for rid in TRACE:
+        assert live_events.of(rid) == sim_events.of(rid), rid
