@@ -58,7 +58,15 @@ from emulator.engine import EngineRequest, FinishedRequest
 from policies.actions import PROCEED, Action, Evict, Fail, Fit, Refuse, Send, Wait
 from policies.budget import ChatSize
 from policies.core import Core, Ticket
-from policies.events import DEADLINE, FIRST_TOKEN, ContextRefused, Finished, Fitted, Request
+from policies.events import (
+    DEADLINE,
+    FIRST_TOKEN,
+    ContextRefused,
+    Finished,
+    Fitted,
+    Request,
+    UpstreamFailed,
+)
 from policies.intake import CHAT, Prompt
 from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
@@ -313,6 +321,9 @@ class Gateway:
             output_tokens=spec.output_tokens,
             block_hashes=spec.prefix_hashes,
         )
+        if worker.refuses:  # the connection dropped before any answer
+            self.act(self.core.on(ticket, UpstreamFailed("reset", retryable=True), now))
+            return
         self._order += 1
         try:
             worker.submit(request, self._order)

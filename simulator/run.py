@@ -231,6 +231,8 @@ def run(
         cluster.add_pool(
             p.name, p.workers, scenario.engine_config(p), kernel, gateway, engine_factory
         )
+        for w in cluster.pools[p.name][: p.refuse_connections]:
+            w.refuses = True
     dispatch = scenario.policy.dispatch
     if dispatch.capacity == "engine":
         for w in cluster.workers.values():

@@ -88,6 +88,10 @@ class PoolModel(_Strict):
     max_model_len: int = Field(default=8192, ge=16)
     engine: dict[str, Any] = Field(default_factory=dict)
     routing: RoutingModel | None = None  # overrides policy.routing for this pool
+    # its first n workers drop every connection (dead engines the health checks have not
+    # caught yet): an attempt there fails before a response, and the core's retry policy
+    # sends the request to another worker
+    refuse_connections: int = Field(default=0, ge=0)
 
     @field_validator("engine")
     @classmethod

@@ -3,16 +3,21 @@ gateway (real time, HTTP, emulated engines in their own processes) and the simul
 (virtual time, the engine model). Both must take the same decisions in the same order —
 the core's action log, the same in both — and give every lease back.
 
-The trace (one entitlement, one worker per pool, each taking one request at a time,
-at most two requests of the entitlement admitted at once; a–f too long for the short pool):
+The trace (one entitlement; two workers in the short pool, the first of them dropping
+every connection; one in the long pool; each worker takes one request at a time, at most
+two requests of the entitlement are admitted at once; a–f are too long for the short
+pool; round-robin routing):
 
+    r   sent to the short pool's first worker, which drops the connection: sent again to
+        the other (a retry before any answer)
     a   sent to the long pool; a long answer
     b   finds no room: waits; woken when `a` ends, and sent
     c   refused at admission (a and b hold both seats): 429
     f   sent to the long pool; a longer answer
     e   waits behind it, past the queue's timeout: 503 queue_timeout
-    d   fits the short pool as configured, but its engine serves a shorter context than
-        configured: refused by the engine, placed again on the long pool, sent there
+    d   fits the short pool as configured; its turn sends it to the dropping worker
+        (retried on the other), whose engine serves a shorter context than configured:
+        refused by the engine, placed again on the long pool, sent there
 
 The gateway's client sends each request once the one before it is where the trace says
 (in flight, or waiting): the order is the requests' causality, not a race of clocks.
@@ -46,41 +51,56 @@ SHORT, ENGINE_SHORT, LONG = 4096, 2048, 65536
 
 # id → (sim arrival in engine seconds, prompt tokens, output tokens)
 TRACE = {
-    "a": (0.1, 5000, 400),
-    "b": (0.2, 5000, 16),
-    "c": (0.3, 5000, 16),
+    "r": (0.05, 100, 16),
+    "a": (1.1, 5000, 400),
+    "b": (1.2, 5000, 16),
+    "c": (1.3, 5000, 16),
     "f": (10.0, 5000, 2000),
     "e": (10.1, 5000, 16),
     "d": (40.0, 2500, 16),
 }
 EXPECTED = [
-    ("a", "send long"),
+    ("r", "send short/0"),
+    ("r", "retry reset exclude=short/0"),
+    ("r", "send short/1"),
+    ("r", "done ok"),
+    ("a", "send long/0"),
     ("b", "wait"),
     ("c", "refuse 429 entitlement_exhausted"),
     ("c", "done error"),
     ("a", "done ok"),
-    ("b", "send long"),
+    ("b", "send long/0"),
     ("b", "done ok"),
-    ("f", "send long"),
+    ("f", "send long/0"),
     ("e", "wait"),
     ("e", "refuse 503 queue_timeout"),
     ("e", "done error"),
     ("f", "done ok"),
-    ("d", "send short"),
+    ("d", "send short/0"),  # the round-robin turn: the dropping worker again
+    ("d", "retry reset exclude=short/0"),
+    ("d", "send short/1"),
     ("d", "replace long"),
-    ("d", "send long"),
+    ("d", "send long/0"),
     ("d", "done ok"),
 ]
 
 
-def _decisions(log: ActionLog) -> list[tuple[str, str]]:
-    """The log with each worker named by its pool (one worker per pool here)."""
+def _decisions(log: ActionLog, names: dict[str, str]) -> list[tuple[str, str]]:
+    """The log with each worker named by its place in its pool (`names`: id → pool/i),
+    the same in both drivers."""
     out = []
     for rid, what, detail in log.entries:
-        if what == "send":
-            detail = detail.split("/")[0]
+        if what == "send":  # pool/worker
+            detail = names[detail.split("/", 1)[1]]
+        else:
+            for worker, name in names.items():
+                detail = detail.replace(worker, name)
         out.append((rid, f"{what} {detail}".rstrip()))
     return out
+
+
+def _names(pools: dict[str, list[str]]) -> dict[str, str]:
+    return {w: f"{pool}/{i}" for pool, ids in pools.items() for i, w in enumerate(ids)}
 
 
 def _simulated() -> tuple[list[tuple[str, str]], Events]:
@@ -88,11 +108,12 @@ def _simulated() -> tuple[list[tuple[str, str]], Events]:
     sc = small(
         engine={"max_num_seqs": 1},
         pools=[
-            {"name": "short", "workers": 1, "max_model_len": SHORT,
-             "engine": {"max_model_len": ENGINE_SHORT}},
+            {"name": "short", "workers": 2, "max_model_len": SHORT,
+             "engine": {"max_model_len": ENGINE_SHORT}, "refuse_connections": 1},
             {"name": "long", "workers": 1, "max_model_len": LONG},
         ],
         policy={
+            "routing": {"policy": "round_robin"},
             "placement": {"policy": "compress_and_route", "short_pool": "short",
                           "b_short": SHORT},
             "admission": {"policy": "concurrency", "params": {"limit": 2}},
@@ -107,11 +128,12 @@ def _simulated() -> tuple[list[tuple[str, str]], Events]:
     res = run(sc, specs=specs, hooks=(events,), log=log)
     core = res.core
     assert core is not None
+    names = _names({pool: [v.id for v in core.views(pool)] for pool in ("short", "long")})
     for pool in ("short", "long"):
         for v in core.views(pool):
             assert v.in_flight == v.outstanding_tokens == v.prefill_tokens == 0, v
     assert len(core.dispatcher) == 0 and core.admitter.in_flight == {}  # type: ignore[attr-defined]
-    return _decisions(log), events
+    return _decisions(log, names), events
 
 
 async def _live() -> tuple[list[tuple[str, str]], Events]:
@@ -120,9 +142,15 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
     log, events = ActionLog(), Events()
     with procs() as ps:
         scale = ("--time-scale", str(SCALE))
+        dropping = ps.python(
+            "two-drop", "tests.misbehaving_engine", "--port", "{port}", "--mode", "drop"
+        ).wait_ready("/health")
         short = emulator(ps, "two-short", ENGINE_SHORT, *scale).wait_ready()
         long = emulator(ps, "two-long", LONG, *scale).wait_ready()
-        cfg = gateway_config([short.url], [long.url])
+        cfg = gateway_config([dropping.url, short.url], [long.url])
+        cfg["routing"] = {"policy": "round_robin"}
+        # the dropping engine answers its health checks: it stays in routing
+        cfg["health"] = {"interval_s": 60, "unhealthy_after": 3}
         cfg["pools"]["short"].update(max_model_len=SHORT, max_num_seqs=1)  # type: ignore[index]
         cfg["pools"]["long"]["max_num_seqs"] = 1  # type: ignore[index]
         cfg["placement"] = {"policy": "compress_and_route", "short_pool": "short"}
@@ -137,6 +165,8 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
             core.log = log
             pipeline.hooks = (events,)
             workers = app.gateway.fleet.workers
+            pools = app.gateway.fleet.pools
+            names = _names({p: [w.id for w in pools[p]] for p in ("short", "long")})
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://gw",
                                          timeout=60) as c:  # fmt: skip
@@ -157,6 +187,7 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
                         await asyncio.sleep(0.002)
 
                 in_flight = lambda: sum(w.in_flight for w in workers.values())  # noqa: E731
+                assert (await send("r")).status_code == 200
                 a = send("a")
                 await until(lambda: in_flight() == 1)
                 b = send("b")
@@ -174,7 +205,7 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
             assert len(core.dispatcher) == 0 and core.admitter.in_flight == {}  # type: ignore[attr-defined]
         finally:
             await app.gateway.stop()
-    return _decisions(log), events
+    return _decisions(log, names), events
 
 
 async def test_both_drivers_take_the_same_decisions_in_the_same_order():
