@@ -1,15 +1,19 @@
 """The simulator's driver of the request pipeline core (policies/core.py), in virtual time.
 
 For each arriving request the kernel calls `arrive`; everything between arrival and
-completion is the core's, with the live gateway's policy objects:
+completion is the core's state machine, with the live gateway's policy objects. This
+module only carries out its actions on the kernel and the simulated engines, as
+gateway/proxy.py and gateway/forward.py carry them out over HTTP:
 
-    core.arrive (budget, placement) → [compression: the scenario's compression model,
-      where placement asks for it] → core.fitted → core.admit → core.route
-      (or core.wait, woken by a freed slot) → core.dispatch → engine … first token …
-      finished → core.complete (settle: ĉ_k learns, leases released, hooks)
+    core.start → Fit: the scenario's compression model → core.on(Fitted)
+               → Send: submit to the engine model (it drops the connection: UpstreamFailed;
+                 it refuses a context too long: ContextRefused) … first token: FIRST_TOKEN
+                 … finished: Finished
+               → Wait: a kernel timer at the deadline (DEADLINE), unless a wake first
+               → Refuse / Fail: the record's status, and Finished
+    core.on_action: a woken request's Send or Wait, an evicted request's Evict
 
-This module only maps those steps onto the kernel and the simulated engines, as
-gateway/proxy.py maps them onto HTTP. The budget is exact by default (`budget: exact`:
+The budget is exact by default (`budget: exact`:
 the workload knows each prompt's length) or estimated from bytes as the gateway does
 (`budget: bytes`: a prompt's bytes are its tokens times its category's bytes per token,
 and ĉ_k learns from the engine's counts). A compressed request reaches the engine with
@@ -37,15 +41,18 @@ again after its Retry-After, capped; each attempt is a record of its own (id `r�
 carrying its attempt number and its first attempt's arrival.
 
 Eviction (token pools): a grant that names preemptible holds to evict
-(`TokenCharge.evict`) cancels those requests at once — aborted on their engine (or taken
-out of the wait queue), completed through the core (settled with what they used, every
+(`TokenCharge.evict`) makes the core hand each of those requests an `Evict` — aborted on
+their engine (or already out of the wait queue), completed through the core (settled with what they used, every
 lease released, once) and recorded as `evicted` with the code `preempted`, as the gateway
 answers them.
 
 Failure posture: a request no pool can hold is recorded as rejected (413), one refused
-admission as rejected (429), one no worker can take as rejected (503), one the engine
-refuses (ValueError on submit) as an error; every placed request gets exactly one
-on_complete, whatever its outcome.
+admission as rejected (429), one no worker can take as rejected (503), one that waited
+past the queue's timeout as `queue_timeout`, one the engine refuses (ValueError on submit)
+as an error — unless its context was the reason and a longer pool takes it (the core's
+safety net); a worker that drops connections (scenario pool `refuse_connections`) costs a
+retry on another worker. Every placed request gets exactly one on_complete, whatever its
+outcome.
 """
 
 from __future__ import annotations
