@@ -118,6 +118,11 @@ def core_spec(config: GatewayConfig) -> CoreSpec:
             default_max_tokens=config.budget.default_max_tokens,
         ),
         routing=Choice(config.routing.policy, config.routing.params),
+        pool_routing={
+            name: Choice(pool.routing.policy, pool.routing.params)
+            for name, pool in config.pools.items()
+            if pool.routing is not None
+        },
         admission=Choice(config.admission.policy, config.admission.policy_params()),
         dispatch=Choice(
             d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}

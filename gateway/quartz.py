@@ -47,8 +47,10 @@ def wanted(config: GatewayConfig) -> bool:
         return True
     if config.dispatch.policy in ("quartz",):
         return True
-    router = make_router(config.routing.policy, config.routing.params)
-    return hasattr(router, "bind_predictor")
+    routings = [config.routing, *(p.routing for p in config.pools.values() if p.routing)]
+    return any(
+        hasattr(make_router(r.policy, r.params), "bind_predictor") for r in routings
+    )  # a pool's own routing may use it
 
 
 def load_model(path: str) -> PrefillModel:
