@@ -30,21 +30,21 @@ def test_the_gateway_and_a_scenario_with_the_same_policies_build_the_same_spec()
     cfg["admission"] = {"policy": "concurrency", "params": {"limit": 3}}
     cfg["dispatch"] = {"max_waiting": 10, "timeout_s": 5.0}
     gateway = core_spec(load_config(data=cfg, environ={}))
-    scenario = scenario_spec(
-        small(
-            pools=[
-                {"name": "short", "workers": 1, "max_model_len": 8192},
-                {"name": "long", "workers": 1, "max_model_len": 65536,
-                 "routing": {"policy": "round_robin"}},
-            ],
-            policy={
-                "placement": {"policy": "compress_and_route", "short_pool": "short",
-                              "b_short": 8192},
-                "admission": {"policy": "concurrency", "params": {"limit": 3}},
-                "dispatch": {"max_waiting": 10, "timeout_s": 5.0},
-            },
-        )  # fmt: skip
-    )
+    pools = [
+        {"name": "short", "workers": 1, "max_model_len": 8192},
+        {
+            "name": "long",
+            "workers": 1,
+            "max_model_len": 65536,
+            "routing": {"policy": "round_robin"},
+        },
+    ]
+    policy = {
+        "placement": {"policy": "compress_and_route", "short_pool": "short", "b_short": 8192},
+        "admission": {"policy": "concurrency", "params": {"limit": 3}},
+        "dispatch": {"max_waiting": 10, "timeout_s": 5.0},
+    }
+    scenario = scenario_spec(small(pools=pools, policy=policy))
     # the breaker is the gateway's alone (simulated workers keep no breaker state)
     for field in ("placement", "short_pool", "b_short", "gamma", "verify_margin", "routing",
                   "pool_routing", "admission", "dispatch", "prefill_room", "retry"):  # fmt: skip
