@@ -327,19 +327,39 @@ class Core:
 
     def _send(self, ticket: Ticket, now: float) -> Send | None:
         """The first of its pools (in placement's order) whose router finds a worker:
-        its slot taken now; None when no worker of any can take it."""
-        route = self.route(ticket, self.views, ticket.tried)
-        if route is None:
+        its slot taken now; None when no worker of any can take it. (`route`, inlined:
+        the hot path allocates no `Route`.)"""
+        info = ticket.taken.info
+        tried = ticket.tried
+        views = self.views
+        routers = self.routers
+        for i, pool in enumerate(ticket.taken.pools):
+            router = routers.get(pool)
+            if router is None:
+                router = routers[pool] = self.router_for(pool)
+            candidates = views(pool)
+            if tried:
+                candidates = [v for v in candidates if v.id not in tried]
+            chosen = router.choose(info, candidates)
+            if chosen is not None:
+                break
+        else:
             return None
-        worker = route.worker.id
+        worker = chosen.id
         load = self.load_of(worker)
-        max_tokens = ticket.info.max_tokens
-        slot = self.dispatch(ticket, worker, load, now, self.prompt_sent(ticket) + max_tokens)
-        ticket.slot, ticket.worker, ticket.pool = slot, worker, route.pool
-        attempt = ticket.retries + ticket.context_retried
-        return self._emit(
-            ticket.info.id, Send(ticket, worker, route.pool, load, slot, route.spilled, attempt)
+        request = ticket.request
+        if request is None or request.known_prompt_tokens is None:
+            tokens = info.prompt_tokens + info.max_tokens
+        else:
+            tokens = self.prompt_sent(ticket) + info.max_tokens
+        slot = self.dispatch(ticket, worker, load, now, tokens)
+        ticket.slot, ticket.worker, ticket.pool = slot, worker, pool
+        send = Send(
+            ticket, worker, pool, load, slot, i > 0, ticket.retries + ticket.context_retried
         )
+        if self.log is not None:
+            self.log(info.id, "send", f"{pool}/{worker}")
+        return send
 
     def _wait(self, ticket: Ticket, now: float) -> Action:
         waiter = self.wait(ticket, now)
