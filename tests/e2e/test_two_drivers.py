@@ -18,6 +18,9 @@ pool; round-robin routing):
     d   fits the short pool as configured; its turn sends it to the dropping worker
         (retried on the other), whose engine serves a shorter context than configured:
         refused by the engine, placed again on the long pool, sent there
+    k   a chat in the compress-and-route band: compressed to the short pool's budget
+        (the gateway's compressor on the text, the simulator's compression model), then
+        as `d` (its original text goes to the long pool)
 
 The gateway's client sends each request once the one before it is where the trace says
 (in flight, or waiting): the order is the requests' causality, not a race of clocks.
@@ -58,7 +61,29 @@ TRACE = {
     "f": (10.0, 5000, 2000),
     "e": (10.1, 5000, 16),
     "d": (40.0, 2500, 16),
+    "k": (50.0, 5500, 16),  # a chat of prose: in the compress-and-route band
 }
+# `k`'s text in the gateway: 26 turns of plain prose (~3.7 bytes a token: the estimate, at
+# 4, stays in the band), the last user message a question
+PROSE = [
+    "I think we can do it, and we will see how it goes by the end of the day.",
+    "It was not the plan, but he said we should try it one more time to be sure.",
+    "She had a lot to say on the call, so we let her go first and then we took notes.",
+    "If the run is slow, we can add two more boxes and see if it gets any better.",
+    "We did not get to the last item, so it moves to the top of the list for next week.",
+    "He asked if the new log view is up yet, and I told him it is not done but close.",
+]
+
+
+def _chat() -> list[dict[str, str]]:
+    turns = [
+        {"role": "user" if t % 2 == 0 else "assistant",
+         "content": " ".join(PROSE[(t + j) % len(PROSE)] for j in range(10))}
+        for t in range(26)
+    ]  # fmt: skip
+    return [*turns, {"role": "user", "content": "Which of the points above matters most?"}]
+
+
 EXPECTED = [
     ("r", "send short/0"),
     ("r", "retry reset exclude=short/0"),
@@ -82,6 +107,13 @@ EXPECTED = [
     ("d", "replace long"),
     ("d", "send long/0"),
     ("d", "done ok"),
+    ("k", "fit 4080"),  # compressed to the short pool's budget (what the engine refuses again)
+    ("k", "send short/0"),
+    ("k", "retry reset exclude=short/0"),
+    ("k", "send short/1"),
+    ("k", "replace long"),
+    ("k", "send long/0"),
+    ("k", "done ok"),
 ]
 
 
@@ -118,14 +150,18 @@ def _simulated() -> tuple[list[tuple[str, str]], Events]:
                           "b_short": SHORT},
             "admission": {"policy": "concurrency", "params": {"limit": 2}},
             "dispatch": {"capacity": "engine", "timeout_s": TIMEOUT},
+            "compression": {"shortenable": {"chat": {"mean": 0.45, "sd": 0.0}}},
         },
     )  # fmt: skip
     specs = [
         RequestSpec(id=rid, arrival=at, prompt_tokens=p, output_tokens=n, max_tokens=n,
-                    client="default", category=Category.CODE, model="model")
+                    client="default", model="model",
+                    category=Category.CHAT if rid == "k" else Category.CODE)
         for rid, (at, p, n) in TRACE.items()
     ]  # fmt: skip
     res = run(sc, specs=specs, hooks=(events,), log=log)
+    compressed = {r.id: r.compressed_to for r in res.records if r.compressed_to}
+    assert list(compressed) == ["k"] and compressed["k"] <= 4080  # by the compression model
     core = res.core
     assert core is not None
     names = _names({pool: [v.id for v in core.views(pool)] for pool in ("short", "long")})
@@ -173,6 +209,12 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
 
                 def send(rid: str) -> asyncio.Task[httpx.Response]:
                     _, prompt, n = TRACE[rid]
+                    if rid == "k":
+                        chat = {"model": MODEL, "messages": _chat(), "max_tokens": n,
+                                "ignore_eos": True}  # fmt: skip
+                        return asyncio.create_task(
+                            c.post("/v1/chat/completions", json=chat, headers={"x-request-id": rid})
+                        )
                     # token ids: the gateway's count is exact, as the simulator's is
                     body = {"model": MODEL, "prompt": list(range(1000, 1000 + prompt)),
                             "max_tokens": n, "ignore_eos": True}  # fmt: skip
@@ -200,6 +242,11 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
                 assert (await f).status_code == 200
                 d = await send("d")
                 assert d.status_code == 200 and d.headers["x-fleetgate-pool"] == "long"
+                k = await send("k")
+                assert k.status_code == 200 and k.headers["x-fleetgate-pool"] == "long"
+                assert k.headers["x-fleetgate-retried"] == "context_length"
+                metrics = (await c.get("/metrics")).text
+                assert "fleetgate_compress_compressed_total 1.0" in metrics  # k, by the compressor
             for w in workers.values():  # every lease came back
                 assert w.in_flight == w.outstanding_tokens == w.prefill_tokens == 0
             assert len(core.dispatcher) == 0 and core.admitter.in_flight == {}  # type: ignore[attr-defined]
