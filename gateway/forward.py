@@ -327,7 +327,7 @@ class Forwarder:
 
     def _answered(self, att: Attempt) -> None:
         assert att.ticket is not None
-        self.core.on(att.ticket, ANSWERED, 0.0)
+        self.core.on(att.ticket, ANSWERED, 0.0)  # a success takes no time: none read
 
     def _first_token(self, att: Attempt) -> None:
         assert att.ticket is not None
@@ -337,7 +337,8 @@ class Forwarder:
             if att.prediction is not None:
                 self.metrics.quartz_observed(att.prefill_s, att.prediction.q)
         self.core.on(att.ticket, FIRST_TOKEN, now)
-        self.on_first_token()
+        if self.predictor is not None:
+            self.on_first_token()
 
 
 def _nothing() -> None:

@@ -233,7 +233,8 @@ class Pipeline:
             raw = await source.read()
             parsed = parse(raw, endpoint)
             request = self.shaper.request(parsed, rid, self.fleet, att.t0)
-            self._describe(request, parsed, att)
+            if att.entitlement is not None or self.tenancy is not None or self.predictor:
+                self._describe(request, parsed, att)
             action = self.shaper.start(parsed, request, att.t0, self.fleet.models)
             ticket = att.ticket = action.ticket  # type: ignore[union-attr]
             assert ticket is not None
