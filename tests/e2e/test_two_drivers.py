@@ -35,6 +35,7 @@ import time
 
 import httpx
 import pytest
+import uvicorn
 
 from gateway.app import create_app
 from gateway.config import load_config
@@ -44,6 +45,7 @@ from simulator.run import run
 from simulator.workloads import RequestSpec
 from tests.e2e.fleet import MODEL, emulator, gateway_config
 from tests.hook_events import Events
+from tests.procs import free_port
 from tests.unit.simulator.conftest import small
 
 pytestmark = pytest.mark.e2e
@@ -263,3 +265,126 @@ async def test_both_drivers_take_the_same_decisions_in_the_same_order():
     # and a policy's hooks hear the same events of each request in both
     for rid in TRACE:
         assert live_events.of(rid) == sim_events.of(rid), rid
+
+
+# --- eviction (token pools) ----------------------------------------------------------------
+BIG = 1 << 50
+POOLS_1 = {"p": {"slots": 1, "tokens_per_s": 1e9, "kv_bytes": BIG, "bytes_per_token": 1}}
+ENTITLEMENTS = {
+    "gold": {"pool": "p", "class": "guaranteed", "tokens_per_s": 1e9, "kv_bytes": BIG,
+             "concurrency": 2},
+    "batch": {"pool": "p", "class": "preemptible", "concurrency": 2},
+}  # fmt: skip
+# id → (entitlement, sim arrival in engine seconds, output tokens)
+EVICTION = {"x": ("batch", 0.1, 2000), "g": ("gold", 0.5, 16)}
+EVICTED = {
+    "x": ["send short/0", "evict", "done error"],
+    "g": ["send short/0", "done ok"],
+}
+
+
+def _per_request(decisions: list[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for rid, what in decisions:
+        out.setdefault(rid, []).append(what)
+    return out
+
+
+def _simulated_eviction() -> list[tuple[str, str]]:
+    log = ActionLog()
+    sc = small(
+        engine={"max_num_seqs": 2},
+        pools=[{"name": "short", "workers": 1, "max_model_len": 8192}],
+        policy={
+            "admission": {"policy": "token_pools",
+                          "params": {"pools": POOLS_1, "entitlements": ENTITLEMENTS}},
+            "dispatch": {"capacity": "engine"},
+        },
+    )  # fmt: skip
+    specs = [
+        RequestSpec(id=rid, arrival=at, prompt_tokens=100, output_tokens=n, max_tokens=n,
+                    client=ent, category=Category.CODE, model="model")
+        for rid, (ent, at, n) in EVICTION.items()
+    ]  # fmt: skip
+    res = run(sc, specs=specs, log=log)
+    assert {r.id: r.status for r in res.records} == {"x": "evicted", "g": "ok"}
+    core = res.core
+    assert core is not None
+    names = _names({"short": [v.id for v in core.views("short")]})
+    assert all(v.in_flight == v.outstanding_tokens == 0 for v in core.views("short"))
+    return _decisions(log, names)
+
+
+async def _live_eviction() -> list[tuple[str, str]]:
+    from tests.procs import procs
+
+    log = ActionLog()
+    with procs() as ps:
+        emu = emulator(ps, "evict-short", 8192, "--time-scale", str(SCALE)).wait_ready()
+        cfg = gateway_config([emu.url], [])
+        cfg["pools"]["short"]["max_num_seqs"] = 2  # type: ignore[index]
+        cfg["auth"] = {"keys": {"gold": ["sk-gold"], "batch": ["sk-batch"]},
+                       "key_secret": "test-secret-0123456789abcdef"}  # fmt: skip
+        cfg["admission"] = {"policy": "token_pools",
+                            "params": {"pools": POOLS_1, "entitlements": ENTITLEMENTS}}  # fmt: skip
+        app = create_app(load_config(data=cfg, environ={}))
+        await app.gateway.start()
+        # served by uvicorn (in this loop): each request its own handler task, as in
+        # production — the task an eviction cancels
+        port = free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+        )
+        serving = asyncio.create_task(server.serve())
+        try:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            pipeline = app.gateway.pipeline
+            assert pipeline is not None
+            pipeline.core.log = log
+            workers = app.gateway.fleet.workers
+            names = _names({"short": [w.id for w in app.gateway.fleet.pools["short"]]})
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
+
+                def send(rid: str) -> asyncio.Task[httpx.Response]:
+                    ent, _, n = EVICTION[rid]
+                    body = {"model": MODEL, "prompt": list(range(1000, 1100)), "max_tokens": n,
+                            "ignore_eos": True}  # fmt: skip
+                    headers = {"x-request-id": rid, "authorization": f"Bearer sk-{ent}"}
+                    return asyncio.create_task(
+                        c.post("/v1/completions", json=body, headers=headers)
+                    )
+
+                x = send("x")
+                deadline = time.monotonic() + 20
+                while sum(w.in_flight for w in workers.values()) < 1:
+                    assert time.monotonic() < deadline, "x was never sent"
+                    await asyncio.sleep(0.002)
+                g = await send("g")
+                assert g.status_code == 200, g.text
+                rx = await x
+                assert rx.status_code == 429 and rx.json()["error"]["code"] == "preempted"
+            deadline = time.monotonic() + 10
+            while any(w.in_flight for w in workers.values()):  # the evicted one unwinds
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+            for w in workers.values():
+                assert w.in_flight == w.outstanding_tokens == 0
+        finally:
+            server.should_exit = True
+            await serving
+            await app.gateway.stop()
+    return _decisions(log, names)
+
+
+async def test_both_drivers_evict_the_same_request():
+    """A guaranteed grant names a preemptible request to evict: the same decisions for each
+    request in both drivers. (Across requests, the evicted one's end comes at once in the
+    simulator and once its cancelled handler unwinds in the gateway: each request's own
+    sequence is compared, the decision to evict before the guaranteed one is sent in both.)"""
+    sim = _simulated_eviction()
+    assert _per_request(sim) == EVICTED, ("simulator", sim)
+    assert sim.index(("x", "evict")) < sim.index(("g", "send short/0"))
+    live = await _live_eviction()
+    assert _per_request(live) == EVICTED, ("gateway", live)
+    assert live.index(("x", "evict")) < live.index(("g", "send short/0"))
