@@ -233,7 +233,7 @@ class Pipeline:
             raw = await source.read()
             parsed = parse(raw, endpoint)
             request = self.shaper.request(parsed, rid, self.fleet, att.t0)
-            if att.entitlement is not None or self.tenancy is not None or self.predictor:
+            if att.entitlement or self.tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
             action = self.shaper.start(parsed, request, att.t0, self.fleet.models)
             ticket = att.ticket = action.ticket  # type: ignore[union-attr]
