@@ -97,9 +97,9 @@ class Forwarder:
         """Carry out `action` and what follows from it until the client has its answer."""
         ticket = att.ticket
         assert ticket is not None
-        estimated = ticket.taken.estimated_prompt_tokens
+        estimated = ticket.placed.estimated_prompt_tokens
         extra = [(b"x-fleetgate-tokens-estimated", b"%d" % estimated), *att.tenancy_headers]
-        c = ticket.taken.compressed
+        c = ticket.placed.compressed
         if c is not None:
             extra.append((b"x-fleetgate-compressed", b"%d->%d" % c))
         att.extra_headers = extra

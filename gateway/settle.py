@@ -49,9 +49,9 @@ class Settler:
     ) -> None:
         now = self.loop.time()
         latency = now - att.t0
-        shaped = info = None
+        placed = info = None
         if ticket is not None:
-            shaped, info = ticket.taken, ticket.info
+            placed, info = ticket.placed, ticket.info
             status = att.status
             outcome = Outcome(
                 Status.OK
@@ -95,10 +95,10 @@ class Settler:
                 "pool": pool,
                 "worker": att.worker,
                 "status": att.status,
-                "est_prompt_tokens": shaped.estimated_prompt_tokens if shaped else None,
+                "est_prompt_tokens": placed.estimated_prompt_tokens if placed else None,
                 "max_tokens": info.max_tokens if info else None,
-                "category": shaped.info.category.value if shaped and shaped.classified else None,
-                "placement": shaped.placement.reason if shaped else None,
+                "category": placed.info.category.value if placed and placed.classified else None,
+                "placement": placed.placement.reason if placed else None,
                 "compressed": compressed_header(ticket) if ticket else None,
                 "prompt_tokens": att.prompt_tokens,
                 "completion_tokens": att.completion_tokens,

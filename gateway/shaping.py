@@ -51,13 +51,13 @@ class FleetView(Protocol):
 
 def compressed_header(ticket: Ticket) -> str | None:
     """`before->after` prompt tokens, the x-fleetgate-compressed header's value."""
-    c = ticket.taken.compressed
+    c = ticket.placed.compressed
     return None if c is None else f"{c[0]}->{c[1]}"
 
 
 def rewritten_body(parsed: ParsedRequest, ticket: Ticket) -> dict[str, Any] | None:
     """The request body to send when compression changed the text, else None."""
-    c = ticket.taken.compression
+    c = ticket.placed.compression
     if c is None:
         return None
     body = dict(parsed.body)
@@ -135,9 +135,9 @@ class Shaper:
                 f"`{parsed.model}` ({action.limit} tokens). Shorten the prompt or lower max_tokens.",
                 param=action.param,
             )
-        taken = action.ticket.taken  # type: ignore[union-attr]
-        self.traffic.observe(taken.info.total_tokens, taken.info.prompt_tokens)
-        if taken.placement.in_band:
+        placed = action.ticket.placed  # type: ignore[union-attr]
+        self.traffic.observe(placed.info.total_tokens, placed.info.prompt_tokens)
+        if placed.placement.in_band:
             self.traffic.band()
         return action
 
@@ -148,17 +148,17 @@ class Shaper:
         The count and compression take milliseconds of CPU (8–12K-token prompts): they run
         on `executor` so the event loop keeps relaying every other request's stream."""
         ticket = fit.ticket
-        shaped = ticket.taken
+        placed = ticket.placed
         target = fit.target
         param = "messages" if parsed.endpoint == CHAT else "prompt"
-        placement = shaped.placement
+        placement = placed.placement
         m = self.metrics
         if placement.borderline:
             m.compress_borderline.inc()
         prompt = parsed.body.get("prompt") if parsed.endpoint != CHAT else None
         if parsed.prompt_token_ids or (parsed.endpoint != CHAT and not isinstance(prompt, str)):
             # token ids or a batch of prompts: counted as given, never rewritten
-            exact = parsed.prompt_token_ids or shaped.info.prompt_tokens
+            exact = parsed.prompt_token_ids or placed.info.prompt_tokens
             result = Compression(
                 target, exact, exact, detail="token-id and batched prompts are not compressed"
             )

@@ -72,7 +72,7 @@ from policies.events import (
 )
 from policies.health import Breaker
 from policies.hooks import Hook
-from policies.intake import Intake, Intaken, Prompt, Refusal
+from policies.intake import Intake, Placed, Prompt, Refusal
 from policies.leases import Leases, Load, PrefillLoad, PrefillWork, WorkerSlot
 from policies.retry import RetryPolicy
 from policies.routing import Router
@@ -94,7 +94,7 @@ INACTIVE = {
 class Ticket:
     """One request inside the core, from `start` to `Finished`."""
 
-    taken: Intaken
+    placed: Placed
     request: Request | None = None
     leases: Leases = field(default_factory=Leases)
     reservation: Reservation | None = None
@@ -113,11 +113,11 @@ class Ticket:
 
     @property
     def info(self) -> RequestInfo:
-        return self.taken.info
+        return self.placed.info
 
     @property
     def pools(self) -> tuple[str, ...]:
-        return self.taken.pools
+        return self.placed.pools
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,19 +186,19 @@ class Core:
     # === the state machine ===========================================================
     def start(self, request: Request, now: float) -> Action:
         """A new request: placed, then Fit, Admit, Send, Wait or Refuse."""
-        taken = self.intake.take(request.prompt, request.id, now, request.pools, request.healthy)
-        if isinstance(taken, Refusal):
-            if taken.kind == "no_model":
-                refused = Refuse(None, 404, "model_not_found", taken.reason, param="model")
+        placed = self.intake.take(request.prompt, request.id, now, request.pools, request.healthy)
+        if isinstance(placed, Refusal):
+            if placed.kind == "no_model":
+                refused = Refuse(None, 404, "model_not_found", placed.reason, param="model")
             else:
                 refused = Refuse(
-                    None, 413, "too_long", taken.reason, param=taken.param, limit=taken.limit
+                    None, 413, "too_long", placed.reason, param=placed.param, limit=placed.limit
                 )
-            refused.info = taken.info
+            refused.info = placed.info
             return self._emit(request.id, refused)
-        ticket = self._placed(taken, request, now)
-        if taken.fit_target is not None:
-            return self._emit(request.id, Fit(ticket, taken.fit_target))
+        ticket = self._placed(placed, request, now)
+        if placed.fit_target is not None:
+            return self._emit(request.id, Fit(ticket, placed.fit_target))
         return self._admission(ticket, now)
 
     def on(self, ticket: Ticket, event: Event, now: float) -> Action:
@@ -264,12 +264,12 @@ class Core:
         known = ticket.request.known_prompt_tokens if ticket.request is not None else None
         if known is None:
             return ticket.info.prompt_tokens
-        c = ticket.taken.compression
+        c = ticket.placed.compression
         return known if c is None or ticket.context_retried else c.tokens_after
 
     # --- the machine's steps ----------------------------------------------------------
-    def _placed(self, taken: Intaken, request: Request, now: float) -> Ticket:
-        info = taken.info
+    def _placed(self, placed: Placed, request: Request, now: float) -> Ticket:
+        info = placed.info
         if request.entitlement is not None:
             info.entitlement = request.entitlement
         if request.prefix_hashes:
@@ -278,7 +278,7 @@ class Core:
             info.slo_class = request.slo_class
         if request.temperature != 1.0 or request.top_p != 1.0:
             info.temperature, info.top_p = request.temperature, request.top_p
-        ticket = Ticket(taken, request)
+        ticket = Ticket(placed, request)
         for h in self.hooks:
             h.on_arrival(info, now)
         return ticket
@@ -329,11 +329,12 @@ class Core:
         """The first of its pools (in placement's order) whose router finds a worker:
         its slot taken now; None when no worker of any can take it. (`route`, inlined:
         the hot path allocates no `Route`.)"""
-        info = ticket.taken.info
+        info = ticket.placed.info
         tried = ticket.tried
         views = self.views
         routers = self.routers
-        for i, pool in enumerate(ticket.taken.pools):
+        pools = ticket.placed.pools
+        for pool in pools:
             router = routers.get(pool)
             if router is None:
                 router = routers[pool] = self.router_for(pool)
@@ -354,9 +355,9 @@ class Core:
             tokens = self.prompt_sent(ticket) + info.max_tokens
         slot = self.dispatch(ticket, worker, load, now, tokens)
         ticket.slot, ticket.worker, ticket.pool = slot, worker, pool
-        send = Send(
-            ticket, worker, pool, load, slot, i > 0, ticket.retries + ticket.context_retried
-        )
+        spilled = pool != pools[0]  # not the placement's first choice
+        attempt = ticket.retries + ticket.context_retried
+        send = Send(ticket, worker, pool, load, slot, spilled, attempt)
         if self.log is not None:
             self.log(info.id, "send", f"{pool}/{worker}")
         return send
@@ -397,10 +398,10 @@ class Core:
         model with a longer context — instead of passing the refusal on."""
         if ticket.context_retried or ticket.request is None:
             return PROCEED
-        replaced = self.intake.replace(ticket.taken, ticket.request.pools, max_model_len)
+        replaced = self.intake.replace(ticket.placed, ticket.request.pools, max_model_len)
         if replaced is None:
             return PROCEED
-        ticket.taken = replaced
+        ticket.placed = replaced
         ticket.context_retried = True
         if self.log is not None:
             self.log(ticket.info.id, "replace", ",".join(replaced.pools))
@@ -440,17 +441,17 @@ class Core:
         slo_class: str | None = None,
     ) -> Ticket | Refusal:
         """Estimate and place; the hooks hear of the request only once it is placed."""
-        taken = self.intake.take(prompt, key, now, pools, healthy)
-        if isinstance(taken, Refusal):
-            return taken
+        placed = self.intake.take(prompt, key, now, pools, healthy)
+        if isinstance(placed, Refusal):
+            return placed
         request = Request(prompt, key, tuple(pools), None, entitlement, slo_class, prefix_hashes)
-        return self._placed(taken, request, now)
+        return self._placed(placed, request, now)
 
     def fitted(
         self, ticket: Ticket, result: Compression, param: str = "messages"
     ) -> Refusal | None:
-        """The exact count (and compression) the driver ran for `taken.fit_target`."""
-        return self.intake.fitted(ticket.taken, result, param)
+        """The exact count (and compression) the driver ran for `placed.fit_target`."""
+        return self.intake.fitted(ticket.placed, result, param)
 
     def admit(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
         verdict = self.admitter.admit(ticket.info, now)
@@ -549,7 +550,7 @@ class Core:
             self._evictable.pop(ticket.hold, None)
         try:
             if outcome.status is Status.OK and outcome.prompt_tokens:
-                self.intake.learn(ticket.taken, outcome.prompt_tokens)
+                self.intake.learn(ticket.placed, outcome.prompt_tokens)
             if ticket.reservation is not None:
                 ticket.reservation.settle(outcome, now)
         finally:

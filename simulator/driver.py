@@ -107,7 +107,7 @@ class _Live:
         self.deadline: int | None = None
 
 
-class Gateway:
+class Driver:
     """The gateway side of the simulation: the core, driven by the kernel's events."""
 
     def __init__(
@@ -211,18 +211,18 @@ class Gateway:
             return
         ticket.token = _Live(record, spec)
         if isinstance(action, Fit):
-            taken = ticket.taken
+            placed = ticket.placed
             # what the gateway's exact count and compression give, from the true length
             result = self.compression.fit(
                 ticket.info.category,
                 spec.prompt_tokens,
                 action.target,
-                taken.placement.may_compress,
+                placed.placement.may_compress,
             )
             compressed = result.fits and result.changed
             action = core.on(ticket, Fitted(result), now)
-            if compressed and taken.compressed is not None:
-                record.compressed_to = taken.compressed[1]
+            if compressed and placed.compressed is not None:
+                record.compressed_to = placed.compressed[1]
         self.act(action)
 
     def act(self, action: Action) -> None:

@@ -22,7 +22,7 @@ from policies.routing import Router, make_router
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, default_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
-from simulator.driver import Gateway
+from simulator.driver import Driver
 from simulator.families import CdfFamily
 from simulator.kernel import PRIO_ARRIVAL, PRIO_STEP, Kernel
 from simulator.lengths import load_cdf
@@ -207,7 +207,7 @@ def run(
         predictor_for=lambda core: _predictor_for(scenario, core, pool_routing, prefill_model),
     )
     core.log = log
-    gateway = Gateway(
+    gateway = Driver(
         kernel,
         cluster,
         pool_specs,

@@ -184,11 +184,11 @@ def test_a_context_refusal_is_placed_again_on_a_longer_pool_once():
     _bound(core, views)
     send = core.start(_request("a", 7000), 0.0)
     assert isinstance(send, Send) and send.pool == "short"
-    assert send.ticket.taken.pools == ("short", "long")
+    assert send.ticket.placed.pools == ("short", "long")
     again = core.on(send.ticket, ContextRefused(8192), 1.0)
     assert isinstance(again, Send) and again.pool == "long" and again.attempt == 1
-    assert send.slot.released and send.ticket.taken.pools == ("long",)
-    assert not send.ticket.taken.classified
+    assert send.slot.released and send.ticket.placed.pools == ("long",)
+    assert not send.ticket.placed.classified
     assert core.on(again.ticket, ContextRefused(65536), 2.0) is PROCEED  # once
 
 
@@ -211,7 +211,7 @@ def test_complete_learns_only_from_successful_answers():
     learned = []
 
     class Learning(Intake):
-        def learn(self, taken, engine_prompt_tokens):
+        def learn(self, placed, engine_prompt_tokens):
             learned.append(engine_prompt_tokens)
 
     core = _core()
