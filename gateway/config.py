@@ -321,6 +321,9 @@ class Pool(_Section):
     # tokenizer: engine — how long the gateway waits for a worker's /tokenize before it
     # counts locally (cl100k) instead (gateway/tokenize.py)
     tokenize_timeout_s: float = Field(0.5, gt=0)
+    # this pool's own routing policy (as the simulator's scenario pools have); None: the
+    # top-level `routing`
+    routing: Routing | None = None
 
     @field_validator("tokenizer")
     @classmethod

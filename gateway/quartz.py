@@ -14,8 +14,8 @@ here runs and the default path (least_loaded + fifo) does no predictor work at a
   messages (or the completion prompt), one per ~128 tokens — and its prefix index works
   on those blocks (stride 1, `block_tokens` = the block's bytes / 4 bytes per token).
   Costs ~0.5 µs per block, only when QUARTZ is configured.
-- Per request: temperature / top_p and the prefix hashes go into the RequestInfo before
-  routing; the request log gets the feature vector at dispatch, the predicted quantiles
+- Per request: temperature / top_p and the prefix hashes go into the core's `Request`
+  before it starts (every hook sees them); the request log gets the feature vector at dispatch, the predicted quantiles
   and the observed prefill time (dispatch → first token).
 """
 
@@ -29,6 +29,7 @@ import orjson
 
 from gateway.config import GatewayConfig
 from gateway.openai_request import CHAT, ParsedRequest
+from policies.events import Request
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
 from policies.quantile.predictor import Predictor
@@ -46,8 +47,10 @@ def wanted(config: GatewayConfig) -> bool:
         return True
     if config.dispatch.policy in ("quartz",):
         return True
-    router = make_router(config.routing.policy, config.routing.params)
-    return hasattr(router, "bind_predictor")
+    routings = [config.routing, *(p.routing for p in config.pools.values() if p.routing)]
+    return any(
+        hasattr(make_router(r.policy, r.params), "bind_predictor") for r in routings
+    )  # a pool's own routing may use it
 
 
 def load_model(path: str) -> PrefillModel:
@@ -110,16 +113,17 @@ def prompt_hashes(parsed: ParsedRequest) -> tuple[int, ...]:
     return tuple(out)
 
 
-def describe(info: RequestInfo, parsed: ParsedRequest) -> None:
-    """What QUARTZ reads of the request beyond the budget: decoding parameters, prefix."""
+def describe(request: Request | RequestInfo, parsed: ParsedRequest) -> None:
+    """What QUARTZ reads of the request beyond the budget: decoding parameters, prefix
+    (set before the core starts the request, so every hook sees them)."""
     body = parsed.body
     t = body.get("temperature")
     if isinstance(t, int | float) and not isinstance(t, bool):
-        info.temperature = float(t)
+        request.temperature = float(t)
     p = body.get("top_p")
     if isinstance(p, int | float) and not isinstance(p, bool):
-        info.top_p = float(p)
-    info.prefix_hashes = prompt_hashes(parsed)
+        request.top_p = float(p)
+    request.prefix_hashes = prompt_hashes(parsed)
 
 
 def rounded(values: Sequence[float] | None, digits: int = 6) -> list[float] | None:

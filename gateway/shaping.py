@@ -1,5 +1,4 @@
-"""Steps 3–4 for the gateway: the pipeline core's `arrive` and `fitted` on parsed HTTP
-requests.
+"""Steps 3–4 for the gateway: the core's `start` and `Fit` on parsed HTTP requests.
 
 The decisions — estimate, place, apply an exact count or a compression — are the pure
 core's (policies/core.py over policies/intake.py), the same objects the simulator drives. This module adds what only the
@@ -24,7 +23,7 @@ import functools
 import time
 from collections.abc import Awaitable, Collection
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Protocol
 
 from compressor.compress import Compression, CompressorConfig, fit_request
 from compressor.content import classify
@@ -35,21 +34,32 @@ from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
 from gateway.tokenize import EngineTokenizer, fit_with_engine
 from gateway.traffic import TrafficHistogram
+from policies.actions import Action, Fit, Refuse
 from policies.budget import ChatSize
-from policies.core import Core, Ticket
-from policies.intake import Prompt, Refusal
+from policies.core import Core
+from policies.events import Fitted, Request
+from policies.intake import Prompt
+from policies.ticket import Ticket
 from policies.types import Category, PoolSpec
+
+
+class FleetView(Protocol):
+    """What placement reads of the fleet (gateway/workers.py's `Fleet`)."""
+
+    specs: list[PoolSpec]
+
+    def live_pools(self, now: float) -> frozenset[str]: ...
 
 
 def compressed_header(ticket: Ticket) -> str | None:
     """`before->after` prompt tokens, the x-fleetgate-compressed header's value."""
-    c = ticket.taken.compressed
+    c = ticket.placed.compressed
     return None if c is None else f"{c[0]}->{c[1]}"
 
 
 def rewritten_body(parsed: ParsedRequest, ticket: Ticket) -> dict[str, Any] | None:
     """The request body to send when compression changed the text, else None."""
-    c = ticket.taken.compression
+    c = ticket.placed.compression
     if c is None:
         return None
     body = dict(parsed.body)
@@ -89,15 +99,9 @@ class Shaper:
         self.traffic = traffic
         self.executor = executor  # where compression runs; None: inline on the event loop
 
-    def shape(
-        self,
-        parsed: ParsedRequest,
-        rid: str,
-        now: float,
-        specs: list[PoolSpec],
-        healthy: Collection[str],
-        known_models: Collection[str],
-    ) -> Ticket:
+    def request(self, parsed: ParsedRequest, rid: str, fleet: FleetView, now: float) -> Request:
+        """The core's `Request` for a parsed HTTP request (the driver adds what it knows
+        of the caller: entitlement, service class, prefix hashes)."""
         chat = parsed.endpoint == CHAT
         prompt = Prompt(
             parsed.endpoint,
@@ -112,45 +116,53 @@ class Shaper:
             prompts=parsed.prompts,
             choices=parsed.choices,
         )
-        taken = self.core.arrive(prompt, rid, now, specs, healthy)
-        if isinstance(taken, Refusal):
-            if taken.kind == "no_model":
+        return Request(prompt, rid, fleet.specs, fleet.live_pools(now))
+
+    def start(
+        self, parsed: ParsedRequest, request: Request, now: float, known_models: Collection[str]
+    ) -> Action:
+        """The core starts the request: placed, or refused with 404/413 here."""
+        action = self.core.start(request, now)
+        if action.ticket is None:  # type: ignore[union-attr]
+            assert isinstance(action, Refuse)
+            if action.status == 404:
                 raise ModelNotFound(
                     f"The model `{parsed.model}` does not exist. Available models: {', '.join(sorted(known_models))}.",
                     param="model",
                 )
-            info = taken.info
+            info = action.info
             assert info is not None
             self.traffic.observe(info.total_tokens, info.prompt_tokens)
             raise ContextLengthExceeded(
                 f"This request needs about {info.total_tokens} tokens ({info.prompt_tokens} in the prompt, "
                 f"estimated, + {info.max_tokens} for the completion), more than the largest context serving "
-                f"`{parsed.model}` ({taken.limit} tokens). Shorten the prompt or lower max_tokens.",
-                param=taken.param,
+                f"`{parsed.model}` ({action.limit} tokens). Shorten the prompt or lower max_tokens.",
+                param=action.param,
             )
-        self.traffic.observe(taken.info.total_tokens, taken.info.prompt_tokens)
-        if taken.taken.placement.in_band:
+        placed = action.ticket.placed  # type: ignore[union-attr]
+        self.traffic.observe(placed.info.total_tokens, placed.info.prompt_tokens)
+        if placed.placement.in_band:
             self.traffic.band()
-        return taken
+        return action
 
-    async def fit(self, parsed: ParsedRequest, ticket: Ticket) -> None:
-        """Count exactly and compress to the ticket's `fit_target`, if placement asked.
+    async def fit(self, parsed: ParsedRequest, fit: Fit) -> Action:
+        """Count exactly and compress to `fit.target`, as placement asked; the core's
+        next action.
 
         The count and compression take milliseconds of CPU (8–12K-token prompts): they run
         on `executor` so the event loop keeps relaying every other request's stream."""
-        shaped = ticket.taken
-        target = shaped.fit_target
-        if target is None:
-            return
+        ticket = fit.ticket
+        placed = ticket.placed
+        target = fit.target
         param = "messages" if parsed.endpoint == CHAT else "prompt"
-        placement = shaped.placement
+        placement = placed.placement
         m = self.metrics
         if placement.borderline:
             m.compress_borderline.inc()
         prompt = parsed.body.get("prompt") if parsed.endpoint != CHAT else None
         if parsed.prompt_token_ids or (parsed.endpoint != CHAT and not isinstance(prompt, str)):
             # token ids or a batch of prompts: counted as given, never rewritten
-            exact = parsed.prompt_token_ids or shaped.info.prompt_tokens
+            exact = parsed.prompt_token_ids or placed.info.prompt_tokens
             result = Compression(
                 target, exact, exact, detail="token-id and batched prompts are not compressed"
             )
@@ -196,16 +208,17 @@ class Shaper:
                 result = engine_result
             else:  # counted locally: the served template, or the engine's fallback
                 result = await run(target, placement.may_compress, not placement.borderline)
-        refusal = self.core.fitted(ticket, result, param)
+        action = self.core.on(ticket, Fitted(result, param), asyncio.get_running_loop().time())
         if placement.borderline:
             self.traffic.compression(result.fits)
-        if refusal is not None:
-            raise ContextLengthExceeded(refusal.reason, param=param)
+        if isinstance(action, Refuse) and action.code == "too_long":
+            raise ContextLengthExceeded(action.reason, param=param)
         if not result.fits:
             m.compress_fallback.inc()
         elif result.changed:
             m.compress_compressed.inc()
             m.compress_tokens_removed.inc(result.tokens_removed)
+        return action
 
 
 async def _count_of(fit: Awaitable[Compression]) -> int:

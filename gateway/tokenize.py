@@ -14,7 +14,7 @@ to the least busy routable worker of the pool over the gateway's upstream client
 call is counted in `fleetgate_tokenize_requests_total{pool,result}`; on a timeout, an
 error or an unsupported form the request is counted locally (cl100k in the Llama-3.0
 layout, the default template) as with `tokenizer: cl100k`, and the context-length
-safety net (gateway/proxy.py) is what remains if that count was wrong.
+safety net (the core's, policies/core.py) is what remains if that count was wrong.
 
 Calibration (the compressor stays pure: it only ever counts cl100k): the engine's count
 E of the original request and the local count L of it, taken at the same time, give the

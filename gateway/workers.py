@@ -4,11 +4,11 @@ All of it is per process and rebuilt within seconds after a restart (a scrape an
 check), so nothing here is shared between replicas. Routing sees it through `view()`, a
 `WorkerView` snapshot merging the engine's last telemetry with our exact in-flight counts.
 
-Circuit breaker: `breaker.failures` consecutive request failures (connect errors, resets,
-timeouts, engine 5xx) open the circuit for `breaker.open_s`; after that the worker is
-half-open: it gets traffic again, and one more failure re-opens it at once while a success
-closes it. Health checks are separate: a worker failing `unhealthy_after` checks in a row
-is unhealthy until `healthy_after` good checks. Either one keeps a worker out of routing.
+Circuit breaker and health hysteresis are pure policies (policies/health.py) over the
+state kept here: `breaker.failures` consecutive request failures open the circuit for
+`breaker.open_s` (the core counts them, policies/core.py); a worker failing
+`unhealthy_after` health checks in a row is unhealthy until `healthy_after` good checks.
+Either one keeps a worker out of routing.
 
 Live changes (`Fleet.add_worker`, `drain_worker`, `remove_worker`, `apply`, and
 `set_discovered` for the workers a pool's `discovery` finds: gateway/discovery.py): every change is
@@ -28,6 +28,7 @@ from typing import Protocol
 
 from gateway.config import GatewayConfig, Pool, Worker, header_safe
 from gateway.upstream import Endpoint
+from policies.health import Breaker, Hysteresis, routable
 from policies.types import PoolSpec, WorkerView
 
 log = logging.getLogger("fleetgate.fleet")
@@ -83,7 +84,7 @@ class WorkerState:
         return now < self.open_until
 
     def routable(self, now: float) -> bool:
-        return self.healthy and not self.breaker_open(now)
+        return routable(self, now)
 
     def view(self, now: float, stale_after: float) -> WorkerView:
         t = self.telemetry
@@ -109,33 +110,16 @@ class WorkerState:
             prefill_capacity=self.prefill_capacity,
         )
 
-    # breaker bookkeeping, called on every request outcome
+    # the breaker (policies/health.py): the core applies it on every attempt's outcome
     def request_failed(self, now: float, failures: int, open_s: float) -> bool:
         """Count a failure; True when it (re)opens the circuit."""
-        self.breaker_fails += 1
-        if self.breaker_fails >= failures:
-            self.open_until = now + open_s
-            self.breaker_fails = failures - 1  # half-open after the wait: one failure re-opens
-            return True
-        return False
+        return Breaker(failures, open_s).failed(self, now)
 
     def request_succeeded(self) -> None:
-        self.breaker_fails = 0
+        Breaker.succeeded(self)
 
     def health_result(self, ok: bool, unhealthy_after: int, healthy_after: int) -> None:
-        if ok:
-            self.proven = True
-            self.health_fails = 0
-            self.health_oks += 1
-            if not self.healthy and self.health_oks >= healthy_after:
-                self.healthy = True
-                self.breaker_fails = 0
-                self.open_until = 0.0
-        else:
-            self.health_oks = 0
-            self.health_fails += 1
-            if self.health_fails >= unhealthy_after:
-                self.healthy = False
+        Hysteresis(unhealthy_after, healthy_after).checked(self, ok)
 
 
 class FleetError(ValueError):

@@ -1,73 +1,97 @@
-"""The request pipeline's core: steps 3–7 and 9 of ARCHITECTURE.md for one request, pure.
+"""The request pipeline's core: a sans-I/O state machine per request, the same in both drivers.
 
-    arrive       estimate + place (policies/intake.py)     → Ticket | Refusal
-                   … hooks.on_arrival
-    fitted       apply the driver's exact count / compression (it ran the compressor, or
-                 a compression model) to the ticket        → Refusal | None
-    admit        step 5: the admitter's reservation, a lease → AdmissionRefused | None
-    route        step 7: the pool's router over the views the driver gives → Route | None
-                 (`queued_behind`: first come, first served — others already wait)
-    wait         step 6: a queue position (a lease), woken when a slot of its pools frees
-    dispatch     a WorkerSlot lease on the chosen worker (and, with `track_prefill`, a
-                 PrefillWork lease: its prompt in the worker's prefill backlog)
-                                                           … hooks.on_dispatch
-    first_token  the PrefillWork lease goes back; the dispatcher hears `served`
-                                                           … hooks.on_first_token
-    answered     the same for a whole answer with no first token seen (no hook: its
-                 time is not a prefill)
-    complete     settle: ĉ_k learns, the admitter settles, every lease is released
-                                                           … hooks.on_complete
+A driver hands the core a request (`start`) and then only reports what it observed
+(`on(ticket, event)`, events in policies/events.py); the core answers each time with the
+one thing to do next (an action, policies/actions.py). Every decision is the core's; the
+drivers only carry actions out — the gateway (gateway/proxy.py) over HTTP in real time,
+the simulator (simulator/driver.py) over its kernel and engine model in virtual time.
 
-There are two drivers of this one core. The gateway (gateway/proxy.py) drives it in real
-time over HTTP: it reads and parses the body, runs the compressor on a thread, forwards and
-relays. The simulator (simulator/driver.py) drives it in virtual time over the engine model:
-it draws compression from a model and submits to simulated engines. Neither counts a
-worker's load, a queue position or a reservation by hand: everything a request takes is a
-lease in `Ticket.leases`, and `complete` releases them all, exactly once, on every path
-(an answer, an engine error, a client gone, a retry on another worker, a timeout).
+    start(request)                 estimate + place (policies/intake.py)
+                                     → Refuse(404/413)          policies never hear of it
+                                   … hooks.on_arrival
+                                     → Fit(target)              count exactly / compress first
+    on Fitted(result)                → Refuse(413) | admission
+    admission                      the admitter's reservation (a lease); with a shared
+                                   store → Admit, answered by on Admitted(verdict)
+                                     → Refuse(429; 403 inactive entitlement)
+                                     (a grant that names preemptible holds → Evict for
+                                     those requests, through `on_action`)
+    place                          route (one router per pool, over the driver's `views`)
+                                     → Send(worker, slot)       … hooks.on_dispatch
+                                   none with room, some healthy → Wait(deadline); FIFO:
+                                   behind others already waiting → Wait
+                                   none healthy → Refuse(503 no_healthy_worker)
+                                   queue full → Refuse(429 queue_full)
+    wake (a slot freed)            place again → Send | Wait (no room after all: again),
+                                   given through `on_action`
+    on DEADLINE                      → Refuse(503 queue_timeout)
+    on FIRST_TOKEN                 the prefill lease goes back; the dispatcher hears
+                                   `served`                    … hooks.on_first_token
+    on WHOLE_ANSWER                the same for a whole answer (no hook: its time is
+                                   not a prefill)
+    on ANSWERED                    the worker's breaker hears a success
+    on UpstreamFailed              the breaker hears a failure; the retry policy
+                                   (policies/retry.py) → Send to another worker (log:
+                                   retry) | Fail
+    on ContextRefused              once: re-placed through the placement policy on the
+                                   longer pools (log: replace) → Send | Wait | Refuse;
+                                   else PROCEED (the engine's 400 goes to the client)
+    on Finished(outcome)           settle: ĉ_k learns, the admitter settles, every lease is
+                                   released once               … hooks.on_complete
+
+Nobody counts a worker's load, a queue position or a reservation by hand: everything a
+request takes is a lease in `Ticket.leases`, and `Finished` releases them all, exactly once,
+on every path (an answer, an engine error, a client gone, a retry, a timeout, an eviction).
 
 Each step is a registered policy chosen by configuration (`placement.policy`,
 `admission.policy`, `dispatch.policy`, `routing.policy`); one router instance per pool, so
 a router's state (a round-robin turn, a seeded RNG) is the pool's own in both drivers.
+The core is built once for both drivers by `policies.build.build_core`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from compressor.compress import Compression
+from policies.actions import PROCEED, Action, Admit, Evict, Fail, Fit, Refuse, Send, Wait
 from policies.admission import AdmissionRefused, AdmitAll, Admitter, Reservation
+from policies.clock import Clock, ManualClock
 from policies.dispatch import Dispatcher, FifoDispatcher, QueuePosition, Waiter
+from policies.events import (
+    ANSWERED,
+    FIRST_TOKEN,
+    WHOLE_ANSWER,
+    Admitted,
+    ContextRefused,
+    Deadline,
+    Event,
+    Finished,
+    Fitted,
+    Request,
+    UpstreamFailed,
+)
+from policies.health import Breaker
 from policies.hooks import Hook
-from policies.intake import Intake, Intaken, Prompt, Refusal
-from policies.leases import Leases, Load, PrefillLoad, PrefillWork, WorkerSlot
+from policies.intake import Intake, Placed, Prompt, Refusal
+from policies.leases import Load, PrefillLoad, PrefillWork, WorkerSlot
+from policies.retry import RetryPolicy
 from policies.routing import Router
-from policies.types import Outcome, PoolSpec, RequestInfo, Status, WorkerView
+from policies.ticket import Ticket
+from policies.types import Outcome, PoolSpec, Status, WorkerView
 
 Views = Callable[[str], Sequence[WorkerView]]  # a pool's workers as routing sees them now
+ActionRecorder = Callable[[str, str, str], object]  # (request id, what, detail)
+A = TypeVar("A")
 
-
-@dataclass(slots=True, eq=False)
-class Ticket:
-    """One request inside the core, from arrival to completion."""
-
-    taken: Intaken
-    leases: Leases = field(default_factory=Leases)
-    reservation: Reservation | None = None
-    waiter: Waiter | None = None
-    prefill: PrefillWork | None = None  # its prompt in the worker's prefill backlog
-    completed: bool = False
-    token: object = None  # the driver's handle (the gateway: a future its waiter awaits)
-
-    @property
-    def info(self) -> RequestInfo:
-        return self.taken.info
-
-    @property
-    def pools(self) -> tuple[str, ...]:
-        return self.taken.pools
+# admission refusals a retry cannot cure (the entitlement is not bound, or there is none):
+# 403 with these codes; every other admission refusal is a 429 with Retry-After
+INACTIVE = {
+    "entitlement_state": "entitlement_inactive",
+    "unknown_entitlement": "unknown_entitlement",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +108,16 @@ def _nobody(load: Load) -> None:
     pass
 
 
-def _nobody_woken(ticket: Ticket) -> None:
+def _no_action(action: Action) -> None:
     pass
+
+
+def _no_views(pool: str) -> Sequence[WorkerView]:
+    return ()
+
+
+def _no_load(worker: str) -> Load:
+    raise LookupError(f"no driver bound to the core: worker {worker!r}")
 
 
 def _has_room(load: object) -> bool:
@@ -107,8 +139,15 @@ class Core:
     hooks: tuple[Hook, ...] = ()
     # the driver's side of a slot coming back (the gateway: a draining worker may leave)
     on_released: Callable[[Load], object] = _nobody
-    # a waiting request was given a freed slot: the driver routes it again
-    on_woken: Callable[[Ticket], object] = _nobody_woken
+    # an action for a request other than the one reported on: a wake (Send, or Wait
+    # again), an eviction (Evict). The driver carries it out for that request.
+    on_action: Callable[[Action], object] = _no_action
+    views: Views = _no_views  # the driver's workers of a pool, as routing sees them now
+    load_of: Callable[[str], Load] = _no_load  # the driver's object a worker slot counts on
+    clock: Clock = field(default_factory=ManualClock)  # the time of a wake
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    breaker: Breaker | None = None  # None: the driver's workers keep no breaker state
+    log: ActionRecorder | None = None  # what the core decided (policies.actions.ActionLog)
     routers: dict[str, Router] = field(default_factory=dict)
     # count each dispatched prompt in its worker's prefill backlog until its first token
     # (`WorkerView.prefill_tokens`): on when a prefill room is configured or QUARTZ's
@@ -116,8 +155,257 @@ class Core:
     track_prefill: bool = False
     # a first token frees room (`dispatch.prefill_room`): wake a waiter of the pool then
     prefill_room: bool = False
+    _evictable: dict[str, Ticket] = field(default_factory=dict)  # by hold
 
-    # --- steps 3–4 ------------------------------------------------------------------
+    # === the state machine ===========================================================
+    def start(self, request: Request, now: float) -> Action:
+        """A new request: placed, then Fit, Admit, Send, Wait or Refuse."""
+        placed = self.intake.take(request.prompt, request.id, now, request.pools, request.healthy)
+        if isinstance(placed, Refusal):
+            if placed.kind == "no_model":
+                refused = Refuse(None, 404, "model_not_found", placed.reason, param="model")
+            else:
+                refused = Refuse(
+                    None, 413, "too_long", placed.reason, param=placed.param, limit=placed.limit
+                )
+            refused.info = placed.info
+            return self._emit(request.id, refused)
+        ticket = self._placed(placed, request, now)
+        if placed.fit_target is not None:
+            return self._emit(request.id, Fit(ticket, placed.fit_target))
+        return self._admission(ticket, now)
+
+    def on(self, ticket: Ticket, event: Event, now: float) -> Action:
+        """What the driver observed; the next thing to do."""
+        if event is FIRST_TOKEN:
+            self.first_token(ticket, now)
+            return PROCEED
+        if event is WHOLE_ANSWER:
+            self.answered(ticket, now)
+            return PROCEED
+        if event is ANSWERED:
+            if self.breaker is not None and ticket.slot is not None:
+                self.breaker.succeeded(ticket.slot.load)  # type: ignore[arg-type]
+            return PROCEED
+        if isinstance(event, Finished):
+            if not ticket.completed and self.log is not None:
+                self.log(ticket.info.id, "done", event.outcome.status.value)
+            self.complete(ticket, event.outcome, now)
+            return PROCEED
+        if isinstance(event, Fitted):
+            refusal = self.fitted(ticket, event.result, event.param)
+            if refusal is not None:
+                return self._refuse(ticket, 413, "too_long", refusal.reason, param=refusal.param)
+            return self._admission(ticket, now)
+        if isinstance(event, Admitted):
+            return self._admitted(ticket, event.verdict, now)
+        if isinstance(event, UpstreamFailed):
+            return self._failed(ticket, event, now)
+        if isinstance(event, ContextRefused):
+            return self._context_refused(ticket, event.max_model_len, now)
+        if isinstance(event, Deadline):
+            waiter = ticket.waiter
+            if waiter is None or waiter.done:
+                return PROCEED  # woken just before: the wake's action stands
+            self.dispatcher.cancel(waiter)
+            return self._refuse(
+                ticket,
+                503,
+                "queue_timeout",
+                "no worker had room in time",
+                retry_after=waiter.deadline - waiter.since,
+            )
+        raise TypeError(f"not an event: {event!r}")
+
+    def evict(self, holds: Collection[str]) -> None:
+        """Cancel the requests holding `holds` (a grant here, or through the shared
+        store's notices on another replica, gave their capacity to a protected class):
+        each gets `Evict` through `on_action`; a hold whose request has ended is skipped."""
+        for hold in holds:
+            ticket = self._evictable.pop(hold, None)
+            if ticket is None or ticket.completed:
+                continue
+            waiter = ticket.waiter
+            if waiter is not None and not waiter.done:
+                self.dispatcher.cancel(waiter)
+            self.on_action(self._emit(ticket.info.id, Evict(ticket)))
+
+    @property
+    def admission_awaits(self) -> bool:
+        """The admitter keeps its state in a shared store (Redis, across replicas): the
+        driver awaits `admit_async` (one round trip) for an `Admit`."""
+        return self.admitter.store is not None and hasattr(self.admitter, "admit_async")
+
+    def prompt_sent(self, ticket: Ticket) -> int:
+        """The prompt tokens the engine is sent: the compressed count, or the original."""
+        known = ticket.request.known_prompt_tokens if ticket.request is not None else None
+        if known is None:
+            return ticket.info.prompt_tokens
+        c = ticket.placed.compression
+        return known if c is None or ticket.context_retried else c.tokens_after
+
+    # --- the machine's steps ----------------------------------------------------------
+    def _placed(self, placed: Placed, request: Request, now: float) -> Ticket:
+        info = placed.info
+        if request.entitlement is not None:
+            info.entitlement = request.entitlement
+        if request.prefix_hashes:
+            info.prefix_hashes = request.prefix_hashes
+        if request.slo_class is not None:
+            info.slo_class = request.slo_class
+        if request.temperature != 1.0 or request.top_p != 1.0:
+            info.temperature, info.top_p = request.temperature, request.top_p
+        ticket = Ticket(placed, request)
+        for h in self.hooks:
+            h.on_arrival(info, now)
+        return ticket
+
+    def _admission(self, ticket: Ticket, now: float) -> Action:
+        if self.admitter.store is not None and hasattr(self.admitter, "admit_async"):
+            return self._emit(ticket.info.id, Admit(ticket))
+        return self._admitted(ticket, self.admitter.admit(ticket.info, now), now)
+
+    def _admitted(
+        self, ticket: Ticket, verdict: Reservation | AdmissionRefused | None, now: float
+    ) -> Action:
+        if isinstance(verdict, AdmissionRefused):
+            ticket.admission = verdict.code
+            inactive = INACTIVE.get(verdict.code)
+            if inactive is not None:
+                return self._refuse(ticket, 403, inactive, verdict.reason)
+            return self._refuse(
+                ticket, 429, verdict.code, verdict.reason, retry_after=verdict.retry_after
+            )
+        ticket.admission = "admitted"
+        if verdict is not None:
+            ticket.reservation = ticket.leases.take(verdict)
+            # token pools: a grant may name preemptible holds to evict for it, and a
+            # preemptible grant may itself be evicted later
+            evict = getattr(verdict, "evict", ())
+            if getattr(verdict, "evictable", False):
+                ticket.hold = hold = verdict.hold  # type: ignore[attr-defined]
+                self._evictable[hold] = ticket
+            if evict:
+                self.evict(evict)
+        if self.queued_behind(ticket):
+            return self._wait(ticket, now)  # first come, first served
+        return self._place(ticket, now)
+
+    def _place(self, ticket: Ticket, now: float) -> Action:
+        """Route; or wait for room when every healthy worker is full; or refuse."""
+        send = self._send(ticket, now)
+        if send is not None:
+            return send
+        tried = ticket.tried
+        views = self.views
+        if not any(v.healthy and v.id not in tried for pool in ticket.pools for v in views(pool)):
+            return self._refuse(ticket, 503, "no_healthy_worker", "no healthy worker in its pools")
+        return self._wait(ticket, now)
+
+    def _send(self, ticket: Ticket, now: float) -> Send | None:
+        """The first of its pools (in placement's order) whose router finds a worker:
+        its slot taken now; None when no worker of any can take it. (`route`, inlined:
+        the hot path allocates no `Route`.)"""
+        info = ticket.placed.info
+        tried = ticket.tried
+        views = self.views
+        routers = self.routers
+        pools = ticket.placed.pools
+        for pool in pools:
+            router = routers.get(pool)
+            if router is None:
+                router = routers[pool] = self.router_for(pool)
+            candidates = views(pool)
+            if tried:
+                candidates = [v for v in candidates if v.id not in tried]
+            chosen = router.choose(info, candidates)
+            if chosen is not None:
+                break
+        else:
+            return None
+        worker = chosen.id
+        load = self.load_of(worker)
+        request = ticket.request
+        if request is None or request.known_prompt_tokens is None:
+            tokens = info.prompt_tokens + info.max_tokens
+        else:
+            tokens = self.prompt_sent(ticket) + info.max_tokens
+        slot = self.dispatch(ticket, worker, load, now, tokens)
+        ticket.slot, ticket.worker, ticket.pool = slot, worker, pool
+        spilled = pool != pools[0]  # not the placement's first choice
+        attempt = ticket.retries + ticket.context_retried
+        send = Send(ticket, worker, pool, load, slot, spilled, attempt)
+        if self.log is not None:
+            self.log(info.id, "send", f"{pool}/{worker}")
+        return send
+
+    def _wait(self, ticket: Ticket, now: float) -> Action:
+        waiter = self.wait(ticket, now)
+        if waiter is None:
+            return self._refuse(
+                ticket,
+                429,
+                "queue_full",
+                "every worker is at capacity and the wait queue is full",
+                retry_after=1.0,
+            )
+        return self._emit(ticket.info.id, Wait(ticket, waiter))
+
+    def _failed(self, ticket: Ticket, event: UpstreamFailed, now: float) -> Action:
+        slot = ticket.slot
+        if slot is not None and event.blames_worker and self.breaker is not None:
+            self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
+        if slot is None or not self.retry.again(
+            ticket.retries, event.retryable, event.before_response
+        ):
+            return self._emit(ticket.info.id, Fail(ticket))
+        ticket.retries += 1
+        ticket.tried = (*ticket.tried, ticket.worker)
+        if self.log is not None:
+            self.log(ticket.info.id, "retry", f"{event.kind} exclude={','.join(ticket.tried)}")
+        ticket.slot = None
+        slot.release()  # the failed attempt's worker is given back first
+        send = self._send(ticket, now)
+        return send if send is not None else self._emit(ticket.info.id, Fail(ticket))
+
+    def _context_refused(self, ticket: Ticket, max_model_len: int, now: float) -> Action:
+        """The engine refused the prompt as too long for its context though placement had
+        it fit (a compressed or short-pool request whose count was off for this engine):
+        the first time, place it again — the original text, on the pools serving its
+        model with a longer context — instead of passing the refusal on."""
+        if ticket.context_retried or ticket.request is None:
+            return PROCEED
+        replaced = self.intake.replace(ticket.placed, ticket.request.pools, max_model_len)
+        if replaced is None:
+            return PROCEED
+        ticket.placed = replaced
+        ticket.context_retried = True
+        if self.log is not None:
+            self.log(ticket.info.id, "replace", ",".join(replaced.pools))
+        slot = ticket.slot
+        if slot is not None:
+            ticket.slot = None
+            slot.release()
+        return self._place(ticket, now)
+
+    def _refuse(
+        self,
+        ticket: Ticket,
+        status: int,
+        code: str,
+        reason: str,
+        retry_after: float | None = None,
+        param: str | None = None,
+    ) -> Refuse:
+        return self._emit(ticket.info.id, Refuse(ticket, status, code, reason, retry_after, param))
+
+    def _emit(self, rid: str, action: A) -> A:
+        log = self.log
+        if log is not None:
+            log(rid, *_described(action))
+        return action
+
+    # === the steps, one at a time (the machine composes these) =======================
     def arrive(
         self,
         prompt: Prompt,
@@ -130,56 +418,25 @@ class Core:
         slo_class: str | None = None,
     ) -> Ticket | Refusal:
         """Estimate and place; the hooks hear of the request only once it is placed."""
-        taken = self.intake.take(prompt, key, now, pools, healthy)
-        if isinstance(taken, Refusal):
-            return taken
-        info = taken.info
-        if entitlement is not None:
-            info.entitlement = entitlement
-        if prefix_hashes:
-            info.prefix_hashes = prefix_hashes
-        if slo_class is not None:
-            info.slo_class = slo_class
-        ticket = Ticket(taken)
-        for h in self.hooks:
-            h.on_arrival(taken.info, now)
-        return ticket
+        placed = self.intake.take(prompt, key, now, pools, healthy)
+        if isinstance(placed, Refusal):
+            return placed
+        request = Request(prompt, key, tuple(pools), None, entitlement, slo_class, prefix_hashes)
+        return self._placed(placed, request, now)
 
     def fitted(
         self, ticket: Ticket, result: Compression, param: str = "messages"
     ) -> Refusal | None:
-        """The exact count (and compression) the driver ran for `taken.fit_target`."""
-        return self.intake.fitted(ticket.taken, result, param)
+        """The exact count (and compression) the driver ran for `placed.fit_target`."""
+        return self.intake.fitted(ticket.placed, result, param)
 
-    # --- step 5 ---------------------------------------------------------------------
     def admit(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
-        return self._admitted(ticket, self.admitter.admit(ticket.info, now))
-
-    @property
-    def admission_awaits(self) -> bool:
-        """The admitter keeps its state in a shared store (Redis, across replicas): the
-        gateway awaits `admit_async` (one round trip) instead of calling `admit`."""
-        return self.admitter.store is not None
-
-    async def admit_async(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
-        """Step 5 against a shared store; an admitter without `admit_async` answers
-        synchronously (the simulator always calls `admit`)."""
-        admit_async = getattr(self.admitter, "admit_async", None)
-        if admit_async is None:
-            return self.admit(ticket, now)
-        return self._admitted(ticket, await admit_async(ticket.info, now))
-
-    def _admitted(
-        self, ticket: Ticket, verdict: Reservation | AdmissionRefused | None
-    ) -> AdmissionRefused | None:
-        if verdict is None:
-            return None  # admitted, nothing held
-        if isinstance(verdict, AdmissionRefused):
+        verdict = self.admitter.admit(ticket.info, now)
+        if verdict is None or isinstance(verdict, AdmissionRefused):
             return verdict
         ticket.reservation = ticket.leases.take(verdict)
         return None
 
-    # --- steps 6–7 ------------------------------------------------------------------
     def queued_behind(self, ticket: Ticket) -> bool:
         """Others already wait for one of its pools: it waits behind them (FIFO)."""
         d = self.dispatcher
@@ -215,8 +472,8 @@ class Core:
         self, ticket: Ticket, worker: str, load: Load, now: float, tokens: int
     ) -> WorkerSlot:
         """Hold a slot on `worker` (its in-flight count and `tokens` of outstanding work)
-        until the slot is released: by the driver when this attempt ends (a retry gives it
-        back first), or by `complete`."""
+        until the slot is released: when this attempt ends (a retry gives it back first),
+        or by `complete`."""
         slot = ticket.leases.take(WorkerSlot(load, tokens, self._released))
         if self.track_prefill:
             # the load carries `prefill_tokens` whenever the driver turned tracking on
@@ -241,12 +498,16 @@ class Core:
             self._wake(load.pool)
 
     def _wake(self, pool: str) -> None:
+        """Room freed in `pool`: the dispatcher's next waiter for it is placed again now,
+        inside the release that freed the room (binding later left the room showing as
+        free in between: a first token woke a second waiter for the same slot)."""
         if len(self.dispatcher):
             waiter = self.dispatcher.wake(pool)
-            if waiter is not None and isinstance(waiter.token, Ticket):
-                self.on_woken(waiter.token)
+            if waiter is not None:
+                ticket = waiter.token
+                if isinstance(ticket, Ticket) and not ticket.completed:
+                    self.on_action(self._place(ticket, self.clock.now()))
 
-    # --- step 9 ---------------------------------------------------------------------
     def first_token(self, ticket: Ticket, now: float) -> None:
         self.answered(ticket, now)
         for h in self.hooks:
@@ -269,18 +530,28 @@ class Core:
         if ticket.completed:
             return
         ticket.completed = True
+        if ticket.hold is not None:
+            self._evictable.pop(ticket.hold, None)
         try:
             if outcome.status is Status.OK and outcome.prompt_tokens:
-                self.intake.learn(ticket.taken, outcome.prompt_tokens)
+                self.intake.learn(ticket.placed, outcome.prompt_tokens)
             if ticket.reservation is not None:
                 ticket.reservation.settle(outcome, now)
         finally:
+            ticket.slot = None
             ticket.leases.release()
         for h in self.hooks:
             h.on_complete(ticket.info, outcome, now)
 
-    def abandon(self, ticket: Ticket) -> None:
-        """Release what a request holds without an outcome (it never reached the hooks'
-        knowledge, or the driver is being torn down)."""
-        ticket.completed = True
-        ticket.leases.release()
+
+def _described(action: object) -> tuple[str, str]:
+    """An action as the log's (what, detail): what both drivers must agree on."""
+    if isinstance(action, Send):
+        return "send", f"{action.pool}/{action.worker}"
+    if isinstance(action, Wait):
+        return "wait", ""
+    if isinstance(action, Refuse):
+        return "refuse", f"{action.status} {action.code}"
+    if isinstance(action, Fit):
+        return "fit", str(action.target)
+    return type(action).__name__.lower(), ""

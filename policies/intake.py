@@ -24,6 +24,7 @@ skips the classifier too.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ class Prompt:
 
 
 @dataclass(slots=True)
-class Intaken:
+class Placed:
     """A request placed: where it goes, and what the driver must count or compress first."""
 
     info: RequestInfo
@@ -114,7 +115,7 @@ class Intake:
         now: float,
         pools: Sequence[PoolSpec],
         healthy: Collection[str] | None = None,
-    ) -> Intaken | Refusal:
+    ) -> Placed | Refusal:
         """Estimate and place one request."""
         size = prompt.size
         max_tokens = prompt.max_tokens or self.budget.config.default_max_tokens
@@ -154,7 +155,7 @@ class Intake:
             return Refusal("no_model", placement.reason, info, param="model")
         if placement.verdict is Verdict.TOO_LONG:
             return Refusal("too_long", placement.reason, info, placement.limit, param)
-        return Intaken(
+        return Placed(
             info,
             placement,
             placement.pools,
@@ -165,22 +166,22 @@ class Intake:
         )
 
     def fitted(
-        self, taken: Intaken, result: Compression, param: str = "messages"
+        self, placed: Placed, result: Compression, param: str = "messages"
     ) -> Refusal | None:
         """Apply the exact count (and compression) the driver ran for `fit_target`."""
-        placement = taken.placement
+        placement = placed.placement
         if result.fits:
-            taken.info.prompt_tokens = result.tokens_after  # exact from here on
+            placed.info.prompt_tokens = result.tokens_after  # exact from here on
             if result.changed:
-                taken.compression = result
+                placed.compression = result
                 if result.messages is not None:
-                    taken.size = measure_chat(result.messages)
+                    placed.size = measure_chat(result.messages)
                 elif result.prompt is not None:
-                    taken.size = measure_prompt(result.prompt)
+                    placed.size = measure_prompt(result.prompt)
                 else:  # a modelled compression (the simulator): the text shrank in proportion
                     share = result.tokens_after / max(result.tokens_before, 1)
-                    taken.size = ChatSize(
-                        max(1, round(taken.size.content_bytes * share)), taken.size.n_messages
+                    placed.size = ChatSize(
+                        max(1, round(placed.size.content_bytes * share)), placed.size.n_messages
                     )
             return None
         if not placement.fallback:
@@ -189,12 +190,32 @@ class Intake:
                 f"{result.target} ({result.detail or 'nothing left to drop'}), and no larger "
                 "pool can take it."
             )
-            return Refusal("too_long", reason, taken.info, placement.limit, param)
-        taken.pools = placement.fallback
-        taken.info.prompt_tokens = result.tokens_before
+            return Refusal("too_long", reason, placed.info, placement.limit, param)
+        placed.pools = placement.fallback
+        placed.info.prompt_tokens = result.tokens_before
         return None
 
-    def learn(self, taken: Intaken, engine_prompt_tokens: int) -> None:
+    def replace(self, placed: Placed, pools: Sequence[PoolSpec], refused_len: int) -> Placed | None:
+        """Place again a request an engine refused as too long for its context
+        (`refused_len`): the original prompt (uncompressed: its count before compression),
+        by the placement policy, on the pools with a longer context. None when none is
+        left, or placement refuses. Its size and the engine's count no longer match:
+        ĉ_k learns nothing from it (`classified` False)."""
+        longer = [p for p in pools if p.max_model_len > refused_len]
+        if not longer:
+            return None
+        info = placed.info
+        c = placed.compression
+        if c is not None:
+            info.prompt_tokens = c.tokens_before
+        placement = self.placer.place(info, longer)
+        if placement.verdict is not Verdict.PLACED:
+            return None
+        return dataclasses.replace(
+            placed, placement=placement, pools=placement.pools, classified=False, fit_target=None
+        )
+
+    def learn(self, placed: Placed, engine_prompt_tokens: int) -> None:
         """ĉ_k learns from what was actually sent (the compressed text, if compressed)."""
-        if taken.classified and engine_prompt_tokens:
-            self.budget.observe(taken.size, taken.info.category, engine_prompt_tokens)
+        if placed.classified and engine_prompt_tokens:
+            self.budget.observe(placed.size, placed.info.category, engine_prompt_tokens)

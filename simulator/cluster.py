@@ -61,6 +61,7 @@ class Worker:
         "hashed",
         "id",
         "pool",
+        "refuses",
         "stepping",
         "steps",
         "tokens_out",
@@ -93,6 +94,9 @@ class Worker:
         self.busy_time = 0.0  # Σ duration: time the worker was stepping
         self.steps = 0
         self.tokens_out = 0
+        # drops every connection (a dead engine the health checks have not caught yet):
+        # the gateway's attempt fails before a response (scenario pool `refuse_connections`)
+        self.refuses = False
 
     def submit(self, request: EngineRequest, order: int) -> None:
         self.engine.submit(request)

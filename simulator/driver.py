@@ -1,15 +1,19 @@
 """The simulator's driver of the request pipeline core (policies/core.py), in virtual time.
 
 For each arriving request the kernel calls `arrive`; everything between arrival and
-completion is the core's, with the live gateway's policy objects:
+completion is the core's state machine, with the live gateway's policy objects. This
+module only carries out its actions on the kernel and the simulated engines, as
+gateway/proxy.py and gateway/forward.py carry them out over HTTP:
 
-    core.arrive (budget, placement) → [compression: the scenario's compression model,
-      where placement asks for it] → core.fitted → core.admit → core.route
-      (or core.wait, woken by a freed slot) → core.dispatch → engine … first token …
-      finished → core.complete (settle: ĉ_k learns, leases released, hooks)
+    core.start → Fit: the scenario's compression model → core.on(Fitted)
+               → Send: submit to the engine model (it drops the connection: UpstreamFailed;
+                 it refuses a context too long: ContextRefused) … first token: FIRST_TOKEN
+                 … finished: Finished
+               → Wait: a kernel timer at the deadline (DEADLINE), unless a wake first
+               → Refuse / Fail: the record's status, and Finished
+    core.on_action: a woken request's Send or Wait, an evicted request's Evict
 
-This module only maps those steps onto the kernel and the simulated engines, as
-gateway/proxy.py maps them onto HTTP. The budget is exact by default (`budget: exact`:
+The budget is exact by default (`budget: exact`:
 the workload knows each prompt's length) or estimated from bytes as the gateway does
 (`budget: bytes`: a prompt's bytes are its tokens times its category's bytes per token,
 and ĉ_k learns from the engine's counts). A compressed request reaches the engine with
@@ -37,15 +41,18 @@ again after its Retry-After, capped; each attempt is a record of its own (id `r�
 carrying its attempt number and its first attempt's arrival.
 
 Eviction (token pools): a grant that names preemptible holds to evict
-(`TokenCharge.evict`) cancels those requests at once — aborted on their engine (or taken
-out of the wait queue), completed through the core (settled with what they used, every
+(`TokenCharge.evict`) makes the core hand each of those requests an `Evict` — aborted on
+their engine (or already out of the wait queue), completed through the core (settled with what they used, every
 lease released, once) and recorded as `evicted` with the code `preempted`, as the gateway
 answers them.
 
 Failure posture: a request no pool can hold is recorded as rejected (413), one refused
-admission as rejected (429), one no worker can take as rejected (503), one the engine
-refuses (ValueError on submit) as an error; every placed request gets exactly one
-on_complete, whatever its outcome.
+admission as rejected (429), one no worker can take as rejected (503), one that waited
+past the queue's timeout as `queue_timeout`, one the engine refuses (ValueError on submit)
+as an error — unless its context was the reason and a longer pool takes it (the core's
+safety net); a worker that drops connections (scenario pool `refuse_connections`) costs a
+retry on another worker. Every placed request gets exactly one on_complete, whatever its
+outcome.
 """
 
 from __future__ import annotations
@@ -55,12 +62,20 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from emulator.engine import EngineRequest, FinishedRequest
+from policies.actions import PROCEED, Action, Evict, Fail, Fit, Refuse, Send, Wait
 from policies.budget import ChatSize
-from policies.core import Core, Ticket
-from policies.dispatch import Waiter
-from policies.intake import CHAT, Prompt, Refusal
-from policies.leases import WorkerSlot
-from policies.tenancy.admitter import TokenCharge
+from policies.core import Core
+from policies.events import (
+    DEADLINE,
+    FIRST_TOKEN,
+    ContextRefused,
+    Finished,
+    Fitted,
+    Request,
+    UpstreamFailed,
+)
+from policies.intake import CHAT, Prompt
+from policies.ticket import Ticket
 from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
 from simulator.cluster import Cluster, Worker
 from simulator.compression import CompressionModel
@@ -72,7 +87,28 @@ if TYPE_CHECKING:  # only annotated here (simulator/run.py builds it)
     from policies.quantile.predictor import Predictor
 
 
-class Gateway:
+# how a refusal after placement is recorded, by the core's code
+_REFUSED = {
+    "too_long": "rejected_413",
+    "queue_full": "rejected_429",
+    "queue_timeout": "queue_timeout",
+    "no_healthy_worker": "rejected_503",
+}
+
+
+class _Live:
+    """The driver's handle on a request (`Ticket.token`): its record, its spec and, while
+    it waits for room, its deadline timer."""
+
+    __slots__ = ("deadline", "record", "spec")
+
+    def __init__(self, record: RequestRecord, spec: RequestSpec) -> None:
+        self.record = record
+        self.spec = spec
+        self.deadline: int | None = None
+
+
+class Driver:
     """The gateway side of the simulation: the core, driven by the kernel's events."""
 
     def __init__(
@@ -91,8 +127,12 @@ class Gateway:
         self.kernel = kernel
         self.cluster = cluster
         self.pool_specs = tuple(pool_specs)
+        self._context = {p.name: p.max_model_len for p in self.pool_specs}
         self.core = core
-        core.on_woken = self._woken
+        core.on_action = self.act  # a wake or an eviction: an action for another request
+        core.views = self.candidates
+        core.load_of = self._load_of
+        core.clock = kernel.clock
         self.compression = compression or CompressionModel()
         # None: the budget is exact; else a prompt's bytes per token, by category
         self.bytes_per_token = bytes_per_token
@@ -102,15 +142,12 @@ class Gateway:
         # clients that retry an admission refusal (429) after its Retry-After, by client
         self.retries = dict(retries or {})
         self._retrying = 0  # retries scheduled, not yet arrived (they keep the run alive)
-        # in flight: its ticket, record, spec and worker slot, by request id
-        self._live: dict[str, tuple[Ticket, RequestRecord, RequestSpec, WorkerSlot]] = {}
-        # admitted requests that may be evicted (preemptible), by their hold's id
-        self._evictable: dict[str, Ticket] = {}
+        # on an engine: its ticket, by request id
+        self._live: dict[str, Ticket] = {}
         self.evictions = 0
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
         self._waiting = 0  # requests queued for room (they keep the run alive)
-        self._deadlines: dict[int, int] = {}  # id(waiter) → its deadline timer's handle
         self._views: dict[str, list[WorkerView]] = {}
 
     def bind(self) -> None:
@@ -132,6 +169,9 @@ class Gateway:
         if self.active():
             self.kernel.after(self.scrape_interval, PRIO_TIMER, self._scrape)
 
+    def _load_of(self, worker: str) -> WorkerView:
+        return self.cluster.workers[worker].view
+
     def candidates(self, pool: str) -> list[WorkerView]:
         """The pool's workers as routing sees them now."""
         if self.scrape_interval <= 0:
@@ -141,7 +181,7 @@ class Gateway:
                     w.refresh_view(now)
         return self._views[pool]
 
-    # -- the pipeline ----------------------------------------------------------------
+    # -- the pipeline: carrying out the core's actions ----------------------------------
     def arrive(self, spec: RequestSpec) -> None:
         now = self.kernel.now()
         bpt = self.bytes_per_token
@@ -155,50 +195,67 @@ class Gateway:
         )
         record = self.recorder.new(spec, now)
         core = self.core
-        ticket = core.arrive(
+        request = Request(
             prompt,
             spec.id,
-            now,
             self.pool_specs,
             entitlement=spec.client,
-            prefix_hashes=spec.prefix_hashes,
             slo_class=spec.slo_class,
+            prefix_hashes=spec.prefix_hashes,
+            known_prompt_tokens=spec.prompt_tokens,
         )
-        if isinstance(ticket, Refusal):
-            record.status = "rejected_413" if ticket.kind == "too_long" else "rejected_404"
+        action = core.start(request, now)
+        ticket = action.ticket  # type: ignore[union-attr]
+        if ticket is None:  # refused at placement
+            assert isinstance(action, Refuse)
+            record.status = "rejected_413" if action.code == "too_long" else "rejected_404"
             return
-        info = ticket.info
-        ticket.token = (record, spec)
-        taken = ticket.taken
-        if taken.fit_target is not None:
+        ticket.token = _Live(record, spec)
+        if isinstance(action, Fit):
+            placed = ticket.placed
             # what the gateway's exact count and compression give, from the true length
             result = self.compression.fit(
-                info.category, spec.prompt_tokens, taken.fit_target, taken.placement.may_compress
+                ticket.info.category,
+                spec.prompt_tokens,
+                action.target,
+                placed.placement.may_compress,
             )
-            if core.fitted(ticket, result) is not None:
-                self._end(ticket, record, "rejected_413", now)
-                return
-            if taken.compressed is not None:
-                record.compressed_to = taken.compressed[1]
-        refused = core.admit(ticket, now)
-        if refused is not None:
-            record.refusal, record.refusal_reason = refused.code, refused.reason
-            self._end(ticket, record, "rejected_429", now)
-            self._retry(spec, refused.retry_after)
+            compressed = result.fits and result.changed
+            action = core.on(ticket, Fitted(result), now)
+            if compressed and placed.compressed is not None:
+                record.compressed_to = placed.compressed[1]
+        self.act(action)
+
+    def act(self, action: Action) -> None:
+        """Carry out one of the core's actions (for the request it names)."""
+        if action is PROCEED:
             return
-        charge = ticket.reservation
-        if isinstance(charge, TokenCharge):
-            if charge.evictable:
-                self._evictable[charge.hold] = ticket
-            for hold in charge.evict:
-                self._evict(hold, now)
-        if core.queued_behind(ticket):
-            self._wait(ticket)  # first come, first served
-        elif not self._route(ticket):
-            if any(w.view.healthy for p in ticket.pools for w in self.cluster.pools[p]):
-                self._wait(ticket)  # every healthy worker is at capacity
+        ticket = action.ticket  # type: ignore[union-attr]
+        assert ticket is not None
+        live: _Live = ticket.token  # type: ignore[assignment]
+        if live.deadline is not None:  # it was waiting: whatever comes now ends that
+            self.kernel.cancel(live.deadline)
+            live.deadline = None
+            self._waiting -= 1
+        if isinstance(action, Send):
+            self._submit(action, live)
+        elif isinstance(action, Wait):
+            self._waiting += 1
+            live.deadline = self.kernel.at(action.deadline, PRIO_TIMER, self._expire, ticket)
+        elif isinstance(action, Refuse):
+            if ticket.admission not in (None, "admitted"):  # refused at admission
+                record = live.record
+                record.refusal, record.refusal_reason = ticket.admission, action.reason
+                self._end(ticket, "rejected_429")
+                self._retry(live.spec, action.retry_after or 0.0)
             else:
-                self._end(ticket, record, "rejected_503", now)
+                self._end(ticket, _REFUSED.get(action.code, f"rejected_{action.status}"))
+        elif isinstance(action, Fail):
+            self._end(ticket, "error")
+        elif isinstance(action, Evict):
+            self._evicted(ticket, live)
+        else:
+            raise TypeError(f"the simulator cannot carry out {action!r}")
 
     def _retry(self, spec: RequestSpec, retry_after: float) -> None:
         """The client sends the refused request again after Retry-After (capped), as a new
@@ -221,38 +278,25 @@ class Gateway:
         self._retrying -= 1
         self.arrive(spec)
 
-    def _end(self, ticket: Ticket, record: RequestRecord, status: str, now: float) -> None:
-        """A placed request that never reached an engine."""
-        record.status = status
-        self._forget(ticket)
-        self.core.complete(ticket, Outcome(Status.ERROR), now)
+    def _end(self, ticket: Ticket, status: str) -> None:
+        """A placed request that never reached an engine, or failed on it."""
+        live: _Live = ticket.token  # type: ignore[assignment]
+        live.record.status = status
+        self._live.pop(live.spec.id, None)
+        self.core.on(ticket, Finished(Outcome(Status.ERROR)), self.kernel.now())
 
-    def _forget(self, ticket: Ticket) -> None:
-        charge = ticket.reservation
-        if isinstance(charge, TokenCharge) and charge.evictable:
-            self._evictable.pop(charge.hold, None)
-
-    def _evict(self, hold: str, now: float) -> None:
-        """Cancel the request holding `hold`: a protected request was admitted in its
-        place. Nothing if it has ended already."""
-        ticket = self._evictable.pop(hold, None)
-        if ticket is None:
-            return
-        record, spec = ticket.token  # type: ignore[misc]
+    def _evicted(self, ticket: Ticket, live: _Live) -> None:
+        """A protected request was admitted in its place: aborted on its engine (or out of
+        the wait queue already), settled with what it used, recorded as evicted."""
+        now = self.kernel.now()
+        record, spec = live.record, live.spec
         record.refusal = "preempted"
         record.refusal_reason = "evicted for a protected service class"
         self.evictions += 1
-        live = self._live.pop(spec.id, None)
-        if live is None:  # still waiting for room
-            waiter = ticket.waiter
-            if waiter is not None and not waiter.done:
-                self.core.dispatcher.cancel(waiter)
-                self._waiting -= 1
-                self._drop_deadline(waiter)
-            self._end(ticket, record, "evicted", now)
+        if self._live.pop(spec.id, None) is None:  # still waiting for room
+            self._end(ticket, "evicted")
             return
-        _, _, _, slot = live
-        done = self.cluster.workers[record.worker].abort(spec.id)
+        done = self.cluster.workers[record.worker].abort(spec.id)  # type: ignore[index]
         record.status = "evicted"
         record.finish = now
         if done is not None:
@@ -263,57 +307,21 @@ class Gateway:
             completion_tokens=done.completion_tokens if done is not None else 0,
             latency=now - record.arrival,
         )
-        slot.release()
-        self.core.complete(ticket, outcome, now)
+        self.core.on(ticket, Finished(outcome), now)
 
-    def _route(self, ticket: Ticket) -> bool:
-        route = self.core.route(ticket, self.candidates)
-        if route is None:
-            return False
-        self._dispatch(ticket, self.cluster.workers[route.worker.id])
-        return True
-
-    # -- step 6: waiting for room ------------------------------------------------------
-    def _wait(self, ticket: Ticket) -> None:
-        waiter = self.core.wait(ticket, self.kernel.now())
-        if waiter is None:
-            record, _ = ticket.token  # type: ignore[misc]
-            self._end(ticket, record, "rejected_429", self.kernel.now())
-            return
-        self._waiting += 1
-        self._deadlines[id(waiter)] = self.kernel.at(
-            waiter.deadline, PRIO_TIMER, self._expire, waiter
-        )
-
-    def _expire(self, waiter: Waiter) -> None:
-        self._deadlines.pop(id(waiter), None)
-        if not waiter.done:
-            self.core.dispatcher.cancel(waiter)
-            self._waiting -= 1
-            ticket = waiter.token
-            assert isinstance(ticket, Ticket)
-            record, _ = ticket.token  # type: ignore[misc]
-            self._end(ticket, record, "queue_timeout", self.kernel.now())
-
-    def _woken(self, ticket: Ticket) -> None:
+    def _expire(self, ticket: Ticket) -> None:
+        live: _Live = ticket.token  # type: ignore[assignment]
+        live.deadline = None
         self._waiting -= 1
-        self._drop_deadline(ticket.waiter)
-        if not self._route(ticket):
-            self._wait(ticket)  # the room went elsewhere: wait again
+        self.act(self.core.on(ticket, DEADLINE, self.kernel.now()))
 
-    def _drop_deadline(self, waiter: Waiter | None) -> None:
-        """A waiter that left the queue otherwise than by its deadline: cancel the timer."""
-        if waiter is not None:
-            handle = self._deadlines.pop(id(waiter), None)
-            if handle is not None:
-                self.kernel.cancel(handle)
-
-    def _dispatch(self, ticket: Ticket, worker: Worker) -> None:
+    def _submit(self, send: Send, live: _Live) -> None:
         now = self.kernel.now()
-        record, spec = ticket.token  # type: ignore[misc]
+        ticket = send.ticket
+        record, spec = live.record, live.spec
+        worker = self.cluster.workers[send.worker]
         record.pool, record.worker, record.dispatch = worker.pool, worker.id, now
-        compressed = ticket.taken.compressed
-        sent = spec.prompt_tokens if compressed is None else compressed[1]
+        sent = self.core.prompt_sent(ticket)
         request = EngineRequest(
             id=spec.id,
             prompt_tokens=sent,
@@ -321,14 +329,24 @@ class Gateway:
             output_tokens=spec.output_tokens,
             block_hashes=spec.prefix_hashes,
         )
+        if worker.refuses:  # the connection dropped before any answer
+            self.act(self.core.on(ticket, UpstreamFailed("reset", retryable=True), now))
+            return
         self._order += 1
         try:
             worker.submit(request, self._order)
         except ValueError:
-            self._end(ticket, record, "error", now)
+            # the engine refuses it; too long for its context: the core's safety net may
+            # place it again on a longer pool, as the gateway's does on an engine's 400
+            if sent + spec.max_tokens > worker.config.max_model_len:
+                # the context its pool is configured with, as the gateway knows a worker's
+                action = self.core.on(ticket, ContextRefused(self._context[worker.pool]), now)
+                if action is not PROCEED:
+                    self.act(action)
+                    return
+            self._end(ticket, "error")
             return
-        slot = self.core.dispatch(ticket, worker.id, worker.view, now, sent + spec.max_tokens)
-        self._live[spec.id] = (ticket, record, spec, slot)
+        self._live[spec.id] = ticket
         if self.predictor is not None:
             p = self.predictor.pending(spec.id)
             if p is not None:
@@ -338,22 +356,21 @@ class Gateway:
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
         now = self.kernel.now()
-        live = self._live.get(request_id)
-        if live is None:
+        ticket = self._live.get(request_id)
+        if ticket is None:
             return  # evicted during the step that gave it its first token
-        ticket, record, _, _ = live
+        record = ticket.token.record  # type: ignore[attr-defined]
         record.first_token = now
         if record.dispatch is not None:
             record.prefill_s = now - record.dispatch
-        self.core.first_token(ticket, now)
+        self.core.on(ticket, FIRST_TOKEN, now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
         now = self.kernel.now()
-        live = self._live.pop(done.id, None)
-        if live is None:
+        ticket = self._live.pop(done.id, None)
+        if ticket is None:
             return  # evicted during the step that finished it
-        ticket, record, _, slot = live
-        self._forget(ticket)
+        record = ticket.token.record  # type: ignore[attr-defined]
         record.finish = now
         record.scheduled = done.scheduled
         record.completion_tokens = done.completion_tokens
@@ -372,10 +389,9 @@ class Gateway:
             prefill_time=prefill,
             latency=now - record.arrival,
         )
-        # the slot goes back first: a request waiting for this worker's pool is woken
-        # and dispatched at this same instant, as the gateway does
-        slot.release()
-        self.core.complete(ticket, outcome, now)
+        # the slot goes back first (the core's Finished): a request waiting for this
+        # worker's pool is woken and dispatched at this same instant, as the gateway does
+        self.core.on(ticket, Finished(outcome), now)
 
     def in_flight(self) -> int:
         return len(self._live)

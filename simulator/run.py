@@ -10,22 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from policies.admission import make_admitter
-from policies.budget import BudgetConfig, TokenBudget
-from policies.core import Core
-from policies.dispatch import attach_clock, make_dispatcher
+from policies.budget import BudgetConfig
+from policies.build import Choice, CoreSpec, build_core
+from policies.core import ActionRecorder, Core
 from policies.hooks import Hook
-from policies.intake import Intake
-from policies.pools import make_placement
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
-from policies.quantile.predictor import Predictor, attach
+from policies.quantile.predictor import Predictor
 from policies.registry import config_from
 from policies.routing import Router, make_router
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, default_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
-from simulator.driver import Gateway
+from simulator.driver import Driver
 from simulator.families import CdfFamily
 from simulator.kernel import PRIO_ARRIVAL, PRIO_STEP, Kernel
 from simulator.lengths import load_cdf
@@ -143,28 +140,30 @@ def build_workload(
     )
 
 
-def intake_for(scenario: Scenario) -> Intake:
-    """Steps 3–4 as the gateway builds them from its configuration (gateway/proxy.py)."""
-    p = scenario.policy.placement
-    placer = make_placement(p.policy, p.short_pool, p.b_short, p.gamma, p.verify_margin)
-    budget = TokenBudget(BudgetConfig(bytes_per_token=scenario.policy.budget.prior_bytes_per_token))
-    return Intake(placer, budget)
-
-
-def core_for(
-    scenario: Scenario, router_for: Callable[[str], Router], hooks: tuple[Hook, ...] = ()
-) -> Core:
-    """The pipeline core as the gateway builds it from its configuration (gateway/proxy.py)."""
+def core_spec(scenario: Scenario) -> CoreSpec:
+    """The scenario's `policy` in the composition root's terms (policies/build.py), the
+    same the gateway builds from its configuration."""
     policy = scenario.policy
-    d = policy.dispatch
-    return Core(
-        intake_for(scenario),
-        router_for,
-        make_admitter(policy.admission.policy, policy.admission.params),
-        make_dispatcher(
+    p, d = policy.placement, policy.dispatch
+    return CoreSpec(
+        placement=p.policy,
+        short_pool=p.short_pool,
+        b_short=p.b_short,
+        gamma=p.gamma,
+        verify_margin=p.verify_margin,
+        placement_params=p.params,
+        budget=BudgetConfig(bytes_per_token=policy.budget.prior_bytes_per_token),
+        routing=Choice(policy.routing.policy, policy.routing.params),
+        pool_routing={
+            pool.name: Choice(pool.routing.policy, pool.routing.params)
+            for pool in scenario.fleet.pools
+            if pool.routing is not None
+        },
+        admission=Choice(policy.admission.policy, policy.admission.params),
+        dispatch=Choice(
             d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
         ),
-        hooks,
+        prefill_room=d.prefill_room,
     )
 
 
@@ -185,12 +184,14 @@ def run(
     routers: dict[str, Router] | None = None,
     probe: Probe | None = None,
     prefill_model: PrefillModel | None = None,
+    log: ActionRecorder | None = None,
 ) -> RunResult:
     """Run `scenario` to completion. `specs` replaces its workload and `routers` its
     per-pool routing policies (any object with the `Router` protocol), for experiments;
     `probe` is called at every sampling instant. `prefill_model` replaces QUARTZ's
     predictor model (default: the analytic model of the scenario's engine, or none when
-    nothing uses a predictor) — e.g. a trained tree model, or an oracle."""
+    nothing uses a predictor) — e.g. a trained tree model, or an oracle. `log` records
+    what the core decided (policies.actions.ActionLog)."""
     seed = scenario.seed if seed is None else seed
     if specs is None:
         specs = build_workload(scenario, seed, requests)
@@ -199,29 +200,15 @@ def run(
     recorder = Recorder()
     pool_specs = [PoolSpec(p.name, p.max_model_len) for p in scenario.fleet.pools]
     pool_routing = {p.name: p.routing or scenario.policy.routing for p in scenario.fleet.pools}
-
-    predictor: Predictor | None = None
-
-    def router_for(pool: str) -> Router:
-        rm = pool_routing.get(pool, scenario.policy.routing)
-        router = make_router(rm.policy, rm.params)
-        if predictor is not None:
-            attach(router, predictor)
-        return router
-
-    core = core_for(scenario, router_for, hooks)
-    core.routers.update(routers or {})
-    attach_clock(core.dispatcher, kernel.clock)
-    predictor = _predictor_for(scenario, core, pool_routing, prefill_model)
-    if predictor is not None:
-        attach(core.dispatcher, predictor)
-        for r in core.routers.values():
-            attach(r, predictor)
-        core.hooks = (predictor, *core.hooks)
-    prefill_room = scenario.policy.dispatch.prefill_room
-    core.track_prefill = predictor is not None or prefill_room is not None
-    core.prefill_room = prefill_room is not None
-    gateway = Gateway(
+    core, predictor = build_core(
+        core_spec(scenario),
+        kernel.clock,
+        hooks,
+        routers=routers,
+        predictor_for=lambda core: _predictor_for(scenario, core, pool_routing, prefill_model),
+    )
+    core.log = log
+    gateway = Driver(
         kernel,
         cluster,
         pool_specs,
@@ -245,6 +232,8 @@ def run(
         cluster.add_pool(
             p.name, p.workers, scenario.engine_config(p), kernel, gateway, engine_factory
         )
+        for w in cluster.pools[p.name][: p.refuse_connections]:
+            w.refuses = True
     dispatch = scenario.policy.dispatch
     if dispatch.capacity == "engine":
         for w in cluster.workers.values():
@@ -252,6 +241,7 @@ def run(
             if dispatch.kv_overcommit is not None:
                 kv = w.config.num_kv_blocks * w.config.block_size
                 w.view.token_capacity = int(kv * dispatch.kv_overcommit)
+    prefill_room = scenario.policy.dispatch.prefill_room
     if prefill_room is not None:
         for w in cluster.workers.values():
             w.view.prefill_capacity = prefill_room

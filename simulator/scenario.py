@@ -88,6 +88,10 @@ class PoolModel(_Strict):
     max_model_len: int = Field(default=8192, ge=16)
     engine: dict[str, Any] = Field(default_factory=dict)
     routing: RoutingModel | None = None  # overrides policy.routing for this pool
+    # its first n workers drop every connection (dead engines the health checks have not
+    # caught yet): an attempt there fails before a response, and the core's retry policy
+    # sends the request to another worker
+    refuse_connections: int = Field(default=0, ge=0)
 
     @field_validator("engine")
     @classmethod
@@ -368,7 +372,10 @@ class Scenario(_Strict):
         return self
 
     def engine_config(self, pool: PoolModel) -> EngineConfig:
-        merged = {**self.fleet.engine, **pool.engine, "max_model_len": pool.max_model_len}
+        # a pool's `engine.max_model_len` may be shorter than the context the pool is
+        # configured with (placement's): a misconfigured worker, whose refusals the
+        # core's context-length safety net places again on longer pools
+        merged = {**self.fleet.engine, "max_model_len": pool.max_model_len, **pool.engine}
         return EngineConfig(**merged)
 
 

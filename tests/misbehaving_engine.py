@@ -40,7 +40,10 @@ Modes:
 - long-sse: n SSE chunks of about ``size`` bytes each, as fast as the client reads;
 - huge-body: a non-streamed body of ``size`` bytes with content-length;
 - huge-chunked: the same, chunked;
-- silent: read the request, never answer.
+- silent: read the request, never answer;
+- drop: read the request and close the connection without a byte of answer (an engine
+  process dying under it: the gateway may retry on another worker); with `drop` as the
+  server's mode, /metrics shows an idle vLLM engine, so scrapes keep it fresh.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ MODES = (
     "huge-body",
     "huge-chunked",
     "silent",
+    "drop",
 )
 FRAMINGS = {"lf": b"\n\n", "crlf": b"\r\n\r\n", "cr": b"\r\r"}
 BOGUS = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\nWRONG"
@@ -248,6 +252,9 @@ class MisbehavingEngine:
             if req.path == "/stats/window":
                 # peak_busy since the last window read: a fault test's per-phase oracle
                 self.peak_busy = self.busy
+        elif req.path == "/metrics" and self.mode == "drop":
+            # a dying engine's last scrape looked idle: it stays fresh in routing's eyes
+            body = b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n"
         w.write(_json_head(len(body)) + body)
 
     async def _read_request(self, reader: asyncio.StreamReader) -> Request | None:
@@ -278,6 +285,8 @@ class MisbehavingEngine:
         size = int(req.param("size", 1024 * 1024))
         if mode == "silent":
             await reader.read()  # until the client closes
+            return False
+        if mode == "drop":
             return False
         if mode in ("early-hints", "continue"):
             if mode == "early-hints":

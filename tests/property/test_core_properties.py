@@ -1,8 +1,11 @@
-"""The pipeline core (policies/core.py): whatever happens to requests, in whatever order —
-arrive, admit, dispatch, wait for room, be woken, first token, complete, disconnect, retry
-on another worker, time out in the queue — every count a request took comes back to zero
-(worker slots, outstanding tokens, admission seats, queue positions), and each placed
-request's hooks hear exactly one on_complete, after its on_arrival."""
+"""The pipeline core's state machine (policies/core.py): whatever happens to requests, in
+whatever order — arrive, be admitted or refused, sent, wait for room, be woken, first
+token, complete, disconnect, fail and be retried on another worker, be refused by an engine
+for its context and placed again, time out in the queue — every count a request took
+comes back to zero (worker slots, outstanding tokens, prefill backlogs, admission seats,
+queue positions), and each placed request's hooks hear exactly one on_complete, after its
+on_arrival. The test drives the real machine: it reports events (`Core.on`) and carries
+out nothing but what the core says."""
 
 from __future__ import annotations
 
@@ -12,17 +15,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.actions import PROCEED, Action, Fail, Refuse, Send, Wait
 from policies.admission import ConcurrencyAdmitter, ConcurrencyConfig
 from policies.budget import BudgetConfig, ChatSize, TokenBudget
 from policies.clock import ManualClock
-from policies.core import Core, Ticket
+from policies.core import Core
 from policies.dispatch import attach_clock, make_dispatcher
+from policies.events import DEADLINE, FIRST_TOKEN, ContextRefused, Finished, Request, UpstreamFailed
 from policies.intake import CHAT, Intake, Prompt
-from policies.leases import WorkerSlot
 from policies.pools import make_placement
 from policies.quantile.config import QuartzSettings, build_predictor
 from policies.quantile.predictor import attach
 from policies.routing import Router, make_router
+from policies.ticket import Ticket
 from policies.types import Outcome, PoolSpec, Status, WorkerView
 from tests.hook_events import Events
 
@@ -30,8 +35,11 @@ POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, froz
 
 
 class World:
-    """A driver in miniature: two pools of two workers with room for two each (and, with
-    `quartz`, a prefill room of 30,000 tokens, QUARTZ's router, queue and predictor)."""
+    """Two pools of two workers with room for two each (and, with `quartz`, a prefill room
+    of 30,000 tokens, QUARTZ's router, queue and predictor), bound to the real state
+    machine as a driver binds it. The test only reports events and remembers what the
+    core last told it of each request (sent, waiting, or over): every decision is the
+    core's."""
 
     def __init__(
         self, dispatcher: str = "fifo", quartz: bool = False, params: dict | None = None
@@ -67,46 +75,46 @@ class World:
             self.admitter,
             queue,
             (self.events, self.predictor) if quartz else (self.events,),
-            on_woken=self.woken,
+            on_action=self.carry_out,
+            views=self.views.__getitem__,
+            load_of=self.by_id.__getitem__,
+            clock=self.clock,
             track_prefill=quartz,
             prefill_room=quartz,
         )
-        self.slots: dict[str, WorkerSlot] = {}  # the current attempt's, by request
-        self.tickets: dict[str, Ticket] = {}
+        self.sent: dict[str, Send] = {}  # the current attempt, by request
         self.waiting: dict[str, Ticket] = {}
+        self.tickets: dict[str, Ticket] = {}  # started and not finished
         self.first: set[str] = set()  # had a first token
 
-    def dispatch(self, ticket: Ticket, exclude: frozenset[str] = frozenset()) -> bool:
-        route = self.core.route(ticket, lambda p: self.views[p], exclude)
-        if route is None:
-            return False
-        v = self.by_id[route.worker.id]
-        self.first.discard(ticket.info.id)  # a new attempt prefills again
-        self.slots[ticket.info.id] = self.core.dispatch(
-            ticket, v.id, v, 0.0, ticket.info.total_tokens
-        )
-        return True
-
-    def woken(self, ticket: Ticket) -> None:
-        self.waiting.pop(ticket.info.id, None)
-        if not self.dispatch(ticket):
-            self.wait(ticket)
-
-    def wait(self, ticket: Ticket) -> None:
-        if self.core.wait(ticket, 0.0) is None:
-            self.end(ticket, Status.ERROR)  # queue full: refused
-        else:
-            self.waiting[ticket.info.id] = ticket
-
-    def end(self, ticket: Ticket, status: Status) -> None:
+    def carry_out(self, action: Action) -> None:
+        """What the core said of a request: remembered; a refusal or a failure is
+        answered, and the driver reports the request over."""
+        if action is PROCEED:
+            return
+        ticket = action.ticket  # type: ignore[union-attr]
+        assert ticket is not None
         rid = ticket.info.id
         self.waiting.pop(rid, None)
-        self.slots.pop(rid, None)
+        self.sent.pop(rid, None)
+        if isinstance(action, Send):
+            self.sent[rid] = action
+            self.first.discard(rid)  # a new attempt prefills again
+        elif isinstance(action, Wait):
+            self.waiting[rid] = ticket
+        else:
+            assert isinstance(action, Refuse | Fail), action
+            self.finish(ticket, Status.ERROR)
+
+    def finish(self, ticket: Ticket, status: Status) -> None:
+        rid = ticket.info.id
+        self.waiting.pop(rid, None)
+        self.sent.pop(rid, None)
         self.tickets.pop(rid, None)
-        self.core.complete(ticket, Outcome(status, prompt_tokens=100), 0.0)
+        self.core.on(ticket, Finished(Outcome(status, prompt_tokens=100)), self.clock.now())
 
 
-OPS = ("arrive", "first_token", "complete", "error", "disconnect", "retry", "timeout")
+OPS = ("arrive", "first_token", "complete", "error", "disconnect", "retry", "timeout", "context")
 op = st.tuples(st.sampled_from(OPS), st.integers(0, 1_000), st.integers(100, 20_000))
 
 
@@ -129,50 +137,54 @@ def test_any_interleaving_leaves_every_count_at_zero(dispatcher, quartz, params,
     n = 0
     for kind, pick, size in ops:
         w.clock.advance(0.3)
+        now = w.clock.now()
         live = sorted(w.tickets)
         if kind == "arrive":
             n += 1
             prompt = Prompt(CHAT, "m", ChatSize(size * 4, 1), 64, exact_tokens=size)
-            ticket = core.arrive(prompt, f"r{n}", 0.0, POOLS, entitlement=f"e{pick % 2}")
-            assert isinstance(ticket, Ticket)
-            if core.admit(ticket, 0.0) is not None:
-                w.end(ticket, Status.ERROR)  # 429: still one on_complete
-                continue
+            action = core.start(Request(prompt, f"r{n}", POOLS, entitlement=f"e{pick % 2}"), now)
+            ticket = action.ticket  # type: ignore[union-attr]
+            assert ticket is not None  # every size fits the long pool
             w.tickets[ticket.info.id] = ticket
-            if core.queued_behind(ticket) or not w.dispatch(ticket):
-                w.wait(ticket)
+            w.carry_out(action)  # sent, waiting, or refused (429: still one on_complete)
         elif not live:
             continue
         else:
             ticket = w.tickets[live[pick % len(live)]]
             rid = ticket.info.id
-            if kind == "first_token" and rid in w.slots:
-                core.first_token(ticket, 0.0)
+            if kind == "first_token" and rid in w.sent:
+                core.on(ticket, FIRST_TOKEN, now)
                 w.first.add(rid)
-            elif kind == "retry" and rid in w.slots:
-                old = w.slots.pop(rid)
-                old.release()  # the failed attempt's worker is given back first
-                if not w.dispatch(ticket, frozenset({old.load.id})):  # type: ignore[attr-defined]
-                    w.end(ticket, Status.ERROR)
+            elif kind == "retry" and rid in w.sent:
+                w.carry_out(core.on(ticket, UpstreamFailed("connect", retryable=True), now))
+            elif kind == "context" and rid in w.sent:
+                sent = w.sent[rid]
+                refused = core.on(
+                    ticket, ContextRefused(8192 if sent.pool == "short" else 65536), now
+                )
+                if refused is PROCEED:  # nowhere longer: the engine's 400 is the answer
+                    w.finish(ticket, Status.ERROR)
+                else:
+                    w.carry_out(refused)
             elif kind == "timeout" and rid in w.waiting:
-                w.end(ticket, Status.ERROR)  # expired in the queue (503)
+                w.carry_out(core.on(ticket, DEADLINE, now))  # 503 queue_timeout
             elif kind in ("complete", "error", "disconnect"):
                 status = {"complete": Status.OK, "error": Status.ERROR}.get(kind, Status.DISCONNECT)
-                w.end(ticket, status)
-                core.complete(ticket, Outcome(status), 0.0)  # a second exit path: no effect
+                w.finish(ticket, status)
+                core.on(ticket, Finished(Outcome(status)), now)  # a second exit: no effect
         # invariants at every step: counts are exactly what live requests hold
         for v in w.by_id.values():
-            mine = [s for r, s in w.slots.items() if s.load is v]
+            mine = [s.slot for s in w.sent.values() if s.load is v]
             assert v.in_flight == len(mine) <= v.capacity  # type: ignore[operator]
             assert v.outstanding_tokens == sum(s.tokens for s in mine)
             if quartz:  # prompts sent here with no first token yet, and Ŵ(w) their means
-                prefilling = [r for r, s in w.slots.items() if s.load is v and r not in w.first]
+                prefilling = [r for r, s in w.sent.items() if s.load is v and r not in w.first]
                 assert v.prefill_tokens == sum(w.tickets[r].info.prompt_tokens for r in prefilling)
                 assert w.predictor.backlog(v.id) >= 0
         assert len(core.dispatcher) == len(w.waiting)
         assert sum(w.admitter.in_flight.values()) == len(w.tickets)
     for ticket in list(w.tickets.values()):
-        w.end(ticket, Status.DISCONNECT)
+        w.finish(ticket, Status.DISCONNECT)
     assert all(v.in_flight == 0 and v.outstanding_tokens == 0 for v in w.by_id.values())
     assert all(v.prefill_tokens == 0 for v in w.by_id.values())
     assert len(w.predictor) == 0 and not w.predictor._backlog

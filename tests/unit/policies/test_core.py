@@ -4,13 +4,19 @@ tests/e2e/test_two_drivers.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from policies.actions import PROCEED, Action, ActionLog, Admit, Fail, Refuse, Send, Wait
 from policies.admission import AdmissionRefused, ConcurrencyAdmitter, ConcurrencyConfig
 from policies.budget import BudgetConfig, ChatSize, TokenBudget
-from policies.core import Core, Ticket
+from policies.core import Core
 from policies.dispatch import FifoDispatcher
+from policies.events import DEADLINE, Admitted, ContextRefused, Finished, Request, UpstreamFailed
+from policies.health import Breaker
 from policies.intake import CHAT, Intake, Prompt, Refusal
 from policies.pools import make_placement
 from policies.routing import make_router
+from policies.ticket import Ticket
 from policies.types import Outcome, PoolSpec, Status, WorkerView
 
 POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, frozenset({"m"}))]
@@ -82,23 +88,109 @@ def test_a_spill_is_reported_and_exclusion_is_honoured():
     assert route.worker.id == "long1"
 
 
+def _bound(core: Core, views: dict[str, list[WorkerView]]) -> list[Action]:
+    """Bind the core to `views` as a driver does; the actions it takes for other requests."""
+    by_id = {v.id: v for vs in views.values() for v in vs}
+    core.views = lambda pool: views[pool]
+    core.load_of = by_id.__getitem__
+    seen: list[Action] = []
+    core.on_action = seen.append
+    return seen
+
+
+def _request(rid: str, tokens: int = 100) -> Request:
+    return Request(_prompt(tokens), rid, POOLS)
+
+
 def test_a_released_slot_wakes_the_first_waiter_of_its_pool():
-    woken: list[str] = []
     core = _core(dispatcher=FifoDispatcher(8, 10.0))
-    core.on_woken = lambda t: woken.append(t.info.id)
     views = _views(capacity=1)
-    held = []
-    for i in range(2):
-        t = core.arrive(_prompt(100), f"r{i}", 0.0, POOLS)
-        route = core.route(t, lambda p: views["short"] if p == "short" else [])
-        held.append((t, core.dispatch(t, route.worker.id, route.worker, 0.0, 200)))
-    late = core.arrive(_prompt(100), "late", 0.0, POOLS)
-    assert core.route(late, lambda p: views["short"] if p == "short" else []) is None
-    assert core.wait(late, 0.0) is not None and core.queued_behind(late)
-    t0, slot0 = held[0]
-    core.complete(t0, Outcome(Status.OK, prompt_tokens=100), 1.0)
-    assert woken == ["late"] and slot0.released and views["short"][0].in_flight == 0
-    assert len(core.dispatcher) == 0
+    views["long"] = []
+    woken = _bound(core, views)
+    sent = [core.start(_request(f"r{i}"), 0.0) for i in range(2)]
+    assert [type(a) for a in sent] == [Send, Send]
+    late = core.start(_request("late"), 0.0)
+    assert isinstance(late, Wait) and late.deadline == 10.0
+    assert isinstance(core.start(_request("later"), 0.0), Wait)  # behind "late": FIFO
+    first = sent[0]
+    assert isinstance(first, Send)
+    core.on(first.ticket, Finished(Outcome(Status.OK, prompt_tokens=100)), 1.0)
+    assert first.slot.released
+    assert [(type(a), a.ticket.info.id) for a in woken] == [(Send, "late")]  # type: ignore[union-attr]
+    assert views["short"][0].in_flight == 1 and len(core.dispatcher) == 1
+
+
+def test_a_deadline_refuses_with_503_and_gives_the_queue_place_back():
+    core = _core(dispatcher=FifoDispatcher(8, 10.0))
+    views = _views(capacity=1)
+    views["long"] = []
+    _bound(core, views)
+    core.start(_request("a"), 0.0)
+    core.start(_request("b"), 0.0)
+    wait = core.start(_request("c"), 0.0)
+    assert isinstance(wait, Wait)
+    refused = core.on(wait.ticket, DEADLINE, 10.0)
+    assert isinstance(refused, Refuse) and (refused.status, refused.code) == (503, "queue_timeout")
+    assert refused.retry_after == 10.0 and len(core.dispatcher) == 0
+
+
+def test_no_healthy_worker_is_a_503_not_a_wait():
+    core = _core()
+    views = _views()
+    for vs in views.values():
+        for v in vs:
+            v.healthy = False
+    _bound(core, views)
+    refused = core.start(_request("a"), 0.0)
+    assert isinstance(refused, Refuse) and refused.code == "no_healthy_worker"
+
+
+@dataclass(slots=True)
+class _Worker(WorkerView):
+    """A worker's view with the breaker's state, as the gateway's WorkerState has both."""
+
+    proven: bool = True
+    health_fails: int = 0
+    health_oks: int = 0
+    breaker_fails: int = 0
+    open_until: float = 0.0
+
+
+def test_a_connect_failure_is_retried_once_on_another_worker_and_the_breaker_counts():
+    core = _core()
+    core.breaker = Breaker(failures=2, open_s=5.0)
+    views = {p.name: [_Worker(f"{p.name}{i}", p.name, p.max_model_len) for i in range(2)]
+             for p in POOLS}  # fmt: skip
+    _bound(core, views)  # type: ignore[arg-type]
+    log = ActionLog()
+    core.log = log
+    send = core.start(_request("a"), 0.0)
+    assert isinstance(send, Send) and send.worker == "short0"
+    again = core.on(send.ticket, UpstreamFailed("connect", retryable=True), 1.0)
+    assert isinstance(again, Send) and again.worker == "short1" and again.attempt == 1
+    short0, short1 = views["short"]
+    assert short0.in_flight == 0 and short0.breaker_fails == 1
+    failed = core.on(again.ticket, UpstreamFailed("connect", retryable=True), 2.0)
+    assert isinstance(failed, Fail)  # one retry only
+    assert short1.breaker_fails == 1
+    core.on(again.ticket, UpstreamFailed("reset", before_response=False), 2.0)
+    assert short1.open_until == 7.0  # the second failure in a row opened its circuit
+    assert log.of("a") == ["send short/short0", "retry connect exclude=short0",
+                           "send short/short1", "fail", "fail"]  # fmt: skip
+
+
+def test_a_context_refusal_is_placed_again_on_a_longer_pool_once():
+    core = _core()
+    views = _views()
+    _bound(core, views)
+    send = core.start(_request("a", 7000), 0.0)
+    assert isinstance(send, Send) and send.pool == "short"
+    assert send.ticket.placed.pools == ("short", "long")
+    again = core.on(send.ticket, ContextRefused(8192), 1.0)
+    assert isinstance(again, Send) and again.pool == "long" and again.attempt == 1
+    assert send.slot.released and send.ticket.placed.pools == ("long",)
+    assert not send.ticket.placed.classified
+    assert core.on(again.ticket, ContextRefused(65536), 2.0) is PROCEED  # once
 
 
 def test_admission_refusal_holds_nothing_and_complete_gives_seats_back():
@@ -120,7 +212,7 @@ def test_complete_learns_only_from_successful_answers():
     learned = []
 
     class Learning(Intake):
-        def learn(self, taken, engine_prompt_tokens):
+        def learn(self, placed, engine_prompt_tokens):
             learned.append(engine_prompt_tokens)
 
     core = _core()
@@ -150,16 +242,22 @@ async def test_admission_through_a_shared_store_is_awaited_and_released_on_compl
         "token_pools", {"pools": {"p": pool}, "entitlements": {"default": ent}}
     )
     core = _core(admitter=admitter)
+    _bound(core, _views())
     assert not core.admission_awaits
     store = MemoryStore(ManualClock())
     admitter.attach(store, store, "replica-1")  # type: ignore[attr-defined]
     await admitter.publish()  # type: ignore[attr-defined]
     assert core.admission_awaits
-    a = core.arrive(_prompt(100), "a", 0.0, POOLS)
-    b = core.arrive(_prompt(100), "b", 0.0, POOLS)
-    assert await core.admit_async(a, 0.0) is None
-    refused = await core.admit_async(b, 0.0)
-    assert isinstance(refused, AdmissionRefused) and refused.retry_after > 0
-    core.complete(a, Outcome(Status.OK, prompt_tokens=100, completion_tokens=5), 1.0)
-    c = core.arrive(_prompt(100), "c", 1.0, POOLS)
-    assert await core.admit_async(c, 1.0) is None  # the hold came back through the store
+
+    async def admitted(rid: str, now: float) -> Action:
+        admit = core.start(_request(rid), now)
+        assert isinstance(admit, Admit)
+        verdict = await admitter.admit_async(admit.ticket.info, now)  # type: ignore[attr-defined]
+        return core.on(admit.ticket, Admitted(verdict), now)
+
+    a = await admitted("a", 0.0)
+    refused = await admitted("b", 0.0)
+    assert isinstance(a, Send)
+    assert isinstance(refused, Refuse) and refused.status == 429 and refused.retry_after > 0
+    core.on(a.ticket, Finished(Outcome(Status.OK, prompt_tokens=100, completion_tokens=5)), 1.0)
+    assert isinstance(await admitted("c", 1.0), Send)  # the hold came back through the store

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from compressor.compress import Compression
 from policies.budget import BudgetConfig, ChatSize, TokenBudget
-from policies.intake import CHAT, COMPLETIONS, Intake, Intaken, Prompt, Refusal
+from policies.intake import CHAT, COMPLETIONS, Intake, Placed, Prompt, Refusal
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.types import Category, PoolSpec
 
@@ -25,33 +25,33 @@ def chat(tokens: int, max_tokens: int = 256, **kw) -> Prompt:
 
 def test_short_request_takes_the_fast_path_without_classifying():
     seen = []
-    taken = intake(classify=lambda p: seen.append(p) or Category.PROSE).take(
+    placed = intake(classify=lambda p: seen.append(p) or Category.PROSE).take(
         chat(500), "r1", 0.0, POOLS
     )
-    assert isinstance(taken, Intaken)
-    assert taken.pools == ("short", "long") and taken.fit_target is None
-    assert not seen and not taken.classified  # clearly short: the category cannot matter
+    assert isinstance(placed, Placed)
+    assert placed.pools == ("short", "long") and placed.fit_target is None
+    assert not seen and not placed.classified  # clearly short: the category cannot matter
 
 
 def test_borderline_request_asks_for_a_fit_and_applies_it():
-    taken = intake().take(chat(9000, category=Category.PROSE), "r2", 0.0, POOLS)
-    assert isinstance(taken, Intaken) and taken.placement.borderline
-    assert taken.pools == ("short",) and taken.fit_target == 8192 - 256
-    result = Compression(taken.fit_target, 9010, 7900, units=10, units_dropped=3)
-    assert intake().fitted(taken, result) is None
-    assert taken.info.prompt_tokens == 7900 and taken.compressed == (9010, 7900)
-    assert taken.size.content_bytes < 9000 * 4  # a modelled compression shrinks the bytes
+    placed = intake().take(chat(9000, category=Category.PROSE), "r2", 0.0, POOLS)
+    assert isinstance(placed, Placed) and placed.placement.borderline
+    assert placed.pools == ("short",) and placed.fit_target == 8192 - 256
+    result = Compression(placed.fit_target, 9010, 7900, units=10, units_dropped=3)
+    assert intake().fitted(placed, result) is None
+    assert placed.info.prompt_tokens == 7900 and placed.compressed == (9010, 7900)
+    assert placed.size.content_bytes < 9000 * 4  # a modelled compression shrinks the bytes
 
 
 def test_a_failed_fit_falls_back_to_the_long_pool_or_is_refused():
     i = intake()
-    taken = i.take(chat(9000, category=Category.PROSE), "r3", 0.0, POOLS)
-    assert isinstance(taken, Intaken)
-    assert i.fitted(taken, Compression(taken.fit_target, 9010, 9010)) is None
-    assert taken.pools == ("long",) and taken.compressed is None
+    placed = i.take(chat(9000, category=Category.PROSE), "r3", 0.0, POOLS)
+    assert isinstance(placed, Placed)
+    assert i.fitted(placed, Compression(placed.fit_target, 9010, 9010)) is None
+    assert placed.pools == ("long",) and placed.compressed is None
     alone = [POOLS[0]]
-    taken = i.take(chat(9000, category=Category.PROSE), "r4", 0.0, alone)
-    refused = i.fitted(taken, Compression(taken.fit_target, 9010, 9010))
+    placed = i.take(chat(9000, category=Category.PROSE), "r4", 0.0, alone)
+    refused = i.fitted(placed, Compression(placed.fit_target, 9010, 9010))
     assert isinstance(refused, Refusal) and refused.kind == "too_long"
 
 
@@ -64,8 +64,8 @@ def test_refusals_are_values():
 
 def test_exact_and_token_id_counts_skip_the_estimate():
     i = intake()
-    taken = i.take(chat(0, exact_tokens=1234, category=Category.RAG), "r", 0.0, POOLS)
-    assert taken.info.prompt_tokens == 1234 and taken.info.category is Category.RAG
+    placed = i.take(chat(0, exact_tokens=1234, category=Category.RAG), "r", 0.0, POOLS)
+    assert placed.info.prompt_tokens == 1234 and placed.info.category is Category.RAG
     ids = i.take(Prompt(COMPLETIONS, "m", ChatSize(0, 0), 16, token_ids=777), "r", 0.0, POOLS)
     assert ids.info.prompt_tokens == 777 and ids.info.category is Category.CODE
 

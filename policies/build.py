@@ -1,0 +1,111 @@
+"""The composition root of the pipeline core: one function wires the configured policies
+into a `Core`, for the gateway (gateway/proxy.py, from its YAML) and the simulator
+(simulator/run.py, from a scenario's `policy`) alike, so both run the same objects.
+
+`CoreSpec` is what the two configurations have in common, by the names configuration
+uses: placement (`placement.policy` and its bounds), the budget's prior, routing (one
+policy for every pool, or one per pool), admission, dispatch (and its prefill room),
+the circuit breaker and the retry policy. Each driver translates its schema to it; the
+policies themselves are looked up in their registries here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.admission import make_admitter
+from policies.budget import BudgetConfig, TokenBudget
+from policies.clock import Clock
+from policies.core import Core
+from policies.dispatch import attach_clock, make_dispatcher
+from policies.health import Breaker
+from policies.hooks import Hook
+from policies.intake import Classifier, Intake
+from policies.pools import make_placement
+from policies.quantile.predictor import Predictor, attach
+from policies.retry import RetryPolicy
+from policies.routing import Router, make_router
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A registered policy by name, and its own parameters."""
+
+    policy: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSpec:
+    placement: str = "compress_and_route"
+    short_pool: str = "short"
+    b_short: int = 8192
+    gamma: float = 1.5
+    verify_margin: float = 0.05
+    placement_params: Mapping[str, Any] = field(default_factory=dict)  # the placer's own
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    routing: Choice = field(default_factory=lambda: Choice("least_loaded"))
+    pool_routing: Mapping[str, Choice] = field(default_factory=dict)  # a pool's own
+    admission: Choice = field(default_factory=lambda: Choice("always"))
+    # the dispatcher's parameters include `max_waiting` and `timeout_s`
+    dispatch: Choice = field(default_factory=lambda: Choice("fifo"))
+    prefill_room: int | None = None  # dispatch.prefill_room: tokens; None: not considered
+    breaker: Breaker | None = None  # None: workers keep no breaker (the simulator's)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+def build_core(
+    spec: CoreSpec,
+    clock: Clock,
+    hooks: tuple[Hook, ...] = (),
+    classify: Classifier | None = None,
+    routers: Mapping[str, Router] | None = None,
+    predictor_for: Callable[[Core], Predictor | None] | None = None,
+) -> tuple[Core, Predictor | None]:
+    """The core for `spec`, and QUARTZ's predictor when `predictor_for` gives one (it is
+    asked once the core's dispatcher and `routers` exist: whether a policy uses one).
+
+    `routers` replaces the routing of some pools (experiments); `classify` is the content
+    classifier placement may ask (the gateway's; None: categories are given or assumed).
+    """
+    placer = make_placement(
+        spec.placement,
+        spec.short_pool,
+        spec.b_short,
+        spec.gamma,
+        spec.verify_margin,
+        dict(spec.placement_params),
+    )
+    predictor: Predictor | None = None
+
+    def router_for(pool: str) -> Router:
+        choice = spec.pool_routing.get(pool, spec.routing)
+        router = make_router(choice.policy, dict(choice.params))
+        if predictor is not None:
+            attach(router, predictor)
+        return router
+
+    core = Core(
+        Intake(placer, TokenBudget(spec.budget), classify),
+        router_for,
+        make_admitter(spec.admission.policy, dict(spec.admission.params)),
+        make_dispatcher(spec.dispatch.policy, spec.dispatch.params),
+        hooks,
+        clock=clock,
+        retry=spec.retry,
+        breaker=spec.breaker,
+    )
+    core.routers.update(routers or {})
+    # a dispatcher that reads the time between events (QUARTZ's wait bound) gets the clock
+    attach_clock(core.dispatcher, clock)
+    predictor = predictor_for(core) if predictor_for is not None else None
+    if predictor is not None:
+        attach(core.dispatcher, predictor)
+        for r in core.routers.values():
+            attach(r, predictor)
+        core.hooks = (predictor, *hooks)  # it hears every request first
+    core.track_prefill = predictor is not None or spec.prefill_room is not None
+    core.prefill_room = spec.prefill_room is not None
+    return core, predictor

@@ -1,0 +1,111 @@
+"""What a driver tells the core (policies/core.py) about one request: plain values.
+
+A driver starts a request with a `Request` (`Core.start`) and reports what it observed
+with `Core.on(ticket, event, now)`; the core answers with an action (policies/actions.py).
+Events that carry nothing are singletons (`FIRST_TOKEN`, `WHOLE_ANSWER`, `ANSWERED`,
+`DEADLINE`): the hot path allocates no event it does not need.
+
+    Fitted(result)        the exact count / compression the driver ran for a `Fit`
+    Admitted(verdict)     the shared store's admission verdict the driver awaited for `Admit`
+    FIRST_TOKEN           the first token of a stream came back
+    WHOLE_ANSWER          a whole (non-streamed) answer came back: its prompt leaves the
+                          prefill backlog, but no first token was seen (no hook hears one:
+                          the time to it is the whole answer's, not a prefill)
+    ANSWERED              the worker answered well (its circuit breaker hears a success)
+    UpstreamFailed(...)   the attempt failed: before any response (a retry may cure it)
+                          or after (an error frame ends the stream, or an engine 5xx)
+    ContextRefused(len)   the engine refused the prompt as too long for its context
+    DEADLINE              a `Wait`'s deadline passed
+    Finished(outcome)     the request is over, whatever the outcome (ok, error, gone)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compressor.compress import Compression
+from policies.admission import AdmissionRefused, Reservation
+from policies.intake import Prompt
+from policies.types import Outcome, PoolSpec
+
+
+@dataclass(slots=True)
+class Request:
+    """A request as a driver hands it to `Core.start`: everything a hook may read is set
+    here, before placement, the same way in both drivers."""
+
+    prompt: Prompt
+    id: str
+    pools: tuple[PoolSpec, ...] | list[PoolSpec]  # the fleet's pools now
+    healthy: frozenset[str] | None = None  # pools with a routable worker (None: all)
+    entitlement: str | None = None  # the API key's entitlement (token pools), or none
+    slo_class: str | None = None  # its service class; None: RequestInfo's default
+    prefix_hashes: tuple[int, ...] = ()
+    temperature: float = 1.0  # decoding parameters (QUARTZ's θ_r); 1.0 when not given
+    top_p: float = 1.0
+    # the prompt's true length when the driver knows it better than the estimate (the
+    # simulator's workload): a worker slot counts it instead of the estimate
+    known_prompt_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class Fitted:
+    result: Compression
+    param: str = "messages"
+
+
+@dataclass(slots=True)
+class Admitted:
+    verdict: Reservation | AdmissionRefused | None
+
+
+class FirstToken:
+    __slots__ = ()
+
+
+class WholeAnswer:
+    __slots__ = ()
+
+
+class Answered:
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class ContextRefused:
+    max_model_len: int  # the context of the worker that refused it
+
+
+class Deadline:
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class UpstreamFailed:
+    kind: str  # connect, reset, read_timeout, http_503 …: the driver's name for it
+    retryable: bool = False  # nothing reached the engine: another worker may take it
+    blames_worker: bool = True  # counts against the worker's circuit breaker
+    before_response: bool = True  # no byte of an answer reached the client yet
+
+
+@dataclass(slots=True)
+class Finished:
+    outcome: Outcome
+
+
+FIRST_TOKEN = FirstToken()
+WHOLE_ANSWER = WholeAnswer()
+ANSWERED = Answered()
+DEADLINE = Deadline()
+
+Event = (
+    Fitted
+    | Admitted
+    | FirstToken
+    | WholeAnswer
+    | Answered
+    | ContextRefused
+    | Deadline
+    | UpstreamFailed
+    | Finished
+)
