@@ -457,6 +457,12 @@ class GatewayMetrics:
             "Prompt tokens removed by compression (exact cl100k counts).",
             registry=r,
         )
+        self.compress_uncertain = Counter(
+            "fleetgate_compress_uncertain",
+            "Requests the byte estimate could not place (their bytes-per-token interval holds "
+            "B_short or γ·B_short): counted exactly before placement was decided.",
+            registry=r,
+        )
         self.compress_seconds = Histogram(
             "fleetgate_compress_duration_seconds",
             "Time spent counting and compressing one request.",

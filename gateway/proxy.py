@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import orjson
 
 from compressor.compress import CompressorConfig
+from compressor.script import script_of_prompt
 from compressor.served import ENGINE, load_served
 from gateway import logs, quartz
 from gateway.config import GatewayConfig
@@ -71,6 +72,7 @@ from policies.pools import make_placement
 from policies.quantile.predictor import Prediction, attach
 from policies.routing import Router, make_router
 from policies.types import Outcome, Status, WorkerView
+from policies.uncertainty import ByteBounds
 
 _log = logging.getLogger("fleetgate.quartz")
 _PATHS = {CHAT: b"/v1/chat/completions", "completions": b"/v1/completions"}
@@ -220,7 +222,9 @@ class Pipeline:
             return router
 
         self.core = Core(
-            Intake(placer, self.budget, classify_prompt),
+            Intake(
+                placer, self.budget, classify_prompt, bounds=ByteBounds(), scripter=script_of_prompt
+            ),
             router_for,
             make_admitter(admission.policy, admission.policy_params()),
             make_dispatcher(

@@ -38,6 +38,7 @@ from policies.budget import ChatSize
 from policies.core import Core, Ticket
 from policies.intake import Prompt, Refusal
 from policies.types import Category, PoolSpec
+from policies.uncertainty import counted_in_band
 
 
 def compressed_header(ticket: Ticket) -> str | None:
@@ -144,6 +145,8 @@ class Shaper:
         m = self.metrics
         if placement.borderline:
             m.compress_borderline.inc()
+        if placement.uncertain:
+            m.compress_uncertain.inc()
         prompt = parsed.body.get("prompt") if parsed.endpoint != CHAT else None
         if parsed.prompt_token_ids or (parsed.endpoint != CHAT and not isinstance(prompt, str)):
             # token ids or a batch of prompts: counted as given, never rewritten
@@ -188,12 +191,28 @@ class Shaper:
                     messages=messages,
                     prompt=prompt if isinstance(prompt, str) else None,
                     tools=list(tools) or None,
+                    compress_within=placement.compress_within,
                 )
             if engine_result is not None:
                 result = engine_result
+            elif placement.uncertain:  # issue 24: count, then compress only within the band
+                result = await run(target, False, True)
+                within = placement.compress_within
+                if (
+                    placement.may_compress
+                    and not result.fits
+                    and within is not None
+                    and result.tokens_before <= within
+                ):
+                    result = await run(target, True, False)
             else:  # counted locally: the served template, or the engine's fallback
                 result = await run(target, placement.may_compress, not placement.borderline)
         refusal = self.core.fitted(ticket, result, param)
+        if counted_in_band(placement, result.tokens_before):  # placed by the count
+            self.traffic.band()
+            if placement.may_compress:
+                m.compress_borderline.inc()
+                self.traffic.compression(ticket.taken.compression is not None)
         if placement.borderline:
             self.traffic.compression(result.fits)
         if refusal is not None:

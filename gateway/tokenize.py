@@ -154,9 +154,12 @@ async def fit_with_engine(
     messages: list[Any] | None = None,
     prompt: str | None = None,
     tools: list[Any] | None = None,
+    compress_within: int | None = None,
 ) -> Compression | None:
     """The fit of a request in the engine's tokens (see the module docstring), or None
-    when the engine did not count the original (the caller counts locally)."""
+    when the engine did not count the original (the caller counts locally). A request
+    the engine counts above `compress_within` (a counted placement's band) is not
+    compressed."""
 
     def ask(m: list[Any] | None, p: str | None) -> Awaitable[int | None]:
         return engine.count(model, messages=m, prompt=p, tools=tools)
@@ -173,6 +176,8 @@ async def fit_with_engine(
         return None
     if first <= target:
         return Compression(target, first, first, prompt, sent_messages)
+    if compress_within is not None and first > compress_within:
+        return Compression(target, first, first, prompt, sent_messages, detail="above the band")
     ratio = first / max(local, 1)
     aim = math.floor(target / ratio)
     unchanged = Compression(target, first, first, prompt, sent_messages)
