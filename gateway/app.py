@@ -34,7 +34,7 @@ import httpx
 import orjson
 
 from fleetgate import __version__
-from gateway import drain
+from gateway import drain, tokenizer_probe
 from gateway.api import build_api
 from gateway.apikeys import KeyDirectory
 from gateway.config import ConfigError, ConfigSource, GatewayConfig, load_config
@@ -172,6 +172,10 @@ class Gateway:
             self.traffic,
             self,
             self.compress_pool,
+        )
+        # tokenizer: auto — which counter each pool uses, probed once, exported and logged
+        await tokenizer_probe.settle_fleet(
+            cfg, self.client, self.fleet, self.metrics, now, self.pipeline.shaper.engine
         )
         # token pools: the store (Redis: attached, published, heartbeat, control loop)
         self.tenancy = Tenancy.of(cfg, self.pipeline.core.admitter, REPLICA_ID)

@@ -159,9 +159,10 @@ class Pool(_Section):
     max_num_seqs: int | None = Field(None, ge=1)
     models: list[str] = Field(min_length=1)
     workers: list[Worker] = Field(min_length=1)
-    # what the pool's model counts prompts with (compressor/served.py): cl100k (the
-    # emulator's), hf:<tokenizer folder> (tokenizer.json + its chat template), or engine
-    tokenizer: str = "cl100k"
+    # what the pool's model counts prompts with (compressor/served.py): auto (the engine's
+    # /tokenize where it offers it, probed at start; else cl100k), cl100k (the emulator's),
+    # hf:<tokenizer folder> (tokenizer.json + its chat template), or engine
+    tokenizer: str = "auto"
     # tokenizer: engine — how long the gateway waits for a worker's /tokenize before it
     # counts locally (cl100k) instead (gateway/tokenize.py)
     tokenize_timeout_s: float = Field(0.5, gt=0)

@@ -36,7 +36,7 @@ import orjson
 
 from compressor.compress import CompressorConfig
 from compressor.script import script_of_prompt
-from compressor.served import ENGINE, load_served
+from compressor.served import AUTO, ENGINE, load_served
 from gateway import logs, quartz
 from gateway.config import GatewayConfig
 from gateway.errors import (
@@ -254,7 +254,7 @@ class Pipeline:
         served = load_served(short.tokenizer) if short is not None else None
         compressor = CompressorConfig(protect_last_user=p.protect_last_user)
         engine = None
-        if short is not None and short.tokenizer == ENGINE:
+        if short is not None and short.tokenizer in (ENGINE, AUTO):
             engine = EngineTokenizer(
                 client, fleet, p.short_pool, short.tokenize_timeout_s, metrics, self.loop.time
             )

@@ -30,9 +30,11 @@ below it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -46,6 +48,7 @@ from gateway.workers import Fleet, WorkerState
 log = logging.getLogger("fleetgate.tokenize")
 
 RECHECK_MARGIN = 0.02  # share of T_c an unchecked estimate must stay below it
+CACHE_ENTRIES = 4096  # engine counts kept (a 16-byte digest and an int each)
 MAX_RESPONSE_BYTES = 4 << 20  # /tokenize lists the ids: ~6 bytes a token
 _HEADERS = b"content-type: application/json\r\n"
 
@@ -72,8 +75,17 @@ class EngineTokenizer:
         self.now = now
         self._results = {
             r: metrics.tokenize_requests.labels(pool, r)
-            for r in ("ok", "timeout", "error", "unsupported")
+            for r in ("ok", "timeout", "error", "unsupported", "cached")
         }
+        # what the start-up probe found (gateway/tokenizer_probe.py); None: not probed,
+        # the chat form is then asked of vLLM only, as the engines documented it
+        self.chat_form: bool | None = None
+        self.prompt_form: bool | None = None
+        # the engine's counts of whole requests, by a digest of the body asked: the count
+        # of an original is asked again after compression fails or by a retried request,
+        # and a chat resent with the same history is the same body
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self.unreachable = False  # no routable worker at the last call
 
     def _worker(self) -> WorkerState | None:
         now = self.now()
@@ -87,14 +99,21 @@ class EngineTokenizer:
         messages: list[Any] | None = None,
         prompt: str | None = None,
         tools: list[Any] | None = None,
+        probing: bool = False,
     ) -> int | None:
         """The engine's prompt tokens for a chat (`messages`) or a completion `prompt`;
-        None when it cannot say in time (counted by result in the metric)."""
+        None when it cannot say in time (counted by result in the metric). `probing`:
+        ask whatever the forms found so far (gateway/tokenizer_probe.py)."""
         worker = self._worker()
+        self.unreachable = worker is None
         if worker is None:  # the pool is down: placement sends the request elsewhere anyway
             self._results["error"].inc()
             return None
-        if messages is not None and worker.engine != "vllm":
+        chat_ok = self.chat_form if self.chat_form is not None else worker.engine == "vllm"
+        if not probing and (
+            (messages is not None and not chat_ok)
+            or (messages is None and self.prompt_form is False)
+        ):
             self._results["unsupported"].inc()
             return None
         body: dict[str, Any] = {"model": model}
@@ -105,6 +124,12 @@ class EngineTokenizer:
         else:
             body.update(prompt=prompt or "", add_special_tokens=True)
         data = json.dumps(body, ensure_ascii=False).encode()
+        key = hashlib.blake2b(data, digest_size=16).digest()
+        held = self._counts.get(key)
+        if held is not None:
+            self._counts.move_to_end(key)
+            self._results["cached"].inc()
+            return held
         headers = _HEADERS + worker.extra_headers
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -131,6 +156,9 @@ class EngineTokenizer:
             log.warning("%s: /tokenize answered %d without a count", worker.id, up.status)
             return None
         self._results["ok"].inc()
+        self._counts[key] = n
+        if len(self._counts) > CACHE_ENTRIES:
+            self._counts.popitem(last=False)
         return n
 
 
