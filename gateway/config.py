@@ -189,6 +189,10 @@ class Placement(_Section):
     # never shorten the last user message (compressor.compress.CompressorConfig's
     # protect_last_user; false: it is shortened around its trailing question)
     protect_last_user: bool = False
+    # compress_and_route with no larger pool serving a model: compress band requests onto
+    # the one pool (true), or refuse them 413 naming this key (false, the default: a
+    # single pool silently shortening prompts surprised users)
+    compress_single_pool: bool = False
 
 
 ServiceClassName = Literal["dedicated", "guaranteed", "elastic", "spot", "preemptible"]

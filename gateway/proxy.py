@@ -202,7 +202,10 @@ class Pipeline:
         self.traffic = traffic
         self.loop = asyncio.get_running_loop()
         p = config.placement
-        placer = make_placement(p.policy, p.short_pool, config.b_short, p.gamma, p.verify_margin)
+        placer = make_placement(
+            p.policy, p.short_pool, config.b_short, p.gamma, p.verify_margin,
+            p.compress_single_pool,
+        )  # fmt: skip
         self.budget = TokenBudget(
             BudgetConfig(
                 bytes_per_token=config.budget.bytes_per_token,

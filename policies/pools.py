@@ -122,6 +122,9 @@ class CompressAndRoute:
     compressible: frozenset[Category] = DEFAULT_COMPRESSIBLE  # FleetOpt §5.2: never code
     verify_margin: float = 0.05  # estimates this close below B_short are counted exactly
     min_target: int = 256  # a T_c below this leaves no room for a prompt: not borderline
+    # with no larger pool serving the model, C&R would silently shorten every band request
+    # to fit the one pool: only when asked (`placement.compress_single_pool`); else 413
+    compress_single_pool: bool = False
 
     def __post_init__(self) -> None:
         if self.gamma < 1.0:
@@ -168,7 +171,8 @@ class CompressAndRoute:
             )
         live_fallback = tuple(n for n in uncompressed if healthy is None or n in healthy)
         in_band = total <= self.gamma * b
-        if in_band and may and target >= self.min_target:
+        two_pools = bool(others) or self.compress_single_pool
+        if in_band and may and target >= self.min_target and two_pools:
             if healthy is not None and short.name not in healthy and live_fallback:
                 return Placement(
                     Verdict.PLACED, live_fallback, limit, category=category,
@@ -191,6 +195,11 @@ class CompressAndRoute:
             extra = ""
             if total <= self.gamma * b and not may:
                 extra = f"; {category.value} content is not compressed"
+            elif total <= self.gamma * b and not two_pools:
+                extra = (
+                    "; Compress-and-Route compresses only with a larger pool to fall back to"
+                    " (placement.compress_single_pool: true compresses onto this one)"
+                )
             elif total <= self.gamma * b:
                 extra = f"; max_tokens {request.max_tokens} leaves no room to compress into"
             return _too_long(request, limit, extra)
@@ -213,6 +222,7 @@ def _compress_and_route(params: Mapping[str, Any]) -> Placer:
         params["b_short"],
         params.get("gamma", 1.5),
         verify_margin=params.get("verify_margin", 0.05),
+        compress_single_pool=params.get("compress_single_pool", False),
     )
 
 
@@ -230,7 +240,9 @@ def make_placement(
     b_short: int,
     gamma: float = 1.5,
     verify_margin: float = 0.05,
+    compress_single_pool: bool = False,
 ) -> Placer:
     """A placement policy by its configuration name; an unknown name fails at start."""
     params = {"short_pool": short_pool, "b_short": b_short, "gamma": gamma}
-    return PLACERS.make(name, params | {"verify_margin": verify_margin})
+    extra = {"verify_margin": verify_margin, "compress_single_pool": compress_single_pool}
+    return PLACERS.make(name, params | extra)

@@ -159,7 +159,11 @@ def counted(
         key=lambda p: (p.max_model_len, p.name),
     )
     longer = tuple(p.name for p in others if healthy is None or p.name in healthy)
-    compress = isinstance(placer, CompressAndRoute) and request.category in placer.compressible
+    compress = (
+        isinstance(placer, CompressAndRoute)
+        and request.category in placer.compressible
+        and (bool(others) or placer.compress_single_pool)
+    )
     return Placement(
         Verdict.PLACED,
         (short.name, *longer),
