@@ -19,7 +19,6 @@ Pure: no I/O; the exact counts are the caller's (compressor/compress.py's `fit_r
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,32 +141,29 @@ def _fit_text(
     target: int,
     count: Callable[[str], int],
     before: int,
-    rounds: int = 6,
 ) -> tuple[str, int, int] | None:
     """The most records of `text` (spread evenly) whose request counts ≤ `target`:
     (text, its request's tokens, records kept), or None when one record is too many.
-    Records are about equally long, so the first guess is proportional and each further
-    round corrects by the excess measured exactly."""
+    A bisection on how many are kept, every step an exact count (records differ in
+    length too much for a proportional guess: one package lists 2 requirements, the next
+    40); ~log2(n) counts."""
     n = len(found.items)
     one = keep_records(text, found, [0])
     low = count(one)
     if low > target:
         return None
-    per = max((before - low) / max(n - 1, 1), 1e-9)
-    k = min(n - 1, 1 + int((target - low) / per))
     best: tuple[str, int, int] = (one, low, 1)
-    for _ in range(rounds):
-        if k <= best[2]:
-            break
-        candidate = keep_records(text, found, spread(n, k))
+    lo, hi = 2, n - 1  # n itself is the original, which did not fit
+    while lo <= hi:
+        k = (lo + hi) // 2
+        keep = spread(n, k)
+        candidate = keep_records(text, found, keep)
         tokens = count(candidate)
         if tokens <= target:
-            best = (candidate, tokens, len(spread(n, k)))
-            if target - tokens < per:
-                break
-            k = min(n - 1, k + int((target - tokens) / per))
+            best = (candidate, tokens, len(keep))
+            lo = k + 1
         else:
-            k -= max(1, math.ceil((tokens - target) / per))
+            hi = k - 1
     return best
 
 

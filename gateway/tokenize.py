@@ -22,7 +22,7 @@ request's ratio r = E / L. A request with E ≤ T_c fits as it is. Otherwise the
 shortens it to ⌊T_c / r⌋ local tokens, and the result is counted by the engine once more:
 at most T_c, it is sent with that count (exact: Eq. 15 holds in the engine's tokens);
 over, the local target is lowered by the excess (in local tokens) and the engine checks
-once more; still over, the request is not compressed (the long pool). If a re-check gets
+once more, up to `ENGINE_ROUNDS` (4) compressions; still over, the request is not compressed (the long pool). If a re-check gets
 no answer, the estimate r × L' is trusted only when it is at least `RECHECK_MARGIN` of T_c
 below it.
 """
@@ -47,6 +47,10 @@ from gateway.workers import Fleet, WorkerState
 
 log = logging.getLogger("fleetgate.tokenize")
 
+# compressions checked by the engine before the request goes long uncompressed: the ratio
+# of what is kept can differ from the whole's (a CJK page with ASCII option tables: the
+# compressor drops more of one than the other), so two were often not enough (issue 24)
+ENGINE_ROUNDS = 4
 RECHECK_MARGIN = 0.02  # share of T_c an unchecked estimate must stay below it
 CACHE_ENTRIES = 4096  # engine counts kept (a 16-byte digest and an int each)
 MAX_RESPONSE_BYTES = 4 << 20  # /tokenize lists the ids: ~6 bytes a token
@@ -209,7 +213,7 @@ async def fit_with_engine(
     ratio = first / max(local, 1)
     aim = math.floor(target / ratio)
     unchanged = Compression(target, first, first, prompt, sent_messages)
-    for _ in range(2):
+    for _ in range(ENGINE_ROUNDS):
         result = await compress(aim)
         if not result.fits or not result.changed:
             return Compression(target, first, first, prompt, sent_messages, detail=result.detail)
