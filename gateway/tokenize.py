@@ -22,9 +22,10 @@ request's ratio r = E / L. A request with E ≤ T_c fits as it is. Otherwise the
 shortens it to ⌊T_c / r⌋ local tokens, and the result is counted by the engine once more:
 at most T_c, it is sent with that count (exact: Eq. 15 holds in the engine's tokens);
 over, the local target is lowered by the excess (in local tokens) and the engine checks
-once more, up to `ENGINE_ROUNDS` (4) compressions; still over, the request is not compressed (the long pool). If a re-check gets
-no answer, the estimate r × L' is trusted only when it is at least `RECHECK_MARGIN` of T_c
-below it.
+once more, up to `ENGINE_ROUNDS` (4) compressions; still over, the request is not
+compressed (the long pool). If a re-check gets no answer, the estimate r × L' is trusted
+only when it is at least `RECHECK_MARGIN` of T_c below it. A counted placement's request
+(policies/uncertainty.py) that the engine counts above the band is not compressed at all.
 """
 
 from __future__ import annotations
