@@ -21,7 +21,8 @@ E of the original request and the local count L of it, taken at the same time, g
 request's ratio r = E / L. A request with E ≤ T_c fits as it is. Otherwise the compressor
 shortens it to ⌊T_c / r⌋ local tokens, and the result is counted by the engine once more:
 at most T_c, it is sent with that count (exact: Eq. 15 holds in the engine's tokens);
-over, the local target is lowered by the excess (in local tokens) and the engine checks
+over, the local target is lowered by the excess, converted to local tokens at the rate the
+tokens dropped so far were worth in the engine's count, and the engine checks
 once more, up to `ENGINE_ROUNDS` (4) compressions; still over, the request is not
 compressed (the long pool). If a re-check gets no answer, the estimate r × L' is trusted
 only when it is at least `RECHECK_MARGIN` of T_c below it. A counted placement's request
@@ -226,7 +227,14 @@ async def fit_with_engine(
             return _not_fitted(unchanged, "the engine did not re-check the compressed prompt")
         if after <= target:
             return _in_engine_tokens(result, target, first, after)
-        aim -= math.ceil((after - target) * result.tokens_after / after) + 1
+        # the engine tokens a local token removed were worth: what was dropped so far may
+        # pack differently from the whole (CJK prose around ASCII tables), so correct by
+        # that marginal ratio, not the whole's (a secant step; the whole's when unknown)
+        dropped_local = local - result.tokens_after
+        marginal = (first - after) / dropped_local if dropped_local > 0 else 0.0
+        if not 0.05 < marginal < 20:
+            marginal = after / max(result.tokens_after, 1)
+        aim = min(aim, result.tokens_after) - math.ceil((after - target) / marginal) - 1
     return _not_fitted(unchanged, "still above the target after the engine's re-check")
 
 
