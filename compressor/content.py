@@ -15,7 +15,9 @@ Rules, in order:
    characters ask about that material: they name it ("the context", "the passages",
    "sources", "cite", "according to"), or hold a question mark with a label or ≥ 2
    headers. Retrieval comes first: retrieved passages may well contain code.
-2. **code** if the code score ≥ `CODE_THRESHOLD` (0.15), where per line
+2. **code** if the code score ≥ `CODE_THRESHOLD` (0.15) — unless the text is a pasted log
+   (`is_log`) or JSON (`json_paste`): classed by what compressing them does (issue 24),
+   they lose whole lines or records, which code never does — where per line
    score = (lines ending in `:` `;` `{` `}` `)` `,` + ` = ` + `()` + `return ` + `def `)
            − `>>> ` − ½·(`. ` + `, `),
    or if fenced code blocks hold more than half the characters. Documentation with
@@ -172,7 +174,7 @@ def classify_text(text: str) -> Category:
     """Category of a completion prompt (or of one message's text)."""
     if _is_rag(text):
         return Category.RAG
-    if is_code(text) and not json_paste(text):
+    if is_code(text) and not json_paste(text) and not is_log(text):
         return Category.CODE
     return Category.PROSE
 
@@ -190,7 +192,7 @@ def classify_chat(messages: Sequence[Mapping[str, Any]]) -> Category:
     ):
         return Category.RAG
     joined = "\n".join(texts)
-    if is_code(joined) and not json_paste(joined):
+    if is_code(joined) and not json_paste(joined) and not is_log(joined):
         return Category.CODE
     if "assistant" in roles or roles.count("user") >= 2:
         return Category.CHAT
