@@ -158,7 +158,9 @@ def counted(
         (p for p in serving if p is not short and lowest_total <= p.max_model_len),
         key=lambda p: (p.max_model_len, p.name),
     )
-    longer = tuple(p.name for p in others if healthy is None or p.name in healthy)
+    # every larger pool, up or not, as a long placement lists them: the driver spills past
+    # a dead one (and counts the spill) exactly as it does for a request placed long
+    longer = tuple(p.name for p in others)
     compress = (
         isinstance(placer, CompressAndRoute)
         and request.category in placer.compressible
