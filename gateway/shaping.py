@@ -120,10 +120,12 @@ class Shaper:
             info = taken.info
             assert info is not None
             self.traffic.observe(info.total_tokens, info.prompt_tokens)
+            why = taken.reason.partition("; ")[2]  # e.g. compression needs a larger pool
             raise ContextLengthExceeded(
                 f"This request needs about {info.total_tokens} tokens ({info.prompt_tokens} in the prompt, "
                 f"estimated, + {info.max_tokens} for the completion), more than the largest context serving "
-                f"`{parsed.model}` ({taken.limit} tokens). Shorten the prompt or lower max_tokens.",
+                f"`{parsed.model}` ({taken.limit} tokens). Shorten the prompt or lower max_tokens."
+                + (f" ({why})" if why else ""),
                 param=taken.param,
             )
         self.traffic.observe(taken.info.total_tokens, taken.info.prompt_tokens)
