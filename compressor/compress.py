@@ -67,6 +67,7 @@ from compressor.counting import default_counter
 from compressor.document import Analyzer, Document
 from compressor.exact import kept_tokens
 from compressor.question import DEFAULT_TAIL_TOKENS, question_tail
+from compressor.records import fit_records
 from compressor.scoring import ScoreConfig, scores
 from compressor.select import BoolArray, greedy_select, refill, trim
 from compressor.sentences import DEFAULT_MAX_UNIT_CHARS
@@ -428,9 +429,44 @@ def fit_request(
             detail = "" if tokens <= target else "may not be compressed"
             sent = list(messages) if messages is not None else None
             return Compression(target, tokens, tokens, prompt, sent, detail=detail)
+    records = _fit_records(target, prompt, messages, template, tools, config or _DEFAULT)
+    if records is not None:
+        return records
     if messages is not None:
         return compress_chat(messages, target, config, analyzer, template, tools)
     return compress_prompt(prompt or "", target, config, analyzer, template)
+
+
+def _fit_records(
+    target: int,
+    prompt: str | None,
+    messages: Sequence[Message] | None,
+    template: ServedTemplate,
+    tools: Tools,
+    config: CompressorConfig,
+) -> Compression | None:
+    """A request whose bulk is a JSON paste loses whole records, never lines
+    (compressor/records.py); None for every other request (compressed as before)."""
+    texts = [prompt or ""] if messages is None else [str(m.get("content")) for m in messages]
+    if not any(("{" in t or "[" in t) and len(t) >= MIN_SHORTENABLE_CHARS for t in texts):
+        return None
+
+    @lru_cache(maxsize=1)
+    def before() -> int:
+        if messages is not None:
+            return template.chat_tokens(messages, tools)
+        return template.completion_tokens(prompt or "")
+
+    fitted = fit_records(
+        target, before, prompt, messages,
+        template.completion_tokens, lambda m: template.chat_tokens(m, tools),
+        config.protect_last_user,
+    )  # fmt: skip
+    if fitted is None:
+        return None
+    new_prompt, new_messages, after, units, dropped = fitted
+    sent: list[Message] | None = None if new_messages is None else list(new_messages)
+    return Compression(target, before(), after, new_prompt, sent, units, dropped)
 
 
 def request_tokens(

@@ -15,7 +15,9 @@ Rules, in order:
    characters ask about that material: they name it ("the context", "the passages",
    "sources", "cite", "according to"), or hold a question mark with a label or ≥ 2
    headers. Retrieval comes first: retrieved passages may well contain code.
-2. **code** if the code score ≥ `CODE_THRESHOLD` (0.15), where per line
+2. **code** if the code score ≥ `CODE_THRESHOLD` (0.15) — unless the text is a pasted log
+   (`is_log`) or JSON (`json_paste`): classed by what compressing them does (issue 24),
+   they lose whole lines or records, which code never does — where per line
    score = (lines ending in `:` `;` `{` `}` `)` `,` + ` = ` + `()` + `return ` + `def `)
            − `>>> ` − ½·(`. ` + `, `),
    or if fenced code blocks hold more than half the characters. Documentation with
@@ -144,11 +146,30 @@ def _is_rag(text: str, need_ask: bool = True) -> bool:
     return names_sources or (headers != 1 and "?" in tail)
 
 
+# a JSON paste: a `{` or `[` opening a line, then a key or an item, and `"key": ` pairs
+# on a good share of the sample's lines (indented JSON ends its lines in `,` `{` `[` like
+# code, which is what made it look like code before issue 24)
+_JSON_START = re.compile(r"(?:^|\n)[^\S\n]*[\[{]\s*[\[{\"]")
+JSON_KEY_SHARE = 0.15  # `": ` per line (indented records: ~0.25; lists of strings lower it)
+JSON_QUOTES = 1.5  # `"` per line (JSON: ~2 and more; Python source: ~0.3)
+
+
+def json_paste(text: str) -> bool:
+    """Mostly JSON (on the sample): compressed by dropping whole records
+    (compressor/records.py), so not code. A false positive only costs a look for a
+    record array that parses; without one the compressor's own code gate still holds."""
+    s = _sample(text)
+    if _JSON_START.search(s) is None:
+        return False
+    lines = s.count("\n") + 1
+    return s.count('": ') >= JSON_KEY_SHARE * lines and s.count('"') >= JSON_QUOTES * lines
+
+
 def classify_text(text: str) -> Category:
     """Category of a completion prompt (or of one message's text)."""
     if _is_rag(text):
         return Category.RAG
-    if is_code(text):
+    if is_code(text) and not json_paste(text) and not is_log(text):
         return Category.CODE
     return Category.PROSE
 
@@ -165,7 +186,8 @@ def classify_chat(messages: Sequence[Mapping[str, Any]]) -> Category:
         if r != "assistant" and len(t) > 1000
     ):
         return Category.RAG
-    if is_code("\n".join(texts)):
+    joined = "\n".join(texts)
+    if is_code(joined) and not json_paste(joined) and not is_log(joined):
         return Category.CODE
     if "assistant" in roles or roles.count("user") >= 2:
         return Category.CHAT

@@ -315,9 +315,10 @@ class Pool(_Section):
         " ready endpoints join, endpoints that go away or turn not ready drain, as a"
         " configuration reload would do.",
     )
-    # what the pool's model counts prompts with (compressor/served.py): cl100k (the
-    # emulator's), hf:<tokenizer folder> (tokenizer.json + its chat template), or engine
-    tokenizer: str = "cl100k"
+    # what the pool's model counts prompts with (compressor/served.py): auto (the engine's
+    # /tokenize where it offers it, probed at start; else cl100k), cl100k (the emulator's),
+    # hf:<tokenizer folder> (tokenizer.json + its chat template), or engine
+    tokenizer: str = "auto"
     # tokenizer: engine — how long the gateway waits for a worker's /tokenize before it
     # counts locally (cl100k) instead (gateway/tokenize.py)
     tokenize_timeout_s: float = Field(0.5, gt=0)
@@ -357,6 +358,10 @@ class Placement(_Section):
     # never shorten the last user message (compressor.compress.CompressorConfig's
     # protect_last_user; false: it is shortened around its trailing question)
     protect_last_user: bool = False
+    # compress_and_route with no larger pool serving a model: compress band requests onto
+    # the one pool (true), or refuse them 413 naming this key (false, the default: a
+    # single pool silently shortening prompts surprised users)
+    compress_single_pool: bool = False
 
     @model_validator(mode="after")
     def _builds(self) -> Placement:
@@ -367,7 +372,12 @@ class Placement(_Section):
             PLACERS.names(),
             self.policy,
             lambda: make_placement(
-                self.policy, self.short_pool, b_short, self.gamma, self.verify_margin, self.params
+                self.policy,
+                self.short_pool,
+                b_short,
+                self.gamma,
+                self.verify_margin,
+                {**self.params, "compress_single_pool": self.compress_single_pool},
             ),
         )
         return self

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -504,10 +505,24 @@ class GatewayMetrics:
             "Prompt tokens removed by compression (exact cl100k counts).",
             registry=r,
         )
+        self.compress_uncertain = Counter(
+            "fleetgate_compress_uncertain",
+            "Requests the byte estimate could not place (their bytes-per-token interval holds "
+            "B_short or γ·B_short): counted exactly before placement was decided.",
+            registry=r,
+        )
         self.compress_seconds = Histogram(
             "fleetgate_compress_duration_seconds",
             "Time spent counting and compressing one request.",
             buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1),
+            registry=r,
+        )
+        self.tokenizer_info = Gauge(
+            "fleetgate_tokenizer_info",
+            "1 for the counter each pool's prompts are counted with, found at start "
+            "(source: engine = the worker's /tokenize, engine_prompt = only its prompt form, "
+            "chats counted locally; hf = the configured tokenizer folder; cl100k).",
+            ["pool", "source"],
             registry=r,
         )
         self.tokenize_requests = Counter(

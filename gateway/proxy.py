@@ -33,7 +33,8 @@ from concurrent.futures import Executor
 from typing import Any, Protocol
 
 from compressor.compress import CompressorConfig
-from compressor.served import ENGINE, load_served
+from compressor.script import script_of_prompt
+from compressor.served import AUTO, ENGINE, load_served
 from gateway import logs, quartz, request_ids
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
@@ -59,6 +60,7 @@ from policies.hooks import Hook
 from policies.leases import Load
 from policies.ticket import Ticket
 from policies.types import WorkerView
+from policies.uncertainty import ByteBounds
 
 _log = logging.getLogger("fleetgate.quartz")
 _JSON = b"application/json"
@@ -98,7 +100,7 @@ def core_spec(config: GatewayConfig) -> CoreSpec:
         b_short=config.b_short,
         gamma=p.gamma,
         verify_margin=p.verify_margin,
-        placement_params=p.params,
+        placement_params={**p.params, "compress_single_pool": p.compress_single_pool},
         budget=BudgetConfig(
             bytes_per_token=config.budget.bytes_per_token,
             default_max_tokens=config.budget.default_max_tokens,
@@ -141,6 +143,9 @@ class Pipeline:
             classify=classify_prompt,
             # QUARTZ's predictor: None unless configured (then no predictor work per request)
             predictor_for=lambda core: quartz.predictor_for(config),
+            # count exactly where the byte estimate cannot place a request (issue 24)
+            bounds=ByteBounds(),
+            scripter=script_of_prompt,
         )
         self.core, self.predictor = core, predictor
         self.budget = core.intake.budget
@@ -165,7 +170,7 @@ class Pipeline:
         served = load_served(short.tokenizer) if short is not None else None
         compressor = CompressorConfig(protect_last_user=p.protect_last_user)
         engine = None
-        if short is not None and short.tokenizer == ENGINE:
+        if short is not None and short.tokenizer in (ENGINE, AUTO):
             engine = EngineTokenizer(
                 client, fleet, p.short_pool, short.tokenize_timeout_s, metrics, loop.time
             )

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from gateway import __version__, drain
+from gateway import __version__, drain, tokenizer_probe
 from gateway.apikeys import KeyDirectory
 from gateway.config import ConfigError, ConfigSource, GatewayConfig
 from gateway.discovery_k8s import Discovery
@@ -159,6 +159,10 @@ class Gateway:
             self.compress_pool,
         )
         self.metrics.watch_dispatch(self.pipeline.core.dispatcher)
+        # tokenizer: auto — which counter each pool uses, probed once, exported and logged
+        await tokenizer_probe.settle_fleet(
+            cfg, self.client, self.fleet, self.metrics, now, self.pipeline.shaper.engine
+        )
         # token pools: the store (Redis: attached, published, heartbeat, control loop)
         self.tenancy = Tenancy.of(cfg, self.pipeline.core.admitter, REPLICA_ID)
         self.keys = self.tenancy.keys

@@ -41,6 +41,7 @@ from policies.events import Fitted, Request
 from policies.intake import Prompt
 from policies.ticket import Ticket
 from policies.types import Category, PoolSpec
+from policies.uncertainty import counted_in_band
 
 
 class FleetView(Protocol):
@@ -133,10 +134,12 @@ class Shaper:
             info = action.info
             assert info is not None
             self.traffic.observe(info.total_tokens, info.prompt_tokens)
+            why = action.reason.partition("; ")[2]  # e.g. compression needs a larger pool
             raise ContextLengthExceeded(
                 f"This request needs about {info.total_tokens} tokens ({info.prompt_tokens} in the prompt, "
                 f"estimated, + {info.max_tokens} for the completion), more than the largest context serving "
-                f"`{parsed.model}` ({action.limit} tokens). Shorten the prompt or lower max_tokens.",
+                f"`{parsed.model}` ({action.limit} tokens). Shorten the prompt or lower max_tokens."
+                + (f" ({why})" if why else ""),
                 param=action.param,
             )
         placed = action.ticket.placed  # type: ignore[union-attr]
@@ -159,6 +162,8 @@ class Shaper:
         m = self.metrics
         if placement.borderline:
             m.compress_borderline.inc()
+        if placement.uncertain:
+            m.compress_uncertain.inc()
         prompt = parsed.body.get("prompt") if parsed.endpoint != CHAT else None
         if parsed.prompt_token_ids or (parsed.endpoint != CHAT and not isinstance(prompt, str)):
             # token ids or a batch of prompts: counted as given, never rewritten
@@ -203,12 +208,28 @@ class Shaper:
                     messages=messages,
                     prompt=prompt if isinstance(prompt, str) else None,
                     tools=list(tools) or None,
+                    compress_within=placement.compress_within,
                 )
             if engine_result is not None:
                 result = engine_result
+            elif placement.uncertain:  # issue 24: count, then compress only within the band
+                result = await run(target, False, True)
+                within = placement.compress_within
+                if (
+                    placement.may_compress
+                    and not result.fits
+                    and within is not None
+                    and result.tokens_before <= within
+                ):
+                    result = await run(target, True, False)
             else:  # counted locally: the served template, or the engine's fallback
                 result = await run(target, placement.may_compress, not placement.borderline)
         action = self.core.on(ticket, Fitted(result, param), asyncio.get_running_loop().time())
+        if counted_in_band(placement, result.tokens_before):  # placed by the count
+            self.traffic.band()
+            if placement.may_compress:
+                m.compress_borderline.inc()
+                self.traffic.compression(ticket.placed.compression is not None)
         if placement.borderline:
             self.traffic.compression(result.fits)
         if isinstance(action, Refuse) and action.code == "too_long":

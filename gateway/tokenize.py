@@ -21,18 +21,22 @@ E of the original request and the local count L of it, taken at the same time, g
 request's ratio r = E / L. A request with E ≤ T_c fits as it is. Otherwise the compressor
 shortens it to ⌊T_c / r⌋ local tokens, and the result is counted by the engine once more:
 at most T_c, it is sent with that count (exact: Eq. 15 holds in the engine's tokens);
-over, the local target is lowered by the excess (in local tokens) and the engine checks
-once more; still over, the request is not compressed (the long pool). If a re-check gets
-no answer, the estimate r × L' is trusted only when it is at least `RECHECK_MARGIN` of T_c
-below it.
+over, the local target is lowered by the excess, converted to local tokens at the rate the
+tokens dropped so far were worth in the engine's count, and the engine checks
+once more, up to `ENGINE_ROUNDS` (4) compressions; still over, the request is not
+compressed (the long pool). If a re-check gets no answer, the estimate r × L' is trusted
+only when it is at least `RECHECK_MARGIN` of T_c below it. A counted placement's request
+(policies/uncertainty.py) that the engine counts above the band is not compressed at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -45,7 +49,12 @@ from gateway.workers import Fleet, WorkerState
 
 log = logging.getLogger("fleetgate.tokenize")
 
+# compressions checked by the engine before the request goes long uncompressed: the ratio
+# of what is kept can differ from the whole's (a CJK page with ASCII option tables: the
+# compressor drops more of one than the other), so two were often not enough (issue 24)
+ENGINE_ROUNDS = 4
 RECHECK_MARGIN = 0.02  # share of T_c an unchecked estimate must stay below it
+CACHE_ENTRIES = 4096  # engine counts kept (a 16-byte digest and an int each)
 MAX_RESPONSE_BYTES = 4 << 20  # /tokenize lists the ids: ~6 bytes a token
 _HEADERS = b"content-type: application/json\r\n"
 
@@ -72,8 +81,17 @@ class EngineTokenizer:
         self.now = now
         self._results = {
             r: metrics.tokenize_requests.labels(pool, r)
-            for r in ("ok", "timeout", "error", "unsupported")
+            for r in ("ok", "timeout", "error", "unsupported", "cached")
         }
+        # what the start-up probe found (gateway/tokenizer_probe.py); None: not probed,
+        # the chat form is then asked of vLLM only, as the engines documented it
+        self.chat_form: bool | None = None
+        self.prompt_form: bool | None = None
+        # the engine's counts of whole requests, by a digest of the body asked: the count
+        # of an original is asked again after compression fails or by a retried request,
+        # and a chat resent with the same history is the same body
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
+        self.unreachable = False  # no routable worker at the last call
 
     def _worker(self) -> WorkerState | None:
         now = self.now()
@@ -87,14 +105,21 @@ class EngineTokenizer:
         messages: list[Any] | None = None,
         prompt: str | None = None,
         tools: list[Any] | None = None,
+        probing: bool = False,
     ) -> int | None:
         """The engine's prompt tokens for a chat (`messages`) or a completion `prompt`;
-        None when it cannot say in time (counted by result in the metric)."""
+        None when it cannot say in time (counted by result in the metric). `probing`:
+        ask whatever the forms found so far (gateway/tokenizer_probe.py)."""
         worker = self._worker()
+        self.unreachable = worker is None
         if worker is None:  # the pool is down: placement sends the request elsewhere anyway
             self._results["error"].inc()
             return None
-        if messages is not None and worker.engine != "vllm":
+        chat_ok = self.chat_form if self.chat_form is not None else worker.engine == "vllm"
+        if not probing and (
+            (messages is not None and not chat_ok)
+            or (messages is None and self.prompt_form is False)
+        ):
             self._results["unsupported"].inc()
             return None
         body: dict[str, Any] = {"model": model}
@@ -105,6 +130,12 @@ class EngineTokenizer:
         else:
             body.update(prompt=prompt or "", add_special_tokens=True)
         data = json.dumps(body, ensure_ascii=False).encode()
+        key = hashlib.blake2b(data, digest_size=16).digest()
+        held = self._counts.get(key)
+        if held is not None:
+            self._counts.move_to_end(key)
+            self._results["cached"].inc()
+            return held
         headers = _HEADERS + worker.extra_headers
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -131,6 +162,9 @@ class EngineTokenizer:
             log.warning("%s: /tokenize answered %d without a count", worker.id, up.status)
             return None
         self._results["ok"].inc()
+        self._counts[key] = n
+        if len(self._counts) > CACHE_ENTRIES:
+            self._counts.popitem(last=False)
         return n
 
 
@@ -154,9 +188,12 @@ async def fit_with_engine(
     messages: list[Any] | None = None,
     prompt: str | None = None,
     tools: list[Any] | None = None,
+    compress_within: int | None = None,
 ) -> Compression | None:
     """The fit of a request in the engine's tokens (see the module docstring), or None
-    when the engine did not count the original (the caller counts locally)."""
+    when the engine did not count the original (the caller counts locally). A request
+    the engine counts above `compress_within` (a counted placement's band) is not
+    compressed."""
 
     def ask(m: list[Any] | None, p: str | None) -> Awaitable[int | None]:
         return engine.count(model, messages=m, prompt=p, tools=tools)
@@ -173,10 +210,12 @@ async def fit_with_engine(
         return None
     if first <= target:
         return Compression(target, first, first, prompt, sent_messages)
+    if compress_within is not None and first > compress_within:
+        return Compression(target, first, first, prompt, sent_messages, detail="above the band")
     ratio = first / max(local, 1)
     aim = math.floor(target / ratio)
     unchanged = Compression(target, first, first, prompt, sent_messages)
-    for _ in range(2):
+    for _ in range(ENGINE_ROUNDS):
         result = await compress(aim)
         if not result.fits or not result.changed:
             return Compression(target, first, first, prompt, sent_messages, detail=result.detail)
@@ -188,7 +227,14 @@ async def fit_with_engine(
             return _not_fitted(unchanged, "the engine did not re-check the compressed prompt")
         if after <= target:
             return _in_engine_tokens(result, target, first, after)
-        aim -= math.ceil((after - target) * result.tokens_after / after) + 1
+        # the engine tokens a local token removed were worth: what was dropped so far may
+        # pack differently from the whole (CJK prose around ASCII tables), so correct by
+        # that marginal ratio, not the whole's (a secant step; the whole's when unknown)
+        dropped_local = local - result.tokens_after
+        marginal = (first - after) / dropped_local if dropped_local > 0 else 0.0
+        if not 0.05 < marginal < 20:
+            marginal = after / max(result.tokens_after, 1)
+        aim = min(aim, result.tokens_after) - math.ceil((after - target) / marginal) - 1
     return _not_fitted(unchanged, "still above the target after the engine's re-check")
 
 

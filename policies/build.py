@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from compressor.script import Script
 from policies.admission import make_admitter
 from policies.budget import BudgetConfig, TokenBudget
 from policies.clock import Clock
@@ -22,11 +23,12 @@ from policies.core import Core
 from policies.dispatch import attach_clock, make_dispatcher
 from policies.health import Breaker
 from policies.hooks import Hook
-from policies.intake import Classifier, Intake
+from policies.intake import Classifier, Intake, Prompt
 from policies.pools import make_placement
 from policies.quantile.predictor import Predictor, attach
 from policies.retry import RetryPolicy
 from policies.routing import Router, make_router
+from policies.uncertainty import ByteBounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +65,16 @@ def build_core(
     classify: Classifier | None = None,
     routers: Mapping[str, Router] | None = None,
     predictor_for: Callable[[Core], Predictor | None] | None = None,
+    bounds: ByteBounds | None = None,
+    scripter: Callable[[Prompt], Script] | None = None,
 ) -> tuple[Core, Predictor | None]:
     """The core for `spec`, and QUARTZ's predictor when `predictor_for` gives one (it is
     asked once the core's dispatcher and `routers` exist: whether a policy uses one).
 
     `routers` replaces the routing of some pools (experiments); `classify` is the content
     classifier placement may ask (the gateway's; None: categories are given or assumed).
+    `bounds` and `scripter` turn on counting where the byte estimate cannot decide
+    (policies/uncertainty.py; the gateway's: the simulator's budget is exact or modelled).
     """
     placer = make_placement(
         spec.placement,
@@ -88,7 +94,7 @@ def build_core(
         return router
 
     core = Core(
-        Intake(placer, TokenBudget(spec.budget), classify),
+        Intake(placer, TokenBudget(spec.budget), classify, bounds=bounds, scripter=scripter),
         router_for,
         make_admitter(spec.admission.policy, dict(spec.admission.params)),
         make_dispatcher(spec.dispatch.policy, spec.dispatch.params),

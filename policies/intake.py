@@ -31,14 +31,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compressor.compress import Compression
-from policies.budget import ChatSize, TokenBudget, measure_chat, measure_prompt
+from compressor.script import Script
+from policies.budget import (
+    ChatSize,
+    TokenBudget,
+    measure_chat,
+    measure_prompt,
+    template_tokens,
+)
 from policies.protocols.placement import Placement, Placer, Verdict
 from policies.types import Category, PoolSpec, RequestInfo
+from policies.uncertainty import ASCII_FLOOR, ByteBounds, beyond_band, place_uncertain
 
 CHAT = "chat"
 COMPLETIONS = "completions"
 
 Classifier = Callable[["Prompt"], Category]
+Scripter = Callable[["Prompt"], Script]
 
 
 @dataclass(slots=True)
@@ -74,6 +83,7 @@ class Placed:
     classified: bool = False  # the category came from the classifier: feeds ĉ_k
     fit_target: int | None = None  # T_c: count exactly (and compress) to this first
     compression: Compression | None = None  # set by `fitted` when the text changed
+    script: Script | None = None  # with `Intake.bounds`: the interval's key beside category
 
     @property
     def compressed(self) -> tuple[int, int] | None:
@@ -102,9 +112,16 @@ class Intake:
     # bytes / 3 bounds its tokens for the fast path. Non-ASCII text packs far fewer
     # (Chinese ~2.5, emoji ~1.5 bytes per token): there only bytes / 1 is a bound.
     floor_bytes_per_token: float = 3.0
+    # issue 24: count exactly where the estimate cannot place (policies/uncertainty.py);
+    # None (the simulator): place on the estimate alone. `scripter` gives the script
+    # (compressor/script.py; None: TEXT for ASCII, CJK otherwise).
+    bounds: ByteBounds | None = None
+    scripter: Scripter | None = None
     _fast_limit: float = field(init=False, default=0.0)
 
     def __post_init__(self) -> None:
+        if self.bounds is not None:  # logs and JSON pack fewer bytes a token than prose
+            self.floor_bytes_per_token = min(self.floor_bytes_per_token, ASCII_FLOOR)
         # requests this small are placed alike whatever their category: not classified
         self._fast_limit = self.placer.category_blind_below
 
@@ -120,6 +137,7 @@ class Intake:
         size = prompt.size
         max_tokens = prompt.max_tokens or self.budget.config.default_max_tokens
         classified = False
+        script: Script | None = None
         if prompt.token_ids:
             category, prompt_tokens = Category.CODE, prompt.token_ids  # exact; never compressed
         elif prompt.exact_tokens is not None:
@@ -137,6 +155,8 @@ class Intake:
                     classified = True
             else:
                 classified = True
+            if classified and self.bounds is not None:
+                script = self._script(prompt)
             prompt_tokens = self.budget.estimate(size, category, max_tokens).prompt_tokens
         info = RequestInfo(
             id=request_id,
@@ -150,6 +170,11 @@ class Intake:
             choices=prompt.choices,
         )
         placement = self.placer.place(info, pools, healthy)
+        if script is not None and self.bounds is not None:
+            placement = place_uncertain(
+                self.bounds, self.placer, info, placement, size.content_bytes,
+                self._template(size), script, pools, healthy,
+            )  # fmt: skip
         param = "messages" if prompt.endpoint == CHAT else "prompt"
         if placement.verdict is Verdict.NO_MODEL:
             return Refusal("no_model", placement.reason, info, param="model")
@@ -163,13 +188,27 @@ class Intake:
             prompt_tokens,
             classified=classified,
             fit_target=placement.compress_to,
+            script=script,
         )
+
+    def _script(self, prompt: Prompt) -> Script:
+        if self.scripter is not None:
+            return self.scripter(prompt)
+        return Script.TEXT if prompt.ascii else Script.CJK
 
     def fitted(
         self, placed: Placed, result: Compression, param: str = "messages"
     ) -> Refusal | None:
         """Apply the exact count (and compression) the driver ran for `fit_target`."""
         placement = placed.placement
+        if self.bounds is not None and placed.script is not None:  # an exact local count
+            self.bounds.widen(
+                placed.info.category, placed.script, placed.size.content_bytes,
+                result.tokens_before - self._template(placed.size),
+            )  # fmt: skip
+        if result.fits and result.changed and beyond_band(placement, result.tokens_before):
+            result = Compression(result.target, result.tokens_before, result.tokens_before,
+                                 detail="counted above the band: not compressed")  # fmt: skip
         if result.fits:
             placed.info.prompt_tokens = result.tokens_after  # exact from here on
             if result.changed:
@@ -219,3 +258,11 @@ class Intake:
         """ĉ_k learns from what was actually sent (the compressed text, if compressed)."""
         if placed.classified and engine_prompt_tokens:
             self.budget.observe(placed.size, placed.info.category, engine_prompt_tokens)
+            if self.bounds is not None and placed.script is not None:
+                self.bounds.widen(
+                    placed.info.category, placed.script, placed.size.content_bytes,
+                    engine_prompt_tokens - self._template(placed.size),
+                )  # fmt: skip
+
+    def _template(self, size: ChatSize) -> int:
+        return template_tokens(size.n_messages, self.budget.config)

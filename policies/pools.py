@@ -109,6 +109,9 @@ class CompressAndRoute:
     compressible: frozenset[Category] = DEFAULT_COMPRESSIBLE  # FleetOpt §5.2: never code
     verify_margin: float = 0.05  # estimates this close below B_short are counted exactly
     min_target: int = 256  # a T_c below this leaves no room for a prompt: not borderline
+    # with no larger pool serving the model, C&R would silently shorten every band request
+    # to fit the one pool: only when asked (`placement.compress_single_pool`); else 413
+    compress_single_pool: bool = False
 
     def __post_init__(self) -> None:
         if self.gamma < 1.0:
@@ -160,7 +163,8 @@ class CompressAndRoute:
             )
         live_fallback = tuple(n for n in uncompressed if healthy is None or n in healthy)
         in_band = total <= self.gamma * b
-        if in_band and may and target >= self.min_target:
+        two_pools = bool(others) or self.compress_single_pool
+        if in_band and may and target >= self.min_target and two_pools:
             if healthy is not None and short.name not in healthy and live_fallback:
                 return Placement(
                     Verdict.PLACED, live_fallback, limit, category=category,
@@ -183,6 +187,11 @@ class CompressAndRoute:
             extra = ""
             if total <= self.gamma * b and not may:
                 extra = f"; {category.value} content is not compressed"
+            elif total <= self.gamma * b and not two_pools:
+                extra = (
+                    "; Compress-and-Route compresses only with a larger pool to fall back to"
+                    " (placement.compress_single_pool: true compresses onto this one)"
+                )
             elif total <= self.gamma * b:
                 extra = f"; max_tokens {request.max_tokens} leaves no room to compress into"
             return _too_long(request, limit, extra)
@@ -193,7 +202,8 @@ class CompressAndRoute:
 
 # Every policy is offered the placement section's shared keys and takes those it uses;
 # its own keys (`placement.params`) are checked strictly.
-SHARED_KEYS = frozenset({"short_pool", "b_short", "gamma", "verify_margin"})
+# offered to every placer, which takes those it has (C&R's `compress_single_pool` included)
+SHARED_KEYS = frozenset({"short_pool", "b_short", "gamma", "verify_margin", "compress_single_pool"})
 
 
 def _config(cls: Any, params: Mapping[str, Any]) -> Any:

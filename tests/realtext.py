@@ -5,7 +5,8 @@ without man pages or licences still builds the shapes from what is there, the Py
 reference manual at least):
 - licences: /usr/share/common-licenses (Debian's base-files);
 - man pages: /usr/share/man/man{1,5,8}/*.gz, turned into plain text by a small roff
-  stripper (the macros become paragraph breaks and headings, font escapes vanish);
+  stripper (the macros become paragraph breaks and headings, font escapes vanish), and
+  the Chinese and Japanese translations under /usr/share/man/{zh_CN,zh_TW,ja};
 - READMEs: the long descriptions in the installed distributions' METADATA files;
 - logs: syslog and Python-logging lines made by a seeded generator whose hosts are fixed,
   process names are installed distributions and messages are the standard library's own
@@ -127,6 +128,26 @@ def man_sources(limit: int = 240) -> tuple[Source, ...]:
         if len(text) > 3000:
             name = path.name.removesuffix(".gz")
             out.append(Source(f"the {name.rsplit('.', 1)[0]} man page", text))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4)
+def cjk_sources(lang: str) -> tuple[Source, ...]:
+    """Chinese (`zh_CN`, `zh_TW`) or Japanese (`ja`) man pages as plain text: the
+    translated pages the distribution installs under /usr/share/man/<lang>, any size
+    with more than 1,500 characters of text (a CJK character is ~1 token, so short pages
+    are joined by the shape builders)."""
+    folder = MAN / lang
+    out = []
+    for path in sorted(folder.glob("man*/*.gz")) if folder.is_dir() else ():
+        try:
+            src = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
+        except (OSError, EOFError):
+            continue
+        text = roff_to_text(src)
+        if len(text) > 1500:
+            name = path.name.removesuffix(".gz")
+            out.append(Source(f"the {name.rsplit('.', 1)[0]} man page ({lang})", text))
     return tuple(out)
 
 

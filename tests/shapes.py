@@ -51,6 +51,10 @@ SHAPES = (
     "code",
 )
 PROSE_SHAPES = ("doc_question", "system_doc", "rag_user", "tool", "completion", "multi_turn")
+# issue 24: documents that pack few bytes into a token under one tokenizer and many under
+# another (Chinese and Japanese man pages, /usr/share/man/{zh_CN,ja}); not in SHAPES, so
+# the corpus of the issues before stays as it was: pass shapes=SHAPES + CJK_SHAPES
+CJK_SHAPES = ("doc_zh", "doc_ja")
 
 _POLITE = (
     "Thanks in advance!",
@@ -366,6 +370,34 @@ def code(rng: random.Random, target: int) -> Sample:
     )  # fmt: skip
 
 
+_CJK_QUESTIONS = {
+    "zh_CN": (
+        "请用五个要点总结上面的文档。",
+        "根据上面的手册页，这个命令最重要的选项是什么？请举例说明。",
+        "上面的文档中有哪些容易让新用户困惑的地方？",
+    ),
+    "ja": (
+        "上の文書の要点を五つの箇条書きでまとめてください。",
+        "このマニュアルによると、最も重要なオプションは何ですか？例を挙げて説明してください。",
+        "上の文書で初心者が戸惑いそうな点はどこですか？",
+    ),
+}
+
+
+def _cjk_document(lang: str) -> Callable[[random.Random, int], Sample]:
+    def build(rng: random.Random, target: int) -> Sample:
+        pool = realtext.cjk_sources(lang) or realtext.cjk_sources("zh_TW")
+        doc, _ = _fill(rng, pool, target - 120, "\n\n")
+        q = rng.choice(_CJK_QUESTIONS[lang])
+        text = doc + "\n\n" + q
+        return Sample(
+            Category.PROSE, _max_tokens(rng), messages=[{"role": "user", "content": text}],
+            meta={"question": q},
+        )  # fmt: skip
+
+    return build
+
+
 def _max_tokens(rng: random.Random) -> int:
     return rng.choice((256, 512, 512, 1024))
 
@@ -380,6 +412,8 @@ BUILDERS: dict[str, Callable[[random.Random, int], Sample]] = {
     "completion": completion,
     "multi_turn": multi_turn,
     "code": code,
+    "doc_zh": _cjk_document("zh_CN"),
+    "doc_ja": _cjk_document("ja"),
 }
 
 

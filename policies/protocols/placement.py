@@ -37,6 +37,10 @@ class Placement:
     # B_short < L_total ≤ γ·B_short whatever the category or outcome (code, too little room,
     # short pool down included): the denominator of the planner's observed p_c
     in_band: bool = False
+    # a counted placement (policies/uncertainty.py): compress only when the exact count of
+    # the prompt is at most this (γ·B_short − L_out); above it the request takes `fallback`
+    compress_within: int | None = None
+    uncertain: bool = False  # counted because the estimate could not place it
 
 
 class Placer(Protocol):

@@ -113,3 +113,34 @@ def test_short_requests_carry_the_estimate_header(fleet):
 def test_bytes_per_token_is_exposed(fleet):
     text = httpx.get(fleet.url + "/metrics").text
     assert 'fleetgate_budget_bytes_per_token{category="prose"}' in text
+
+
+def _borderline_messages() -> list[dict[str, str]]:
+    return [
+        {"role": "user", "content": "Here is the document:\n\n" + tokens(prose(8000), 9000)},
+        {"role": "assistant", "content": "I have read it."},
+        {"role": "user", "content": "Summarise it in three sentences."},
+    ]
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_one_pool_compresses_only_when_configured(fresh_procs, single):
+    """With no larger pool, a band request is refused naming the key, unless
+    `placement.compress_single_pool: true`; then it is compressed, visibly."""
+    from tests.e2e.fleet import emulator, gateway_config, start_gateway
+
+    short = emulator(fresh_procs, "only0", B_SHORT).wait_ready("/health")
+    cfg = gateway_config([short.url], [])
+    if single:
+        cfg["placement"] = {"compress_single_pool": True}
+    gw = start_gateway(fresh_procs, cfg)
+    body = {"model": MODEL, "messages": _borderline_messages(), "max_tokens": MAX_TOKENS}
+    r = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=60)
+    if not single:
+        assert r.status_code == 413  # no pool can take it: the gateway's too-long answer
+        assert "compress_single_pool" in r.json()["error"]["message"]
+        return
+    assert r.status_code == 200 and r.headers["x-fleetgate-pool"] == "short"
+    before, after = map(int, r.headers["x-fleetgate-compressed"].split("->"))
+    assert before + MAX_TOKENS > B_SHORT >= after + MAX_TOKENS
+    assert metric(httpx.get(gw.url + "/metrics").text, "fleetgate_compress_compressed_total") == 1

@@ -15,12 +15,12 @@ def _with(tokenizer: str) -> dict:
     return data
 
 
-def test_default_is_cl100k():
+def test_default_is_auto():
     cfg = load_config(data=MINIMAL, environ={})
-    assert all(p.tokenizer == "cl100k" for p in cfg.pools.values())
+    assert all(p.tokenizer == "auto" for p in cfg.pools.values())
 
 
-@pytest.mark.parametrize("spec", ["cl100k", "engine", f"hf:{qwen3_dir()}"])
+@pytest.mark.parametrize("spec", ["auto", "cl100k", "engine", f"hf:{qwen3_dir()}"])
 def test_valid_specs(spec):
     cfg = load_config(data=_with(spec), environ={})
     assert next(iter(cfg.pools.values())).tokenizer == spec

@@ -88,7 +88,7 @@ async def served() -> AsyncIterator[
 def _results(metrics: GatewayMetrics) -> dict[str, float]:
     return {
         r: metrics.tokenize_requests.labels("short", r)._value.get()
-        for r in ("ok", "timeout", "error", "unsupported")
+        for r in ("ok", "timeout", "error", "unsupported", "cached")
     }
 
 
@@ -110,7 +110,7 @@ async def test_a_worker_that_never_answers_falls_back_after_the_timeout(served: 
     out = await fit_with_engine(engine, "m", 500, True, _local, _local_count, messages=MESSAGES)
     assert out is None  # the caller counts locally
     assert time.monotonic() - t0 < 2.0
-    assert _results(metrics) == {"ok": 0, "timeout": 1, "error": 0, "unsupported": 0}
+    assert _results(metrics) == {"ok": 0, "timeout": 1, "error": 0, "unsupported": 0, "cached": 0}
 
 
 async def test_an_error_or_a_body_without_a_count_falls_back(served: Any) -> None:
@@ -134,7 +134,7 @@ async def test_sglang_has_no_chat_form(served: Any) -> None:
     assert await engine.count("m", messages=MESSAGES) is None
     assert await engine.count("m", prompt="a b") == 3
     assert seen == [{"model": "m", "prompt": "a b", "add_special_tokens": True}]
-    assert _results(metrics) == {"ok": 1, "timeout": 0, "error": 0, "unsupported": 1}
+    assert _results(metrics) == {"ok": 1, "timeout": 0, "error": 0, "unsupported": 1, "cached": 0}
 
 
 def _skewed(factor: float, overhead: int) -> Handler:
@@ -170,4 +170,50 @@ async def test_fits_as_it_is_or_only_counted(served: Any) -> None:
     assert out is not None and out.fits and not out.changed and out.tokens_after == n
     out = await fit_with_engine(engine, "m", n - 1, False, _local, _local_count, messages=MESSAGES)
     assert out is not None and not out.fits and out.detail == "may not be compressed"
-    assert _results(metrics)["ok"] == 2
+    # the same body twice: the engine counted it once, the second answer is the cached one
+    assert _results(metrics)["ok"] == 1 and _results(metrics)["cached"] == 1
+
+
+# --- tokenizer: auto — the start-up probe (gateway/tokenizer_probe.py) ---------------------
+
+
+async def test_probe_finds_both_forms_on_vllm_and_only_prompts_on_old_sglang(served: Any) -> None:
+    from gateway.tokenizer_probe import probe
+
+    async def vllm(request: web.Request) -> web.Response:
+        return web.json_response({"count": 3, "max_model_len": 8192, "tokens": [1, 2, 3]})
+
+    async def sglang(request: web.Request) -> web.Response:  # 0351c1fa: prompt only
+        body = await request.json()
+        if "prompt" not in body:
+            return web.json_response({"object": "error", "message": "Field required"}, status=400)
+        return web.json_response({"tokens": [1, 2], "count": 2, "max_model_len": -1})
+
+    engine, _ = await served(vllm)
+    assert await probe(engine, "m") == "engine" and engine.chat_form and engine.prompt_form
+    # the probe's answer decides, not the engine's name: a SGLang that counts chats is used
+    engine, _ = await served(vllm, engine="sglang")
+    assert await probe(engine, "m") == "engine"
+    assert await engine.count("m", messages=MESSAGES) == 3
+    engine, metrics = await served(sglang, engine="sglang")
+    assert await probe(engine, "m") == "engine_prompt" and engine.chat_form is False
+    assert await engine.count("m", messages=MESSAGES) is None  # counted locally
+    assert _results(metrics)["unsupported"] == 1
+
+
+async def test_settle_exports_the_source_and_logs_cl100k_for_a_foreign_model(
+    served: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.tokenizer_probe import settle
+
+    async def broken(request: web.Request) -> web.Response:
+        return web.Response(status=404)
+
+    engine, metrics = await served(broken)
+    pools = {"short": ("auto", ["meta-llama/Llama-3.1-8B-Instruct"]), "gpt": ("cl100k", ["gpt-4o"])}
+    with caplog.at_level("INFO", logger="fleetgate.tokenize"):
+        sources = await settle(pools, {"short": engine}, metrics)
+    assert sources == {"short": "cl100k", "gpt": "cl100k"}
+    assert metrics.tokenizer_info.labels("short", "cl100k")._value.get() == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "Llama-3.1" in errors[0].getMessage()  # gpt-4o: no error

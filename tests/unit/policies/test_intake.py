@@ -50,9 +50,13 @@ def test_a_failed_fit_falls_back_to_the_long_pool_or_is_refused():
     assert i.fitted(placed, Compression(placed.fit_target, 9010, 9010)) is None
     assert placed.pools == ("long",) and placed.compressed is None
     alone = [POOLS[0]]
-    placed = i.take(chat(9000, category=Category.PROSE), "r4", 0.0, alone)
-    refused = i.fitted(placed, Compression(placed.fit_target, 9010, 9010))
+    single = intake(CompressAndRoute("short", 8192, 1.5, compress_single_pool=True))
+    placed = single.take(chat(9000, category=Category.PROSE), "r4", 0.0, alone)
+    refused = single.fitted(placed, Compression(placed.fit_target, 9010, 9010))
     assert isinstance(refused, Refusal) and refused.kind == "too_long"
+    # without compress_single_pool one pool does not compress: refused at placement
+    refused = i.take(chat(9000, category=Category.PROSE), "r5", 0.0, alone)
+    assert isinstance(refused, Refusal) and "compress_single_pool" in refused.reason
 
 
 def test_refusals_are_values():

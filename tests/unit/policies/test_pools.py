@@ -111,8 +111,16 @@ def test_estimates_just_below_b_short_are_verified_exactly() -> None:
     assert code.compress_to == 8192 - 256 and not code.may_compress
 
 
+def test_single_pool_compresses_only_when_asked() -> None:
+    refused = CompressAndRoute().place(req(9000), [SHORT])
+    assert refused.verdict is Verdict.TOO_LONG and "compress_single_pool" in refused.reason
+    # a long pool configured but down: compression is the only way in, whatever the flag
+    down = CompressAndRoute().place(req(9000), POOLS, healthy={"short"})
+    assert down.borderline and down.fallback == ()
+
+
 def test_no_long_pool_borderline_still_served_by_compression_else_413() -> None:
-    cr = CompressAndRoute()
+    cr = CompressAndRoute(compress_single_pool=True)
     p = cr.place(req(9000), [SHORT])
     assert p.borderline and p.fallback == () and "only way" in p.reason
     code = cr.place(req(9000, category=Category.CODE), [SHORT])

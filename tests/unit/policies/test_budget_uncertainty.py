@@ -1,0 +1,183 @@
+"""Count exactly where the byte estimate cannot decide (policies/uncertainty.py, issue 24).
+
+The oracle of the last tests is not the estimate: it is the exact count of real
+tokenizers (cl100k, Llama-3.1's and Qwen3's tokenizer.json, tests/served_models.py) on the
+shapes corpus built from real text (bench/shapes.py, with Chinese and Japanese pages)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from compressor.compress import Compression
+from compressor.script import Script, script_of, script_of_prompt
+from policies.budget import BudgetConfig, TokenBudget, measure_chat
+from policies.intake import CHAT, Intake, Intaken, Prompt
+from policies.pools import CompressAndRoute
+from policies.types import Category, PoolSpec
+from policies.uncertainty import ByteBounds, Interval, straddles, total_range
+
+POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, frozenset({"m"}))]
+PLACER = CompressAndRoute("short", 8192, 1.5)
+
+
+def intake(classify=None, bounds: ByteBounds | None = None) -> Intake:
+    return Intake(
+        PLACER,
+        TokenBudget(BudgetConfig(bytes_per_token=4.0)),
+        classify or (lambda p: Category.PROSE),
+        bounds=bounds if bounds is not None else ByteBounds(),
+        scripter=script_of_prompt,
+    )
+
+
+def user(text: str, max_tokens: int = 256) -> Prompt:
+    messages = [{"role": "user", "content": text}]
+    return Prompt(
+        CHAT, "m", measure_chat(messages), max_tokens, messages=messages, ascii=text.isascii()
+    )
+
+
+def json_lines(n_bytes: int) -> str:
+    line = '{"id": 12345, "ts": "2024-05-01T10:00:00Z", "lvl": "warn", "code": 503},\n'
+    return "[\n" + line * (n_bytes // len(line)) + "]"
+
+
+def test_the_range_holds_a_boundary_only_when_the_interval_is_wide_enough():
+    lo, hi = total_range(30_000, 10, 256, Interval(3.0, 5.0))
+    assert (lo, hi) == (6000 + 266, 10000 + 266)
+    assert straddles(lo, hi, (8192, 12288)) and not straddles(lo, hi, (12288,))
+
+
+def test_dense_json_that_looks_short_is_counted_not_sent_uncounted():
+    # ~28 KB of log-like JSON: ĉ = 4.0 says ~7,000 tokens (short, outside the verify margin);
+    # at 2–3 bytes a token it may be 9,000–14,000: the estimate cannot place it
+    text = json_lines(28_000)
+    assert script_of([text]) is Script.RECORDS
+    taken = intake().take(user(text), "r", 0.0, POOLS)
+    assert isinstance(taken, Intaken)
+    assert taken.fit_target == 8192 - 256 and taken.placement.compress_within == 12288 - 256
+    assert taken.pools[0] == "short" and taken.placement.fallback == ("long",)
+
+
+def test_far_from_both_boundaries_there_is_no_count_and_no_classifier_below():
+    seen: list[Prompt] = []
+    bounds = ByteBounds()
+
+    def classify(p: Prompt) -> Category:
+        seen.append(p)
+        return Category.PROSE
+
+    i = intake(classify, bounds)
+    small = i.take(user("A short question about licences? " * 40), "a", 0.0, POOLS)
+    assert isinstance(small, Intaken) and small.fit_target is None and not seen
+    huge = i.take(user("Plain English prose sentence here. " * 6000), "b", 0.0, POOLS)
+    assert isinstance(huge, Intaken) and huge.fit_target is None and huge.pools == ("long",)
+    assert bounds.counts == 0
+
+
+def test_a_count_above_the_band_is_not_compressed_but_sent_long():
+    i = intake()
+    taken = i.take(user(json_lines(28_000)), "r", 0.0, POOLS)
+    assert isinstance(taken, Intaken) and taken.fit_target is not None
+    compressed = Compression(taken.fit_target, 13_000, 7_900, units=9, units_dropped=4)
+    assert i.fitted(taken, compressed) is None
+    assert taken.pools == ("long",) and taken.compressed is None
+    assert taken.info.prompt_tokens == 13_000
+
+
+def test_engine_counts_widen_the_interval():
+    bounds = ByteBounds()
+    before = bounds.interval(Category.PROSE, Script.TEXT)
+    assert bounds.widen(Category.PROSE, Script.TEXT, 9_000, 1_000)  # 9 bytes a token
+    after = bounds.interval(Category.PROSE, Script.TEXT)
+    assert after.lo == before.lo and after.hi == 9.0
+    assert not bounds.widen(Category.PROSE, Script.TEXT, 100, 10)  # too few tokens
+
+
+# --- against real tokenizers on real text -------------------------------------------------
+
+
+def _oracle(total: int, category: Category) -> str:
+    """Where the exact count places a request (C&R, B_short 8192, γ 1.5)."""
+    if total <= 8192:
+        return "short"
+    if total <= 12288 and category in PLACER.compressible:
+        return "compress"
+    return "long"
+
+
+def _decision(taken: Intaken) -> str:
+    if taken.fit_target is not None:
+        return "count"  # the driver counts exactly and places on the count
+    return "short" if taken.pools[0] == "short" else "long"
+
+
+@pytest.fixture(scope="module")
+def served():
+    from compressor.hf_template import HFTemplate
+    from compressor.template import default_template
+    from tests.served_models import llama31_dir, qwen3_dir
+
+    where = Path(tempfile.mkdtemp())
+    return {
+        "cl100k": default_template(),
+        "llama3.1": HFTemplate(llama31_dir(where)),
+        "qwen3": HFTemplate(qwen3_dir()),
+    }
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    from bench.shapes import CJK_SHAPES, SHAPES, shape_set
+
+    return shape_set(per_shape=2, seed=24, shapes=SHAPES + CJK_SHAPES)
+
+
+def test_a_cold_gateway_places_every_shape_as_the_exact_count_would(served, corpus):
+    """Cold (no observation yet): each request is either counted exactly, or placed where
+    the served model's own count places it — under three different tokenizers."""
+    from compressor.content import classify
+
+    def category_of(p: Prompt) -> Category:
+        return classify(messages=p.messages) if p.messages else classify(prompt=p.prompt)
+
+    wrong = []
+    for name, template in served.items():
+        i = intake(category_of)
+        for s in corpus:
+            if s.messages is None:
+                continue
+            messages = s.messages
+            # the same request at ¼, 1 and 2× its size: far below, in and far above the band
+            for scale in (0.25, 1.0, 2.0):
+                msgs = _scaled(messages, scale)
+                texts = "".join(str(m.get("content") or "") for m in msgs)
+                prompt = Prompt(
+                    CHAT, "m", measure_chat(msgs), s.max_tokens, messages=msgs,
+                    ascii=texts.isascii(),
+                )  # fmt: skip
+                taken = i.take(prompt, "r", 0.0, POOLS)
+                assert isinstance(taken, Intaken)
+                got = _decision(taken)
+                if got == "count":
+                    continue
+                exact = template.chat_tokens(msgs) + s.max_tokens
+                want = _oracle(exact, taken.info.category)
+                if got != want:
+                    wrong.append((name, s.meta["shape"], scale, exact, got))
+    assert not wrong
+
+
+def _scaled(messages: list[dict], scale: float) -> list[dict]:
+    if scale == 1.0:
+        return messages
+    out = []
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, str) and len(c) > 2000:
+            c = c[: int(len(c) * scale)] if scale < 1 else c * int(scale)
+        out.append({**m, "content": c})
+    return out
