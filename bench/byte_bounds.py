@@ -22,13 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.shapes import CJK_SHAPES, SHAPES, shape_set
-
 from compressor.content import classify
 from compressor.counting import default_counter
 from compressor.script import script_of
 from compressor.template import call_json, content_text, tool_calls
 from tests.served_models import llama31_dir, qwen3_dir
+from tests.shapes import CJK_SHAPES, SHAPES, shape_set
 
 
 def texts_of(sample: object) -> list[str]:

@@ -43,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 import openai
 import yaml
-from bench.shapes import CJK_SHAPES, SHAPES, shape_set
 
 from compressor.compress import fit_request
 from compressor.content import classify
@@ -56,6 +55,7 @@ from policies.types import PoolSpec
 from policies.uncertainty import ByteBounds
 from tests.procs import Procs
 from tests.served_models import llama31_dir, qwen3_dir
+from tests.shapes import CJK_SHAPES, SHAPES, shape_set
 
 B_SHORT, GAMMA = 8192, 1.5
 MODEL = "llama-test"

@@ -98,7 +98,7 @@ def test_tokenizer_auto_counts_with_the_engine_and_no_request_overflows(
     /tokenize (exported), and borderline requests of every shape — Chinese and Japanese
     pages and pasted logs and JSON included — either fit the short pool in the engine's
     own tokens or go long: no engine 400, no retry (the oracle is the engine's usage)."""
-    from bench.shapes import CJK_SHAPES, SHAPES, shape_set
+    from tests.shapes import CJK_SHAPES, SHAPES, shape_set
 
     url = _llama_or_qwen(fresh_procs, model, tmp_path)
     metrics = httpx.get(url + "/metrics").text

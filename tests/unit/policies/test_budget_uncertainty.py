@@ -131,7 +131,7 @@ def served():
 
 @pytest.fixture(scope="module")
 def corpus():
-    from bench.shapes import CJK_SHAPES, SHAPES, shape_set
+    from tests.shapes import CJK_SHAPES, SHAPES, shape_set
 
     return shape_set(per_shape=2, seed=24, shapes=SHAPES + CJK_SHAPES)
 
