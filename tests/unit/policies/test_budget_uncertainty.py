@@ -14,7 +14,7 @@ import pytest
 from compressor.compress import Compression
 from compressor.script import Script, script_of, script_of_prompt
 from policies.budget import BudgetConfig, TokenBudget, measure_chat
-from policies.intake import CHAT, Intake, Intaken, Prompt
+from policies.intake import CHAT, Intake, Placed, Prompt
 from policies.pools import CompressAndRoute
 from policies.types import Category, PoolSpec
 from policies.uncertainty import ByteBounds, Interval, straddles, total_range
@@ -56,10 +56,10 @@ def test_dense_json_that_looks_short_is_counted_not_sent_uncounted():
     # at 2–3 bytes a token it may be 9,000–14,000: the estimate cannot place it
     text = json_lines(28_000)
     assert script_of([text]) is Script.RECORDS
-    taken = intake().take(user(text), "r", 0.0, POOLS)
-    assert isinstance(taken, Intaken)
-    assert taken.fit_target == 8192 - 256 and taken.placement.compress_within == 12288 - 256
-    assert taken.pools[0] == "short" and taken.placement.fallback == ("long",)
+    placed = intake().take(user(text), "r", 0.0, POOLS)
+    assert isinstance(placed, Placed)
+    assert placed.fit_target == 8192 - 256 and placed.placement.compress_within == 12288 - 256
+    assert placed.pools[0] == "short" and placed.placement.fallback == ("long",)
 
 
 def test_far_from_both_boundaries_there_is_no_count_and_no_classifier_below():
@@ -72,20 +72,20 @@ def test_far_from_both_boundaries_there_is_no_count_and_no_classifier_below():
 
     i = intake(classify, bounds)
     small = i.take(user("A short question about licences? " * 40), "a", 0.0, POOLS)
-    assert isinstance(small, Intaken) and small.fit_target is None and not seen
+    assert isinstance(small, Placed) and small.fit_target is None and not seen
     huge = i.take(user("Plain English prose sentence here. " * 6000), "b", 0.0, POOLS)
-    assert isinstance(huge, Intaken) and huge.fit_target is None and huge.pools == ("long",)
+    assert isinstance(huge, Placed) and huge.fit_target is None and huge.pools == ("long",)
     assert bounds.counts == 0
 
 
 def test_a_count_above_the_band_is_not_compressed_but_sent_long():
     i = intake()
-    taken = i.take(user(json_lines(28_000)), "r", 0.0, POOLS)
-    assert isinstance(taken, Intaken) and taken.fit_target is not None
-    compressed = Compression(taken.fit_target, 13_000, 7_900, units=9, units_dropped=4)
-    assert i.fitted(taken, compressed) is None
-    assert taken.pools == ("long",) and taken.compressed is None
-    assert taken.info.prompt_tokens == 13_000
+    placed = i.take(user(json_lines(28_000)), "r", 0.0, POOLS)
+    assert isinstance(placed, Placed) and placed.fit_target is not None
+    compressed = Compression(placed.fit_target, 13_000, 7_900, units=9, units_dropped=4)
+    assert i.fitted(placed, compressed) is None
+    assert placed.pools == ("long",) and placed.compressed is None
+    assert placed.info.prompt_tokens == 13_000
 
 
 def test_engine_counts_widen_the_interval():
@@ -109,10 +109,10 @@ def _oracle(total: int, category: Category) -> str:
     return "long"
 
 
-def _decision(taken: Intaken) -> str:
-    if taken.fit_target is not None:
+def _decision(placed: Placed) -> str:
+    if placed.fit_target is not None:
         return "count"  # the driver counts exactly and places on the count
-    return "short" if taken.pools[0] == "short" else "long"
+    return "short" if placed.pools[0] == "short" else "long"
 
 
 @pytest.fixture(scope="module")
@@ -159,13 +159,13 @@ def test_a_cold_gateway_places_every_shape_as_the_exact_count_would(served, corp
                     CHAT, "m", measure_chat(msgs), s.max_tokens, messages=msgs,
                     ascii=texts.isascii(),
                 )  # fmt: skip
-                taken = i.take(prompt, "r", 0.0, POOLS)
-                assert isinstance(taken, Intaken)
-                got = _decision(taken)
+                placed = i.take(prompt, "r", 0.0, POOLS)
+                assert isinstance(placed, Placed)
+                got = _decision(placed)
                 if got == "count":
                     continue
                 exact = template.chat_tokens(msgs) + s.max_tokens
-                want = _oracle(exact, taken.info.category)
+                want = _oracle(exact, placed.info.category)
                 if got != want:
                     wrong.append((name, s.meta["shape"], scale, exact, got))
     assert not wrong
