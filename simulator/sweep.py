@@ -8,6 +8,8 @@ Ray is an optional extra (`pip install fleetgate[ray]`): only imported when aske
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
@@ -37,7 +39,10 @@ def _on_ray(fn: Callable[[J], R], jobs: Sequence[J], address: str) -> list[R]:
     started = not ray.is_initialized()
     if started:
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if address != "local":
+        if address == "local":
+            # a fresh instance on this machine: its workers import what the driver does
+            kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path)}}
+        else:  # a cluster's workers must have this package installed
             kwargs["address"] = address
         ray.init(**kwargs)
     try:
