@@ -12,10 +12,12 @@ Per engine model (bench/quartz_protocol.py ENGINES: `fleetopt`, `compute`):
    the Mixed workload (bench/quartz_protocol.py's trace: Chat 70 % + RAG 30 % by draw,
    prefix reuse, max_tokens = output), clients by application (chat clients send chat,
    RAG clients RAG: simulator/closed_loop.py `deal`), no think time, a ramp of 5 s, each
-   run capped at `--requests` requests; seeds 1–3.
-2. The knee: the fewest clients at which FIFO-LL's P99 TTFT (mean over seeds) exceeds the
-   interactive SLO (2 s); the largest count swept when it never does.
-3. At the knee: Table 5's ablations and Table 8's fairness rows (Mixed, and Mixed Bursty:
+   run capped at `--requests` requests (default 1,000, the paper's 3,000 shrunk to fit a
+   shared 2-core machine); seeds 1–3.
+2. The operating point: the fewest clients at which FIFO-LL misses ≥ 15 % of its SLOs
+   (mean over seeds; the paper's FIFO-LL misses 18.8–35.1 % at its operating points, and in
+   a closed loop P99 > 2 s comes well before any violation: `knee`).
+3. There: Table 5's ablations and Table 8's fairness rows (Mixed, and Mixed Bursty:
    think time 1 s, ÷4 in 2 s bursts every 20 s — synchronised think-time drops).
 Writes rows.json and tables.md; the figure is bench/quartz_closed_loop_fig.py's.
 """
@@ -52,6 +54,7 @@ from simulator.sweep import run_jobs
 T4_METHODS = ("FIFO-LL", FORWARD_LL, "PointPred", "QUARTZ", BOUNDED)
 T8_METHODS = ("FIFO-LL", FORWARD_LL, "TokenFair", "No Fairness", "QUARTZ", BOUNDED)
 RAMP_S = 5.0
+POINT_VIOLATION = 0.15
 BURSTY_THINK_S = 1.0
 
 
@@ -132,9 +135,12 @@ def group(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, str, int], dic
 def knee(
     g: dict[tuple[str, str, str, int], dict[str, Any]], engine: str, counts: Sequence[int]
 ) -> int:
+    """The operating point: the fewest clients at which FIFO-LL misses at least
+    `POINT_VIOLATION` of its SLOs (mean over seeds; the paper's FIFO-LL misses 18.8–35.1 %
+    at its three operating points); the largest count swept when it never does."""
     for n in sorted(counts):
         m = g.get((engine, "FIFO-LL", NOMINAL.name, n))
-        if m is not None and m["p99_ttft"] > 2.0:
+        if m is not None and m["violation"] >= POINT_VIOLATION:
             return n
     return max(counts)
 
@@ -168,7 +174,7 @@ def tables(rows: list[dict[str, Any]], counts: dict[str, list[int]], knees: dict
         k = knees[engine]
         out += [
             "",
-            f"### Table 4 at the knee: {k} clients (engine `{engine}`); paper: 14B, 28 clients",
+            f"### Table 4 at the operating point: {k} clients (engine `{engine}`); paper: 14B, 28 clients",
             "",
             "| method | P95 ms | P99 ms | viol. % | chat / RAG viol. % | throughput tok/s | "
             "RAG share | paper P99 | paper viol. |",
@@ -253,7 +259,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("out/quartz-cl"))
     ap.add_argument("--engines", default="fleetopt,compute")
     ap.add_argument("--clients", default="", help="engine:n,n,…;engine:… (default per engine)")
-    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--ray", default=None, help="auto | ADDRESS | local: run on Ray")
@@ -262,8 +268,8 @@ def main() -> None:
     a = ap.parse_args()
     engines = a.engines.split(",")
     default = {
-        "fleetopt": [192, 256, 288, 320, 352, 384],
-        "compute": [96, 128, 160, 192, 224, 256],
+        "fleetopt": [192, 256, 272, 288, 304, 320, 384],
+        "compute": [128, 192, 224, 256, 288, 320, 384],
     }
     counts = {e: default[e] for e in engines}
     for part in filter(None, a.clients.split(";")):
