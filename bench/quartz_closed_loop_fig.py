@@ -1,7 +1,8 @@
 """The figure for the README's closed-loop QUARTZ statement: per-class TTFT distributions
 (CDFs, chat and RAG) of FIFO-LL (gateway queue), FIFO-LL forwarding on arrival and QUARTZ
 (the paper's key) at a client count per engine model, one seed, closed-loop load — and the
-same methods under open-loop Poisson load at the throughput FIFO-LL reached closed-loop.
+same methods under open-loop Poisson load at the open-loop protocol's knee (README: 20 req/s
+on the default engine, 15 req/s on the compute-bound one).
 
     python bench/quartz_closed_loop_fig.py --fleetopt 320 --compute 192 --out docs/quartz_closed_loop.png
 """
@@ -39,7 +40,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fleetopt", type=int, default=320)
     ap.add_argument("--compute", type=int, default=192)
+    ap.add_argument("--fleetopt-rate", type=float, default=20.0)
+    ap.add_argument("--compute-rate", type=float, default=15.0)
     ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--open-requests", type=int, default=3000, help="the open-loop protocol's")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("docs/quartz_closed_loop.png"))
     a = ap.parse_args()
@@ -50,17 +54,16 @@ def main() -> None:
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharey=True)
     for col, (engine, clients) in enumerate((("fleetopt", a.fleetopt), ("compute", a.compute))):
-        rate = None
+        rate = a.fleetopt_rate if engine == "fleetopt" else a.compute_rate
         for name, colour in METHODS:
             job = CLJob(name, NOMINAL.name, clients, a.seed, a.requests, engine)
             sc = scenario_for(BY_NAME[name], NOMINAL, 10.0, a.requests, DISPATCH, ENGINES[engine])
             res, _ = simulate(
                 sc, shape_for(job), sequences(NOMINAL.name, clients, a.requests, a.seed)
             )
-            if rate is None:  # the open-loop rate: what FIFO-LL completed closed-loop
-                rate = round(len(res.records) / res.end, 1)
-            osc = scenario_for(BY_NAME[name], NOMINAL, rate, a.requests, DISPATCH, ENGINES[engine])
-            ores = run(osc, seed=a.seed, specs=trace(NOMINAL, rate, a.requests, a.seed))
+            n = a.open_requests
+            osc = scenario_for(BY_NAME[name], NOMINAL, rate, n, DISPATCH, ENGINES[engine])
+            ores = run(osc, seed=a.seed, specs=trace(NOMINAL, rate, n, a.seed))
             for row, recs, load in (
                 (0, res.records, f"{clients} clients"),
                 (1, ores.records, f"Poisson {rate} req/s"),
