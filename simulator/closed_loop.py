@@ -1,8 +1,8 @@
 """Closed-loop load: N clients, each sending its next request only when its previous one is
 answered (plus an optional think time). One definition, two drivers: the simulator
-(`simulate`, in virtual time) and live runs (bench/closed_loop_live.py, in wall time) both
-drive the same sans-I/O `ClosedLoop`, so client c's k-th request is the same request in
-both, whatever the policy under test does to the timing.
+(`simulate`, in virtual time) and live runs (`drive`, in wall time; bench/quartz_live.py
+--clients) both drive the same sans-I/O `ClosedLoop`, so client c's k-th request is the same
+request in both, whatever the policy under test does to the timing.
 
 - sequences: `deal` splits a workload's drawn requests into per-client sequences: clients
   by group (default: the SLO class, i.e. by application — chat clients send chat requests,
@@ -287,8 +287,8 @@ async def drive(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> list[tuple[RequestSpec, Any]]:
     """The live driver of a `ClosedLoop`: one task per client; `send(spec)` makes the
-    request (e.g. over HTTP, bench/closed_loop_live.py) and returns when it is answered,
-    whatever the answer (it must not raise). Times are `clock()` seconds since the start.
+    request (e.g. over HTTP: bench/quartz_live.py `drive_closed`) and returns when it is
+    answered, whatever the answer (it must not raise). Times are `clock()` seconds since the start.
     Returns (request, what `send` returned) in the order answers came back."""
     t0 = clock()
     answers: list[tuple[RequestSpec, Any]] = []
