@@ -30,7 +30,9 @@ def test_closed_loop_clients_send_their_own_sequences(tmp_path: Path) -> None:
     sent: dict[str, list[int]] = defaultdict(list)
     for r in sorted(rows, key=lambda r: r["arrival"]):
         sent[r["client"]].append(r["i"])
-    assert len(sent) == SMALL.clients
+    # the clients start over a 2 s ramp; fast chat clients may use up the 40-request cap
+    # before the last ones start, so some may not have sent at all
+    assert 2 <= len(sent) <= SMALL.clients
 
     # the simulator's sequences for the same draw (ids and classes do not depend on the
     # engine's template overhead, which only shortens prompt text)
