@@ -212,23 +212,32 @@ class Source:
         self.kernel: Kernel | None = None
         self.gateway: Gateway | None = None
         self._placed: set[str] = set()
+        self._scheduled = 0  # sends scheduled on the kernel, not yet run
         self.specs: list[RequestSpec] = []  # what was sent, in order
 
     # -- run.py's source callback: the kernel and the gateway, before the kernel runs
     def start(self, kernel: Kernel, gateway: Gateway) -> None:
         self.kernel, self.gateway = kernel, gateway
         for t, c in self.loop.starts():
-            kernel.at(t, PRIO_ARRIVAL, self._send, c)
+            self._schedule(t, c)
         self._sync()
 
+    def _schedule(self, t: float, client: int) -> None:
+        assert self.kernel is not None
+        self._scheduled += 1
+        self.kernel.at(t, PRIO_ARRIVAL, self._send, client)
+
     def _sync(self) -> None:
-        # the gateway's timers (scrapes, samples) run while arrivals are still to come
+        # the gateway's timers (scrapes, samples) run while a send is scheduled (a client
+        # thinking); requests in flight keep them alive through the gateway's own count, so
+        # a request that never ended could not keep the run going forever
         assert self.gateway is not None
-        self.gateway.arrivals_left = self.loop.alive()
+        self.gateway.arrivals_left = self._scheduled
 
     def _send(self, client: int) -> None:
         assert self.kernel is not None and self.gateway is not None
         now = self.kernel.now()
+        self._scheduled -= 1
         spec = self.loop.send(client, now)
         if spec is None:
             self._sync()
@@ -244,7 +253,7 @@ class Source:
         assert self.kernel is not None
         nxt = self.loop.answered(request_id, now)
         if nxt is not None:
-            self.kernel.at(nxt[0], PRIO_ARRIVAL, self._send, nxt[1])
+            self._schedule(nxt[0], nxt[1])
         self._sync()
 
     # -- Hook

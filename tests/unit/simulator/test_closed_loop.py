@@ -79,6 +79,7 @@ def test_at_most_n_outstanding_and_the_bound_is_reached() -> None:
 def test_each_client_sends_only_after_its_previous_answer(think: float) -> None:
     recs = run(LoadShape(6, think_s=think, requests=150, seed=3), specs(300, too_long_every=9))
     assert any(r.status == "rejected_413" for r in recs)  # refusals before placement too
+    assert len(recs) == 150  # and their clients went on: no client stalls on a refusal
     by: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in recs:
         by[r.client].append(r)
