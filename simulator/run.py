@@ -185,13 +185,16 @@ def run(
     probe: Probe | None = None,
     prefill_model: PrefillModel | None = None,
     log: ActionRecorder | None = None,
+    source: Callable[[Kernel, Driver], None] | None = None,
 ) -> RunResult:
     """Run `scenario` to completion. `specs` replaces its workload and `routers` its
     per-pool routing policies (any object with the `Router` protocol), for experiments;
     `probe` is called at every sampling instant. `prefill_model` replaces QUARTZ's
     predictor model (default: the analytic model of the scenario's engine, or none when
     nothing uses a predictor) — e.g. a trained tree model, or an oracle. `log` records
-    what the core decided (policies.actions.ActionLog)."""
+    what the core decided (policies.actions.ActionLog). `source` is called once before the
+    kernel runs, with the kernel and the driver, by a load source that schedules its own
+    arrivals (simulator/closed_loop.py; `specs` is then empty)."""
     seed = scenario.seed if seed is None else seed
     if specs is None:
         specs = build_workload(scenario, seed, requests)
@@ -265,6 +268,8 @@ def run(
     first = next(feed, None)
     if first is not None:
         kernel.at(first.arrival, PRIO_ARRIVAL, arrive, first)
+    if source is not None:  # a closed-loop source schedules its own arrivals
+        source(kernel, gateway)
     interval = scenario.report.sample_interval or max(
         0.01, (specs[-1].arrival if specs else 1.0) / 400
     )

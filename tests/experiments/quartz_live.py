@@ -134,6 +134,10 @@ class Setup:
     # its own scheduler refills a freed slot at the next step instead of after a round
     # trip through the gateway (README, QUARTZ live: late binding's refill)
     gateway_slack: int = 0
+    # loop25 (issue 25): > 0 — closed-loop load instead of the open-loop trace: this many
+    # clients (simulator/closed_loop.py, the simulator's definition), no think time, each
+    # sending its next request when its previous one is answered; `requests` caps the run
+    clients: int = 0
 
 
 # --- the trace ----------------------------------------------------------------------------
@@ -314,6 +318,54 @@ async def drive(url: str, reqs: list[Req], setup: Setup) -> list[Outcome]:
     return outcomes
 
 
+async def drive_closed(url: str, reqs: list[Req], setup: Setup) -> list[Outcome]:
+    """Closed-loop (issue 25): `setup.clients` clients, by application, each with its own
+    sequence dealt from the trace (simulator/closed_loop.py `deal`, the same definition the
+    simulator runs), its next request sent when the previous one is answered."""
+    from simulator.closed_loop import ClosedLoop, LoadShape, deal
+    from simulator.closed_loop import drive as drive_loop
+    from simulator.workloads import RequestSpec
+
+    by_id = {str(r.i): r for r in reqs}
+    specs = [RequestSpec(str(r.i), 0.0, r.prompt_tokens, r.max_tokens, r.max_tokens,
+                         slo_class=r.slo_class) for r in reqs]  # fmt: skip
+    seqs = deal(specs, setup.clients, names={"interactive": "chat", "long": "rag"})
+    shape = LoadShape(setup.clients, ramp_s=2.0, hold_s=setup.drain * 4, requests=setup.requests)
+    loop = asyncio.get_running_loop()
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+    timeout = httpx.Timeout(setup.drain * setup.scale + 60, connect=10.0)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=timeout) as client:
+
+        async def send(spec: RequestSpec) -> Outcome:
+            req = dataclasses.replace(by_id[spec.id], client=spec.client, arrival=spec.arrival)
+            o = Outcome(req)
+            body = {"model": MODEL, "messages": [{"role": "user", "content": req.text}],
+                    "max_tokens": req.max_tokens, "ignore_eos": True, "stream": True,
+                    "user": req.client}  # fmt: skip
+            sent = loop.time()
+            try:
+                async with client.stream("POST", "/v1/chat/completions", json=body) as r:
+                    if r.status_code != 200:
+                        o.status = f"http_{r.status_code}"
+                        await r.aread()
+                        return o
+                    tail = b""
+                    async for raw in r.aiter_raw():
+                        if o.ttft is None:
+                            tail = (tail + raw)[-4096:]
+                            if FIRST_CONTENT.search(tail):
+                                o.ttft = (loop.time() - sent) / setup.scale
+                        else:
+                            tail = (tail + raw)[-64:]
+                    o.status = "ok" if tail.rstrip().endswith(b"[DONE]") else "incomplete"
+            except httpx.HTTPError as e:  # an answer all the same: the client goes on
+                o.status = type(e).__name__
+            return o
+
+        answers = await drive_loop(ClosedLoop(shape, seqs), send, lambda: loop.time() / setup.scale)
+    return [o for _, o in answers]
+
+
 # --- the numbers --------------------------------------------------------------------------
 def p99(xs: list[float]) -> float:
     if not xs:
@@ -388,14 +440,17 @@ def run_one(
         engines = start_engines(ps, setup)
         overhead = measure_overhead(engines[0].url)
         # the probe is in engine 0's prefix cache: harmless (no trace prompt starts with it)
-        reqs = trace(setup, seed, overhead)
+        # closed loop (loop25): a larger draw, so that no client runs out before the cap
+        drawn = dataclasses.replace(setup, requests=3 * setup.requests) if setup.clients else setup
+        reqs = trace(drawn, seed, overhead)
         cfg = gateway_config(setup, engines, method, model, log)
         gw = start_gateway(ps, cfg, "gateway")
         everyone = [gw, *engines]
         cpu0 = {p.name: cpu_seconds(p) for p in everyone}
         started = time.monotonic()
         try:
-            outcomes = asyncio.run(drive(gw.url, reqs, setup))
+            run = drive_closed if setup.clients > 0 else drive  # loop25: --clients
+            outcomes = asyncio.run(run(gw.url, reqs, setup))
         except BaseException:
             print(gw.output()[-4000:], file=sys.stderr)
             raise
@@ -504,9 +559,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=D.requests)
     ap.add_argument("--warmup-requests", type=int, default=400)
     ap.add_argument("--model", default=None, help="skip the warm-up: use this model file")
+    ap.add_argument("--clients", type=int, default=0,
+                    help="closed-loop load with this many clients (issue 25); 0: open loop")  # fmt: skip
     args = ap.parse_args()
     setup = Setup(args.workers, args.max_num_seqs, args.time_scale, args.output_scale,
-                  args.rate, args.requests, gateway_slack=args.gateway_slack)  # fmt: skip
+                  args.rate, args.requests, gateway_slack=args.gateway_slack,
+                  clients=args.clients)  # fmt: skip
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     methods = [METHODS[m] for m in args.methods.split(",")]
