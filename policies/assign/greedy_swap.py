@@ -1,11 +1,10 @@
 """BF-IO's fast path: greedy placement, then exact-gain swap local search.
 
 Not in the paper (which only enumerates); both phases are needed:
-1. Greedy. Pooled requests largest first; each goes to the rank with a free slot where it
-   raises the window's per-step maxima least (ties: the rank with the most headroom below
-   the current maximum per free slot left, so large requests land where there is room). A
-   request that would raise a maximum is passed over while enough smaller ones remain to
-   fill every fillable slot.
+1. Greedy. Repeatedly place the largest pooled request that fits on some rank with a free
+   slot without raising any step's maximum (ties: the rank with the most headroom per free
+   slot left, so large requests land where there is room); when none fits, the largest of
+   the smallest ones still needed goes where it raises the maxima least.
 2. Swaps. Repeatedly apply the move that lowers J = Σ_h (G·max_g L_g − Σ_g L_g) most:
    exchange a just-admitted request with a pooled one (changes *which* are admitted) or with
    one just admitted elsewhere (changes *where*), or move one to a rank with a slot still
@@ -41,8 +40,12 @@ def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
     levels: list[float | None] = [None]
     if inst.horizon > 1:
         levels += sorted({float(q) for q in np.quantile(top, (1.0, 0.75, 0.5, 0.25))}, reverse=True)
+    # every start's greedy is cheap; only the best two are polished by the swap search
+    starts = sorted(
+        (objective(inst, _search(inst, level, 0)), n, level) for n, level in enumerate(levels)
+    )
     best: tuple[float, Decision] | None = None
-    for level in levels:
+    for _, _, level in starts[:2]:
         decision = _search(inst, level, max_rounds)
         score = objective(inst, decision)
         if best is None or score < best[0] - _EPS:
@@ -61,19 +64,26 @@ def _search(inst: Instance, level: float | None, max_rounds: int | None) -> Deci
     free = inst.free.astype(np.int64).copy()
     where = np.full(n_pool, -1, dtype=np.int64)
 
-    need = u
-    for pos, i in enumerate(np.argsort(-inst.sizes, kind="stable")):
-        if need == 0:
-            break
+    # sizes ascending; `left` are the pooled requests not yet placed (a sorted index list)
+    by_size = np.argsort(inst.sizes, kind="stable")
+    sorted_sizes = sizes[by_size]
+    left = list(range(n_pool))
+    for placed in range(u):
+        need = u - placed
         top = loads.max(axis=0)
         ceiling = top if level is None else np.maximum(top, level)
+        # room_g: the largest request rank g takes without raising any step's ceiling
+        room = (ceiling - loads - hs).min(axis=1)
+        room[free <= 0] = -np.inf
+        fit_at = int(np.searchsorted(sorted_sizes[left], room.max(), side="right"))
+        # the largest request that fits somewhere; when none does, the largest of the `need`
+        # smallest (a larger one would be passed over while smaller ones can still fill U)
+        k = fit_at - 1 if fit_at > 0 else need - 1
+        i = int(by_size[left.pop(k)])
         w = sizes[i] + hs
         rise = np.maximum(loads + w - ceiling, 0.0).sum(axis=1)
         rise[free <= 0] = np.inf
-        best = float(rise.min())
-        if best > _EPS and n_pool - pos - 1 >= need:
-            continue  # defer: a smaller request can take this slot without raising the max
-        ties = np.flatnonzero(rise <= best + _EPS)
+        ties = np.flatnonzero(rise <= float(rise.min()) + _EPS)
         if len(ties) > 1:
             headroom = (ceiling[0] - loads[ties, 0] - sizes[i]) / free[ties]
             g = int(ties[int(np.argmax(headroom))])
@@ -82,7 +92,6 @@ def _search(inst: Instance, level: float | None, max_rounds: int | None) -> Deci
         where[i] = g
         loads[g] += w
         free[g] -= 1
-        need -= 1
 
     rounds = 8 * u + 16 if max_rounds is None else max_rounds
     for _ in range(rounds):
