@@ -93,7 +93,7 @@ def _search(inst: Instance, level: float | None, max_rounds: int | None) -> Deci
         loads[g] += w
         free[g] -= 1
 
-    rounds = 8 * u + 16 if max_rounds is None else max_rounds
+    rounds = min(8 * u + 16, 64) if max_rounds is None else max_rounds
     for _ in range(rounds):
         if not _improve(loads, free, where, sizes, hs, n_ranks):
             break
