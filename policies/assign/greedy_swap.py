@@ -45,7 +45,7 @@ def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
         (objective(inst, _search(inst, level, 0)), n, level) for n, level in enumerate(levels)
     )
     best: tuple[float, Decision] | None = None
-    for _, _, level in starts[:2]:
+    for _, _, level in starts[:1]:
         decision = _search(inst, level, max_rounds)
         score = objective(inst, decision)
         if best is None or score < best[0] - _EPS:
@@ -94,9 +94,12 @@ def _search(inst: Instance, level: float | None, max_rounds: int | None) -> Deci
         free[g] -= 1
 
     rounds = min(8 * u + 16, 64) if max_rounds is None else max_rounds
+    plateau_left = 2 * u  # J-neutral steps allowed: they only set up the next improvement
     for _ in range(rounds):
-        if not _improve(loads, free, where, sizes, hs, n_ranks):
+        step = _improve(loads, free, where, sizes, hs, n_ranks, plateau_left > 0)
+        if step == 0:
             break
+        plateau_left -= step == 2
     chosen = np.flatnonzero(where >= 0)
     return [(int(i), int(where[i])) for i in chosen]
 
@@ -136,8 +139,10 @@ def _improve(
     sizes: npt.NDArray[np.float64],
     hs: npt.NDArray[np.float64],
     n_ranks: int,
-) -> bool:
-    """Apply the single best improving move; False when none lowers J."""
+    plateau: bool = True,
+) -> int:
+    """Apply the single best improving move (1), else a J-neutral one that spreads the load
+    less (2, when `plateau`); 0 when there is none."""
     top = loads.max(axis=0)
     idx, vals = _top3(loads)
     admitted = np.flatnonzero(where >= 0)
@@ -156,7 +161,8 @@ def _improve(
     gain = n_ranks * (new_top - top).sum(axis=1) + np.where(pooled, d[:, 0] * n_h, 0.0)
     best_j = int(np.argmin(gain)) if len(gain) else -1
     best = float(gain[best_j]) if best_j >= 0 else 0.0
-    if best >= -_EPS and len(gain):
+    neutral_step = False
+    if best >= -_EPS and len(gain) and plateau:
         # a plateau (two ranks tie at a maximum: lowering one alone gains nothing): take the
         # J-neutral exchange that spreads the load least (Σ L² falls), so the next move can
         # lower the maximum; Σ L² strictly falls, so this cannot cycle
@@ -169,7 +175,7 @@ def _improve(
         if len(neutral):
             k = int(neutral[int(np.argmin(spread[neutral]))])
             if float(spread[k]) < -1e-6:
-                best_j, best = k, -1.0  # apply it, as if it improved
+                best_j, best, neutral_step = k, -1.0, True  # apply it, as if it improved
 
     # moves: x admitted on a to a rank c that still has an empty slot
     open_ranks = np.flatnonzero(free > 0)
@@ -190,7 +196,7 @@ def _improve(
             best, move = float(m_gain[j]), (int(mx[j]), int(mc[j]))
 
     if best >= -_EPS:
-        return False
+        return 0
     if move is not None:
         i, c = move
         w1 = sizes[i] + hs
@@ -199,11 +205,11 @@ def _improve(
         loads[c] += w1
         free[c] -= 1
         where[i] = c
-        return True
+        return 1
     xi, yi, ra, rb = int(x[best_j]), int(y[best_j]), int(a[best_j]), int(b[best_j])
     shift = sizes[xi] - sizes[yi]
     loads[ra] -= shift
     if rb >= 0:
         loads[rb] += shift
     where[xi], where[yi] = rb, ra
-    return True
+    return 2 if neutral_step else 1
