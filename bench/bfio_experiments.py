@@ -8,7 +8,8 @@ Protocol ("A Universal Load Balancing Principle and Its Application to LLM Servi
    (simulator/dp_lengths.py: the CSV when given with --burstgpt, else the documented
    synthetic fallback), 5 seeds, every policy on the same lengths per seed: FCFS (the
    paper's Algorithm 2), JSQ (count), least token load, BF-IO (H = 0), BF-IO (H = 20,
-   oracle predictor), BF-IO (H = 20, noisy oracle ε = 0.3). Average imbalance (tokens),
+   oracle predictor), the same with the max-pool-wait guard rail at 2 s, BF-IO (H = 20,
+   noisy oracle ε = 0.3). Average imbalance (tokens),
    barrier-idle fraction, throughput, TPOT, pool wait P50/P99.
 2. Sweep over B ∈ {16, 32, 64, 128} and G ∈ {4, 8, 16, 32, 64}: FCFS vs BF-IO (H = 0),
    the imbalance-reduction factor against √(B·ln G) (the paper's theory).
@@ -41,6 +42,10 @@ POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "LeastTokenLoad": ("least_token_load", {}),
     "BF-IO H=0": ("bfio", {}),
     "BF-IO H=20 oracle": ("bfio", {"lookahead_steps": 20, "predictor": "oracle"}),
+    "BF-IO H=20 oracle wait<=2s": (
+        "bfio",
+        {"lookahead_steps": 20, "predictor": "oracle", "max_pool_wait_s": 2.0},
+    ),
     "BF-IO H=20 noisy 0.3": (
         "bfio",
         {"lookahead_steps": 20, "predictor": "noisy_oracle", "noise_eps": 0.3},
