@@ -16,6 +16,7 @@ Guard rails (fleetgate's, off by default as in the paper):
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ class BfioConfig:
             )
         if self.solver not in SOLVERS:
             raise ParamError("solver", f"unknown {self.solver!r}; known: {', '.join(SOLVERS)}")
+        if self.solver == "milp" and importlib.util.find_spec("scipy") is None:
+            # fail at start-up, not at the first decision (scipy is imported on first use)
+            raise ParamError("solver", "milp needs scipy (pip install scipy); use greedy_swap")
         if self.predictor not in PREDICTORS:
             raise ParamError(
                 "predictor", f"unknown {self.predictor!r}; known: {', '.join(PREDICTORS)}"
