@@ -1,0 +1,215 @@
+"""BF-IO's fast path: greedy placement, then exact-gain swap local search.
+
+Not in the paper (which only enumerates); both phases are needed:
+1. Greedy. Repeatedly place the largest pooled request that fits on some rank with a free
+   slot without raising any step's maximum (ties: the rank with the most headroom per free
+   slot left, so large requests land where there is room); when none fits, the largest of
+   the smallest ones still needed goes where it raises the maxima least.
+2. Swaps. Repeatedly apply the move that lowers J = Σ_h (G·max_g L_g − Σ_g L_g) most:
+   exchange a just-admitted request with a pooled one (changes *which* are admitted) or with
+   one just admitted elsewhere (changes *where*), or move one to a rank with a slot still
+   empty (only when the pool is smaller than the free slots). Every candidate move is scored
+   exactly in one numpy pass: a new request adds s_i + h at step k+h, so exchanging x and y
+   shifts both ranks by the constant s_x − s_y and the new maximum is the larger of the two
+   shifted ranks and the best rank outside them (kept as the per-step top three).
+A swap-stable result has the separation property the paper's H = 0 analysis rests on: no
+admitted request on the heaviest rank is larger than one on the lightest or still pooled
+when exchanging them would lower the maximum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.assign.registry import Decision
+from policies.assign.state import Instance, objective
+
+_EPS = 1e-9
+
+
+def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
+    u = inst.fillable
+    if u == 0:
+        return []
+    # Starts: the greedy under the current per-step maxima, and (with a window) under a
+    # ceiling raised to the window's highest and median maximum. J rewards admitting large
+    # requests up to a maximum that one step already sets, which needs several ranks to
+    # rise together: no single exchange gets there from the first start.
+    top = inst.base.max(axis=0)
+    levels: list[float | None] = [None]
+    if inst.horizon > 1:
+        levels += sorted({float(q) for q in np.quantile(top, (1.0, 0.75, 0.5, 0.25))}, reverse=True)
+    # every start's greedy is cheap; only the best two are polished by the swap search
+    starts = sorted(
+        (objective(inst, _search(inst, level, 0)), n, level) for n, level in enumerate(levels)
+    )
+    best: tuple[float, Decision] | None = None
+    for _, _, level in starts[:1]:
+        decision = _search(inst, level, max_rounds)
+        score = objective(inst, decision)
+        if best is None or score < best[0] - _EPS:
+            best = (score, decision)
+    assert best is not None
+    return best[1]
+
+
+def _search(inst: Instance, level: float | None, max_rounds: int | None) -> Decision:
+    u = inst.fillable
+    n_ranks, n_h = inst.base.shape
+    hs = np.arange(n_h, dtype=np.float64)
+    sizes = inst.sizes.astype(np.float64)
+    n_pool = len(sizes)
+    loads = inst.base.copy()
+    free = inst.free.astype(np.int64).copy()
+    where = np.full(n_pool, -1, dtype=np.int64)
+
+    # sizes ascending; `left` are the pooled requests not yet placed (a sorted index list)
+    by_size = np.argsort(inst.sizes, kind="stable")
+    sorted_sizes = sizes[by_size]
+    left = list(range(n_pool))
+    for placed in range(u):
+        need = u - placed
+        top = loads.max(axis=0)
+        ceiling = top if level is None else np.maximum(top, level)
+        # room_g: the largest request rank g takes without raising any step's ceiling
+        room = (ceiling - loads - hs).min(axis=1)
+        room[free <= 0] = -np.inf
+        fit_at = int(np.searchsorted(sorted_sizes[left], room.max(), side="right"))
+        # the largest request that fits somewhere; when none does, the largest of the `need`
+        # smallest (a larger one would be passed over while smaller ones can still fill U)
+        k = fit_at - 1 if fit_at > 0 else need - 1
+        i = int(by_size[left.pop(k)])
+        w = sizes[i] + hs
+        rise = np.maximum(loads + w - ceiling, 0.0).sum(axis=1)
+        rise[free <= 0] = np.inf
+        ties = np.flatnonzero(rise <= float(rise.min()) + _EPS)
+        if len(ties) > 1:
+            headroom = (ceiling[0] - loads[ties, 0] - sizes[i]) / free[ties]
+            g = int(ties[int(np.argmax(headroom))])
+        else:
+            g = int(ties[0])
+        where[i] = g
+        loads[g] += w
+        free[g] -= 1
+
+    rounds = min(8 * u + 16, 64) if max_rounds is None else max_rounds
+    plateau_left = 2 * u  # J-neutral steps allowed: they only set up the next improvement
+    for _ in range(rounds):
+        step = _improve(loads, free, where, sizes, hs, n_ranks, plateau_left > 0)
+        if step == 0:
+            break
+        plateau_left -= step == 2
+    chosen = np.flatnonzero(where >= 0)
+    return [(int(i), int(where[i])) for i in chosen]
+
+
+def _top3(loads: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Per step: the indices and loads of the three heaviest ranks (−1 / −inf when fewer)."""
+    n_ranks, n_h = loads.shape
+    k = min(3, n_ranks)
+    idx = np.argsort(-loads, axis=0, kind="stable")[:k]
+    vals = np.take_along_axis(loads, idx, axis=0)
+    if k < 3:
+        idx = np.vstack([idx, np.full((3 - k, n_h), -1, dtype=idx.dtype)])
+        vals = np.vstack([vals, np.full((3 - k, n_h), -np.inf)])
+    return idx.astype(np.int64), vals
+
+
+def _max_outside(
+    idx: npt.NDArray[np.int64],
+    vals: npt.NDArray[np.float64],
+    a: npt.NDArray[np.int64],
+    b: npt.NDArray[np.int64],
+) -> npt.NDArray[np.float64]:
+    """[n, H+1]: per step, the heaviest load among ranks other than a[j] and b[j]."""
+    a2, b2 = a[:, None], b[:, None]
+    first_ok = (idx[0] != a2) & (idx[0] != b2)
+    second_ok = (idx[1] != a2) & (idx[1] != b2)
+    out: npt.NDArray[np.float64] = np.where(
+        first_ok, vals[0], np.where(second_ok, vals[1], vals[2])
+    )
+    return out
+
+
+def _improve(
+    loads: npt.NDArray[np.float64],
+    free: npt.NDArray[np.int64],
+    where: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.float64],
+    hs: npt.NDArray[np.float64],
+    n_ranks: int,
+    plateau: bool = True,
+) -> int:
+    """Apply the single best improving move (1), else a J-neutral one that spreads the load
+    less (2, when `plateau`); 0 when there is none."""
+    top = loads.max(axis=0)
+    idx, vals = _top3(loads)
+    admitted = np.flatnonzero(where >= 0)
+    n_pool, n_h = len(sizes), len(hs)
+
+    # exchanges: x admitted on a, y pooled (b = −1) or admitted on b ≠ a
+    x = np.repeat(admitted, n_pool)
+    y = np.tile(np.arange(n_pool), len(admitted))
+    a, b = where[x], where[y]
+    keep = a != b
+    x, y, a, b = x[keep], y[keep], a[keep], b[keep]
+    d = (sizes[x] - sizes[y])[:, None]
+    new_top = np.maximum(_max_outside(idx, vals, a, b), loads[a] - d)
+    pooled = b < 0
+    new_top = np.where(pooled[:, None], new_top, np.maximum(new_top, loads[np.maximum(b, 0)] + d))
+    gain = n_ranks * (new_top - top).sum(axis=1) + np.where(pooled, d[:, 0] * n_h, 0.0)
+    best_j = int(np.argmin(gain)) if len(gain) else -1
+    best = float(gain[best_j]) if best_j >= 0 else 0.0
+    neutral_step = False
+    if best >= -_EPS and len(gain) and plateau:
+        # a plateau (two ranks tie at a maximum: lowering one alone gains nothing): take the
+        # J-neutral exchange that spreads the load least (Σ L² falls), so the next move can
+        # lower the maximum; Σ L² strictly falls, so this cannot cycle
+        la = loads[a]
+        lb = np.where(pooled[:, None], 0.0, loads[np.maximum(b, 0)])
+        spread = ((la - d) ** 2 - la**2).sum(axis=1) + np.where(
+            pooled, 0.0, ((lb + d) ** 2 - lb**2).sum(axis=1)
+        )
+        neutral = np.flatnonzero(gain <= _EPS)
+        if len(neutral):
+            k = int(neutral[int(np.argmin(spread[neutral]))])
+            if float(spread[k]) < -1e-6:
+                best_j, best, neutral_step = k, -1.0, True  # apply it, as if it improved
+
+    # moves: x admitted on a to a rank c that still has an empty slot
+    open_ranks = np.flatnonzero(free > 0)
+    move: tuple[int, int] | None = None
+    if len(open_ranks):
+        mx = np.repeat(admitted, len(open_ranks))
+        mc = np.tile(open_ranks, len(admitted))
+        ma = where[mx]
+        ok = ma != mc
+        mx, mc, ma = mx[ok], mc[ok], ma[ok]
+        w = sizes[mx][:, None] + hs
+        m_top = np.maximum(
+            _max_outside(idx, vals, ma, mc), np.maximum(loads[ma] - w, loads[mc] + w)
+        )
+        m_gain = n_ranks * (m_top - top).sum(axis=1)
+        if len(m_gain) and float(m_gain.min()) < best:
+            j = int(np.argmin(m_gain))
+            best, move = float(m_gain[j]), (int(mx[j]), int(mc[j]))
+
+    if best >= -_EPS:
+        return 0
+    if move is not None:
+        i, c = move
+        w1 = sizes[i] + hs
+        loads[where[i]] -= w1
+        free[where[i]] += 1
+        loads[c] += w1
+        free[c] -= 1
+        where[i] = c
+        return 1
+    xi, yi, ra, rb = int(x[best_j]), int(y[best_j]), int(a[best_j]), int(b[best_j])
+    shift = sizes[xi] - sizes[yi]
+    loads[ra] -= shift
+    if rb >= 0:
+        loads[rb] += shift
+    where[xi], where[yi] = rb, ra
+    return 2 if neutral_step else 1

@@ -1,0 +1,235 @@
+"""A lockstep data-parallel (DP) group under a permanent backlog: the balancing paper's
+simulator ("A Universal Load Balancing Principle and Its Application to LLM Serving", §6),
+driven by the assignment policies of policies/assign/ — the same `decide` code a live
+`dp_group` pool will call.
+
+Model. G ranks of B slots step together. At step k every running request on rank g reads
+its whole context (prompt + tokens generated so far), so rank g's work is
+    t_g = W + H·n_g + K·L_g            (n_g running requests, L_g their summed context)
+and the step lasts t_step = T_sync + max_g t_g: the barrier makes every rank wait for the
+slowest (`StepModel`). The paper's own step model is T_sync = C, W = H = 0, K = t_ℓ.
+Each step every running request makes one token; a request with output length o leaves
+after its o-th step. The holding pool is refilled to R requests before every decision
+(the paper's revelation target: the system is always backlogged), and the policy fills
+the free slots from it.
+
+Metrics (after a warm-up): per-step imbalance Imb(k) = G·max_g L_g − Σ_g L_g (the paper's
+eq. 2) and its mean; the barrier-idle fraction idle(k) = Σ_g (max t − t_g) / (G·t_step);
+throughput = Σ_k |A(k)| / Σ_k t_step (eq. 8); TPOT = mean over finished requests of
+(finish − start of service) / o (eq. 9: pool wait not counted); pool wait (reveal →
+admission) P50/P99, which the paper does not report. Optionally every rank's L_g per step.
+
+This module never goes through simulator/driver.py: a backlogged lockstep group has no
+arrival process or per-request routing, only an assignment at every step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.assign import Assigner, Instance
+from policies.assign.predict import resident_profile
+from simulator.dp_lengths import Lengths, synthetic_burstgpt
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """t_step = T_sync + max_g (W + H·n_g + K·L_g), in seconds.
+
+    Defaults (our assumptions; the paper gives neither C nor t_ℓ): T_sync = 2 ms for the
+    barrier's collectives, W = 5 ms of per-step weight reads, H = 50 µs per running request,
+    K = 0.25 µs per context token of attention reads. At the paper's setting (B = 72, about
+    1.1k context tokens a slot, L ≈ 80k a rank) a step lasts ≈ 31 ms, near the 28.8 ms that
+    the paper's Table 1 implies (2304 slots ÷ 8.0e4 tok/s), with the context term about
+    two thirds of it. Gains shrink as the fixed part grows: report them against
+    (T_sync + W + H·B) / (K · mean L).
+    """
+
+    t_sync: float = 2e-3
+    w: float = 5e-3
+    h: float = 5e-5
+    k: float = 2.5e-7
+
+    def rank_times(
+        self, running: npt.NDArray[np.int64], loads: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        out: npt.NDArray[np.float64] = self.w + self.h * running + self.k * loads
+        return out
+
+    def step_time(self, running: npt.NDArray[np.int64], loads: npt.NDArray[np.float64]) -> float:
+        return self.t_sync + float(self.rank_times(running, loads).max())
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    ranks: int = 32  # G
+    slots: int = 72  # B
+    pool_target: int = 128  # R
+    steps: int = 5000  # measured steps, after the warm-up
+    warmup: int = 1500  # steps run before measuring (fill the group, age the residents)
+    seed: int = 0
+    step_model: StepModel = field(default_factory=StepModel)
+    record_loads: bool = False  # keep every rank's L_g per measured step
+
+
+@dataclass
+class GroupResult:
+    avg_imbalance: float  # tokens
+    avg_gap: float  # max_g L_g − min_g L_g, tokens
+    idle_fraction: float  # mean per-step barrier-idle share of rank time
+    throughput: float  # tokens/s
+    tpot: float  # s/token
+    pool_wait_p50: float  # s
+    pool_wait_p99: float  # s
+    mean_load: float  # mean L_g, tokens
+    step_time: float  # mean t_step, s
+    finished: int
+    decide_s: list[float] = field(default_factory=list)  # per-step decision cost, s (unused here)
+    loads: npt.NDArray[np.float32] | None = None  # [steps, G] when recorded
+
+    def row(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("loads", "decide_s")}
+
+
+def run_group(
+    assigner: Assigner,
+    config: GroupConfig,
+    lengths: Lengths | None = None,
+    warmup_with: Assigner | None = None,
+) -> GroupResult:
+    """One backlogged run of `assigner` on a lockstep group; deterministic given the seed.
+
+    `warmup_with` decides during the warm-up instead (e.g. BF-IO with H = 0 before a costly
+    H = 20 run: the warm-up only has to bring the group to its steady state)."""
+    lengths = lengths or synthetic_burstgpt()
+    g_n, b_n = config.ranks, config.slots
+    horizon = max(assigner.lookahead_steps, warmup_with.lookahead_steps if warmup_with else 0) + 1
+    rng = np.random.default_rng(config.seed)
+    model = config.step_model
+
+    active = np.zeros((g_n, b_n), dtype=bool)
+    context = np.zeros((g_n, b_n), dtype=np.float64)  # s + τ
+    generated = np.zeros((g_n, b_n), dtype=np.int64)
+    output = np.ones((g_n, b_n), dtype=np.int64)
+    predicted = np.full((g_n, b_n), math.inf)  # the predictor's output length
+    started = np.zeros((g_n, b_n), dtype=np.float64)
+
+    pool_s: list[int] = []
+    pool_o: list[int] = []
+    pool_t: list[float] = []
+    pool_id: list[int] = []
+    next_id = 0
+    batch_s, batch_o = lengths.draw(rng, 4096)
+    batch_at = 0
+
+    now = 0.0
+    total = config.warmup + config.steps
+    imb = np.zeros(config.steps)
+    gap = np.zeros(config.steps)
+    idle = np.zeros(config.steps)
+    dts = np.zeros(config.steps)
+    tokens = np.zeros(config.steps)
+    waits: list[float] = []
+    tpots: list[float] = []
+    mean_loads = np.zeros(config.steps)
+    trace = np.zeros((config.steps, g_n), dtype=np.float32) if config.record_loads else None
+    predictor = assigner.predictor
+
+    for k in range(total):
+        measuring = k >= config.warmup
+        while len(pool_s) < config.pool_target:
+            if batch_at == len(batch_s):
+                batch_s, batch_o = lengths.draw(rng, 4096)
+                batch_at = 0
+            pool_s.append(int(batch_s[batch_at]))
+            pool_o.append(int(batch_o[batch_at]))
+            pool_t.append(now)
+            pool_id.append(next_id)
+            next_id += 1
+            batch_at += 1
+
+        count = active.sum(axis=1)
+        deciding = assigner if measuring or warmup_with is None else warmup_with
+        if horizon == 1:
+            base = np.where(active, context, 0.0).sum(axis=1)[:, None]
+        else:
+            remaining = np.where(active, np.maximum(1.0, predicted - generated), 0.0)
+            base = (
+                resident_profile(context.reshape(-1), remaining.reshape(-1), horizon)
+                .reshape(g_n, b_n, horizon)
+                .sum(axis=1)
+            )
+        inst = Instance(
+            base=np.ascontiguousarray(base[:, : deciding.lookahead_steps + 1]),
+            free=(b_n - count).astype(np.int64),
+            count=count.astype(np.int64),
+            sizes=np.array(pool_s, dtype=np.int64),
+            waited=now - np.array(pool_t, dtype=np.float64),
+        )
+        decision = deciding.decide(inst)
+        taken = []
+        for i, g in decision:
+            b = int(np.flatnonzero(~active[g])[0])
+            active[g, b] = True
+            context[g, b] = pool_s[i]
+            generated[g, b] = 0
+            output[g, b] = pool_o[i]
+            predicted[g, b] = predictor.predicted_length(_Seen(str(pool_id[i]), pool_o[i]))
+            started[g, b] = now
+            if measuring:
+                waits.append(now - pool_t[i])
+            taken.append(i)
+        for i in sorted(taken, reverse=True):
+            del pool_s[i], pool_o[i], pool_t[i], pool_id[i]
+
+        running = active.sum(axis=1)
+        loads = np.where(active, context, 0.0).sum(axis=1)
+        times = model.rank_times(running, loads)
+        dt = model.t_sync + float(times.max())
+        if measuring:
+            j = k - config.warmup
+            imb[j] = g_n * loads.max() - loads.sum()
+            gap[j] = loads.max() - loads.min()
+            idle[j] = float((times.max() - times).sum()) / (g_n * dt)
+            dts[j] = dt
+            tokens[j] = running.sum()
+            mean_loads[j] = loads.mean()
+            if trace is not None:
+                trace[j] = loads
+        now += dt
+        generated[active] += 1
+        context[active] += 1
+        done = active & (generated >= output)
+        if measuring and done.any():
+            tpots.extend(((now - started[done]) / output[done]).tolist())
+        active &= ~done
+
+    wait = np.array(waits) if waits else np.zeros(1)
+    return GroupResult(
+        avg_imbalance=float(imb.mean()),
+        avg_gap=float(gap.mean()),
+        idle_fraction=float(idle.mean()),
+        throughput=float(tokens.sum() / dts.sum()),
+        tpot=float(np.mean(tpots)) if tpots else math.nan,
+        pool_wait_p50=float(np.percentile(wait, 50)),
+        pool_wait_p99=float(np.percentile(wait, 99)),
+        mean_load=float(mean_loads.mean()),
+        step_time=float(dts.mean()),
+        finished=len(tpots),
+        loads=trace,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What a predictor may read of a request at admission (the simulator knows o)."""
+
+    id: str
+    output_tokens: int
+    generated: int = 0
+    max_tokens: int | None = None
