@@ -24,6 +24,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from policies.assign import (  # noqa: F401  (each registers itself; the one import list)
+    bfio,
+    fcfs_maxfree,
+    jsq_count,
+    least_token_load,
+)
 from policies.assign.predict import Predictor
 from policies.assign.registry import ASSIGNERS, Assigner, Decision
 from policies.assign.state import Instance, PooledRequest, RankState, Resident, objective

@@ -19,13 +19,10 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from policies.assign.state import Resident
 
 PREDICTORS = ("none", "oracle", "noisy_oracle", "max_tokens_bound")
 
@@ -61,7 +58,7 @@ class Predictor:
         if self.eps < 0:
             raise ValueError(f"noise_eps: cannot be negative, got {self.eps!r}")
 
-    def predicted_length(self, request: _HasLengths | Resident) -> float:
+    def predicted_length(self, request: _HasLengths) -> float:
         """The total output length this predictor expects (inf when it has no idea)."""
         if self.kind == "none":
             return math.inf
@@ -75,7 +72,7 @@ class Predictor:
             1.0, round(request.output_tokens * noise_factor(self.eps, self.seed, request.id))
         )
 
-    def remaining(self, request: _HasLengths | Resident) -> float:
+    def remaining(self, request: _HasLengths) -> float:
         """Steps still to run, counting the current one (at least 1: it is running now)."""
         return max(1.0, self.predicted_length(request) - request.generated)
 

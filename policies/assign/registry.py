@@ -36,14 +36,7 @@ class Assigner:
         return [(ordered[i], ranks[g]) for i, g in self.decide(inst)]
 
 
-def _load_builtins() -> None:
-    from policies.assign import (  # noqa: F401
-        bfio,
-        fcfs_maxfree,
-        jsq_count,
-        least_token_load,
-    )
-
-
-ASSIGNERS: Registry[Assigner] = Registry("assignment policy", _load_builtins)
+# filled by the built-ins' own modules, which policies/assign/__init__.py imports by one
+# explicit list (registration never loops back here)
+ASSIGNERS: Registry[Assigner] = Registry("assignment policy")
 register = ASSIGNERS.register
