@@ -359,8 +359,8 @@ class Placement(_Section):
     # protect_last_user; false: it is shortened around its trailing question)
     protect_last_user: bool = False
     # compress_and_route with no larger pool serving a model: compress band requests onto
-    # the one pool (true), or refuse them 413 naming this key (false, the default: a
-    # single pool silently shortening prompts surprised users)
+    # the one pool (true), or refuse them 400 context_length_exceeded naming this key
+    # (false, the default: a single pool silently shortening prompts surprised users)
     compress_single_pool: bool = False
 
     @model_validator(mode="after")

@@ -18,7 +18,8 @@ query parameter, else the server's default mode. Parameters come the same way
 ``?size=``). A request body that is JSON with ``"stream": true`` gets an SSE answer in
 the modes that can answer either way.
 
-GET requests always answer normally (`/health` 200, `/stats` the connection counts:
+POST /tokenize answers 404 (no tokenizer; not counted as a request). GET requests always
+answer normally (`/health` 200, `/stats` the connection counts:
 open, peak, total, busy and peak_busy = connections answering a POST at once;
 `/stats/window` the same, then peak_busy starts again from busy), so a
 gateway's health checks and scrapes see a healthy engine; the modes apply to POSTs.
@@ -215,6 +216,15 @@ class MisbehavingEngine:
                     break
                 if req.method == "GET":
                     self._control(req, writer)
+                    continue
+                if req.path == "/tokenize":
+                    # no tokenizer here (as an engine without the endpoint): a gateway's
+                    # `tokenizer: auto` probe falls back to counting locally; not a request
+                    body = b'{"detail":"Not Found"}'
+                    writer.write(
+                        b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
+                        b"content-length: %d\r\n\r\n%s" % (len(body), body)
+                    )
                     continue
                 self.requests.append(req)
                 self.busy += 1

@@ -31,12 +31,16 @@ engine seconds × their time scale.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
+from unittest import mock
 
 import httpx
 import pytest
 import uvicorn
 
+from gateway import request_ids
 from gateway.app import create_app
 from gateway.config import load_config
 from policies.actions import ActionLog
@@ -119,11 +123,41 @@ EXPECTED = [
 ]
 
 
-def _decisions(log: ActionLog, names: dict[str, str]) -> list[tuple[str, str]]:
+@contextlib.contextmanager
+def _client_ids() -> Iterator[dict[str, str]]:
+    """The gateway sends each request with an id of its own (gateway/request_ids.py), the id
+    the core and the hooks know it by: map each back to the client's x-request-id (the pair
+    the request log keeps as `engine_request_id` / `request_id`), so that both drivers' logs
+    compare under the trace's names."""
+    ids: dict[str, str] = {}
+    made: list[str] = []
+    real_new, real_client = request_ids.new, request_ids.client_id
+
+    def new() -> str:
+        made.append(real_new())
+        return made[-1]
+
+    def client_id(value: bytes | None) -> str | None:
+        client = real_client(value)
+        if client is not None:  # asked right after `new`, in the same handler step
+            ids[made[-1]] = client
+        return client
+
+    with (
+        mock.patch.object(request_ids, "new", new),
+        mock.patch.object(request_ids, "client_id", client_id),
+    ):
+        yield ids
+
+
+def _decisions(
+    log: ActionLog, names: dict[str, str], ids: dict[str, str] | None = None
+) -> list[tuple[str, str]]:
     """The log with each worker named by its place in its pool (`names`: id → pool/i),
     the same in both drivers."""
     out = []
     for rid, what, detail in log.entries:
+        rid = ids.get(rid, rid) if ids else rid
         if what == "send":  # pool/worker
             detail = names[detail.split("/", 1)[1]]
         else:
@@ -178,7 +212,7 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
     from tests.procs import procs
 
     log, events = ActionLog(), Events()
-    with procs() as ps:
+    with procs() as ps, _client_ids() as ids:
         scale = ("--time-scale", str(SCALE))
         dropping = ps.python(
             "two-drop", "tests.misbehaving_engine", "--port", "{port}", "--mode", "drop"
@@ -213,13 +247,14 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
                     _, prompt, n = TRACE[rid]
                     if rid == "k":
                         chat = {"model": MODEL, "messages": _chat(), "max_tokens": n,
-                                "ignore_eos": True}  # fmt: skip
+                                "ignore_eos": True, "stream": True}  # fmt: skip
                         return asyncio.create_task(
                             c.post("/v1/chat/completions", json=chat, headers={"x-request-id": rid})
                         )
-                    # token ids: the gateway's count is exact, as the simulator's is
+                    # token ids: the gateway's count is exact, as the simulator's is; streamed,
+                    # so that the hooks hear a first token (a whole answer has none to hear)
                     body = {"model": MODEL, "prompt": list(range(1000, 1000 + prompt)),
-                            "max_tokens": n, "ignore_eos": True}  # fmt: skip
+                            "max_tokens": n, "ignore_eos": True, "stream": True}  # fmt: skip
                     return asyncio.create_task(
                         c.post("/v1/completions", json=body, headers={"x-request-id": rid})
                     )
@@ -254,7 +289,8 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
             assert len(core.dispatcher) == 0 and core.admitter.in_flight == {}  # type: ignore[attr-defined]
         finally:
             await app.gateway.stop()
-    return _decisions(log, names), events
+    events.seen = [(ids.get(rid, rid), event) for rid, event in events.seen]
+    return _decisions(log, names, ids), events
 
 
 async def test_both_drivers_take_the_same_decisions_in_the_same_order():
@@ -319,7 +355,7 @@ async def _live_eviction() -> list[tuple[str, str]]:
     from tests.procs import procs
 
     log = ActionLog()
-    with procs() as ps:
+    with procs() as ps, _client_ids() as ids:
         emu = emulator(ps, "evict-short", 8192, "--time-scale", str(SCALE)).wait_ready()
         cfg = gateway_config([emu.url], [])
         cfg["pools"]["short"]["max_num_seqs"] = 2  # type: ignore[index]
@@ -374,7 +410,7 @@ async def _live_eviction() -> list[tuple[str, str]]:
             server.should_exit = True
             await serving
             await app.gateway.stop()
-    return _decisions(log, names)
+    return _decisions(log, names, ids)
 
 
 async def test_both_drivers_evict_the_same_request():
