@@ -20,7 +20,6 @@ engine abort.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from gateway import guard
@@ -30,18 +29,13 @@ from gateway.errors import (
     ServiceUnavailable,
     UnsupportedMediaType,
 )
+from gateway.guard import ASGIApp, Receive, Scope, Send
 from gateway.openai_request import CHAT, COMPLETIONS
 from gateway.responder import ClientGone, Responder
 
 if TYPE_CHECKING:
     from gateway.link import ClientLink
     from gateway.runtime import Gateway
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PROXY_PATHS = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETIONS}
 _IDENTITY = (b"", b"identity")

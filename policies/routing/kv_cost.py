@@ -113,12 +113,7 @@ class KvCostRouter:
         self.cost.overlap_weight = overlap_weight
 
     def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
-        workers = list(candidates)
-        self.state.seen(workers)
-        chosen = self._profile.choose(request, workers)
-        if chosen is not None:
-            self.state.chose(request, chosen.id)
-        return chosen
+        return self.state.choose(self._profile, request, candidates)
 
 
 NAME = "kv_cost"

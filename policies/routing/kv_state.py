@@ -22,9 +22,11 @@ candidates (`seen`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from policies.prefix_index import PrefixIndex
+from policies.routing.profile import Profile
 from policies.types import Outcome, RequestInfo, WorkerView
 
 
@@ -76,6 +78,18 @@ class KvState:
             clock = self.index.clock
             now = request.arrival if clock is None else clock.now()
             self.index.record(worker, request.prefix_hashes, now)
+
+    def choose(
+        self, profile: Profile, request: RequestInfo, candidates: Sequence[WorkerView]
+    ) -> WorkerView | None:
+        """`profile`'s choice among `candidates`, with the pool's workers and the chosen
+        chain recorded (the cache routers' `choose`)."""
+        workers = list(candidates)
+        self.seen(workers)
+        chosen = profile.choose(request, workers)
+        if chosen is not None:
+            self.chose(request, chosen.id)
+        return chosen
 
     # --- policies/hooks.py -------------------------------------------------------------
     def on_arrival(self, request: RequestInfo, now: float) -> None:

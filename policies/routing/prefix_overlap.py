@@ -73,12 +73,7 @@ class PrefixOverlapRouter:
         return (self.state,)
 
     def choose(self, request: RequestInfo, candidates: Sequence[WorkerView]) -> WorkerView | None:
-        workers = list(candidates)
-        self.state.seen(workers)
-        chosen = self._profile.choose(request, workers)
-        if chosen is not None:
-            self.state.chose(request, chosen.id)
-        return chosen
+        return self.state.choose(self._profile, request, candidates)
 
 
 NAME = "prefix_overlap"
