@@ -24,10 +24,19 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 
 
+_given: set[int] = set()  # ports this process handed out: never the same one twice
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on now, and not one given before in this process (the kernel
+    may hand a just-closed port out again: two workers of one test got the same one)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _given:
+            _given.add(port)
+            return port
 
 
 def env() -> dict[str, str]:
