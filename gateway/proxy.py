@@ -39,13 +39,14 @@ from gateway import logs, quartz, request_ids
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
 from gateway.errors import AuthenticationFailed, GatewayError
+from gateway.fitting import PromptFitter
 from gateway.forward import Forwarder, refusal
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest, parse
+from gateway.placing import classify_prompt, core_request, start_request
 from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
 from gateway.settle import Settler
-from gateway.shaping import Shaper, classify_prompt
 from gateway.tenancy import Tenancy, charge_of, header_value
 from gateway.tokenize import EngineTokenizer
 from gateway.traffic import TrafficHistogram
@@ -120,7 +121,9 @@ def core_spec(config: GatewayConfig) -> CoreSpec:
     )
 
 
-class Pipeline:
+class GatewayDriver:
+    """The gateway's driver of the core (the simulator's is simulator/driver.py's `Driver`)."""
+
     def __init__(
         self,
         config: GatewayConfig,
@@ -148,8 +151,8 @@ class Pipeline:
             scripter=script_of_prompt,
         )
         self.core, self.predictor = core, predictor
-        self.budget = core.intake.budget
-        metrics.watch_budget(self.budget)
+        self.estimator = core.intake.estimator
+        metrics.watch_budget(self.estimator)
         self._fallback_changes = 0  # the calibration's fallback flips already logged
         workers = fleet.workers
         stale_after = config.telemetry.stale_after_s
@@ -174,7 +177,10 @@ class Pipeline:
             engine = EngineTokenizer(
                 client, fleet, p.short_pool, short.tokenize_timeout_s, metrics, loop.time
             )
-        self.shaper = Shaper(core, metrics, traffic, compress_executor, served, compressor, engine)
+        self.traffic = traffic
+        self.fitter = PromptFitter(
+            core, metrics, traffic, compress_executor, served, compressor, engine
+        )
         self.forwarder = Forwarder(core, config, fleet, client, metrics, predictor, loop)
         self.forwarder.on_first_token = self._calibration_changed
         self.settler = Settler(core, metrics, request_log, predictor, loop)
@@ -225,15 +231,17 @@ class Pipeline:
             raw = await source.read()
             parsed = parse(raw, endpoint)
             raw = request_ids.scrub(parsed, raw)
-            request = self.shaper.request(parsed, own, self.fleet, att.t0)
+            request = core_request(parsed, own, self.fleet, att.t0)
             if att.entitlement or self.tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
-            action = self.shaper.start(parsed, request, att.t0, self.fleet.models)
+            action = start_request(
+                self.core, self.traffic, parsed, request, att.t0, self.fleet.models
+            )
             ticket = att.ticket = action.ticket  # type: ignore[union-attr]
             assert ticket is not None
             ticket.token = att
             if isinstance(action, Fit):
-                action = await self.shaper.fit(parsed, action)
+                action = await self.fitter.fit(parsed, action)
             if isinstance(action, Admit):  # state shared through a store: one round trip
                 verdict = await self.core.admitter.admit_async(ticket.info, loop.time())  # type: ignore[attr-defined]
                 action = self.core.on(ticket, Admitted(verdict), loop.time())

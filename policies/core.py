@@ -75,12 +75,12 @@ from policies.events import (
 )
 from policies.health import Breaker
 from policies.hooks import Hook
-from policies.intake import Intake, Placed, Prompt, Refusal
+from policies.intake import Intake, Placed, Refusal
 from policies.leases import Load, PrefillLoad, PrefillWork, WorkerSlot
 from policies.retry import RetryPolicy
 from policies.routing import Router
 from policies.ticket import Ticket
-from policies.types import Outcome, PoolSpec, Status, WorkerView
+from policies.types import Outcome, Status, WorkerView
 
 Views = Callable[[str], Sequence[WorkerView]]  # a pool's workers as routing sees them now
 ActionRecorder = Callable[[str, str, str], object]  # (request id, what, detail)
@@ -92,16 +92,6 @@ INACTIVE = {
     "entitlement_state": "entitlement_inactive",
     "unknown_entitlement": "unknown_entitlement",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where routing sent a request: the worker's view, its pool, and whether that pool
-    is not the placement's first choice (a spill)."""
-
-    worker: WorkerView
-    pool: str
-    spilled: bool
 
 
 def _nobody(load: Load) -> None:
@@ -230,12 +220,6 @@ class Core:
                 self.dispatcher.cancel(waiter)
             self.on_action(self._emit(ticket.info.id, Evict(ticket)))
 
-    @property
-    def admission_awaits(self) -> bool:
-        """The admitter keeps its state in a shared store (Redis, across replicas): the
-        driver awaits `admit_async` (one round trip) for an `Admit`."""
-        return self.admitter.store is not None and hasattr(self.admitter, "admit_async")
-
     def prompt_sent(self, ticket: Ticket) -> int:
         """The prompt tokens the engine is sent: the compressed count, or the original."""
         known = ticket.request.known_prompt_tokens if ticket.request is not None else None
@@ -304,8 +288,7 @@ class Core:
 
     def _send(self, ticket: Ticket, now: float) -> Send | None:
         """The first of its pools (in placement's order) whose router finds a worker:
-        its slot taken now; None when no worker of any can take it. (`route`, inlined:
-        the hot path allocates no `Route`.)"""
+        its slot taken now; None when no worker of any can take it."""
         info = ticket.placed.info
         tried = ticket.tried
         views = self.views
@@ -406,57 +389,16 @@ class Core:
         return action
 
     # === the steps, one at a time (the machine composes these) =======================
-    def arrive(
-        self,
-        prompt: Prompt,
-        key: str,
-        now: float,
-        pools: Sequence[PoolSpec],
-        healthy: Collection[str] | None = None,
-        entitlement: str | None = None,
-        prefix_hashes: tuple[int, ...] = (),
-        slo_class: str | None = None,
-    ) -> Ticket | Refusal:
-        """Estimate and place; the hooks hear of the request only once it is placed."""
-        placed = self.intake.take(prompt, key, now, pools, healthy)
-        if isinstance(placed, Refusal):
-            return placed
-        request = Request(prompt, key, tuple(pools), None, entitlement, slo_class, prefix_hashes)
-        return self._placed(placed, request, now)
-
     def fitted(
         self, ticket: Ticket, result: Compression, param: str = "messages"
     ) -> Refusal | None:
         """The exact count (and compression) the driver ran for `placed.fit_target`."""
         return self.intake.fitted(ticket.placed, result, param)
 
-    def admit(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
-        verdict = self.admitter.admit(ticket.info, now)
-        if verdict is None or isinstance(verdict, AdmissionRefused):
-            return verdict
-        ticket.reservation = ticket.leases.take(verdict)
-        return None
-
     def queued_behind(self, ticket: Ticket) -> bool:
         """Others already wait for one of its pools: it waits behind them (FIFO)."""
         d = self.dispatcher
         return len(d) > 0 and any(d.waiting(p) for p in ticket.pools)
-
-    def route(self, ticket: Ticket, views: Views, exclude: Collection[str] = ()) -> Route | None:
-        """The first of its pools (in placement's order) whose router finds a worker;
-        None when no worker of any can take it now (none with room, or none healthy)."""
-        info = ticket.info
-        for i, pool in enumerate(ticket.pools):
-            router = self.routers.get(pool)
-            if router is None:
-                router = self.routers[pool] = self.router_for(pool)
-            candidates = views(pool)
-            if exclude:
-                candidates = [v for v in candidates if v.id not in exclude]
-            chosen = router.choose(info, candidates)
-            if chosen is not None:
-                return Route(chosen, pool, i > 0)
-        return None
 
     def wait(self, ticket: Ticket, now: float) -> Waiter | None:
         """Queue for room in any of its pools; None when the queue is full (refuse)."""

@@ -231,11 +231,11 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
         app = create_app(load_config(data=cfg, environ={}))
         await app.gateway.start()
         try:
-            pipeline = app.gateway.pipeline
-            assert pipeline is not None
-            core = pipeline.core
+            driver = app.gateway.driver
+            assert driver is not None
+            core = driver.core
             core.log = log
-            pipeline.hooks = (events,)
+            driver.hooks = (events,)
             workers = app.gateway.fleet.workers
             pools = app.gateway.fleet.pools
             names = _names({p: [w.id for w in pools[p]] for p in ("short", "long")})
@@ -375,9 +375,9 @@ async def _live_eviction() -> list[tuple[str, str]]:
         try:
             while not server.started:
                 await asyncio.sleep(0.01)
-            pipeline = app.gateway.pipeline
-            assert pipeline is not None
-            pipeline.core.log = log
+            driver = app.gateway.driver
+            assert driver is not None
+            driver.core.log = log
             workers = app.gateway.fleet.workers
             names = _names({"short": [w.id for w in app.gateway.fleet.pools["short"]]})
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:

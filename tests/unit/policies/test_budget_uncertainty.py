@@ -13,7 +13,7 @@ import pytest
 
 from compressor.compress import Compression
 from compressor.script import Script, script_of, script_of_prompt
-from policies.budget import BudgetConfig, TokenBudget, measure_chat
+from policies.budget import BudgetConfig, BudgetEstimator, measure_chat
 from policies.intake import CHAT, Intake, Placed, Prompt
 from policies.pools import CompressAndRoute
 from policies.types import Category, PoolSpec
@@ -26,7 +26,7 @@ PLACER = CompressAndRoute("short", 8192, 1.5)
 def intake(classify=None, bounds: ByteBounds | None = None) -> Intake:
     return Intake(
         PLACER,
-        TokenBudget(BudgetConfig(bytes_per_token=4.0)),
+        BudgetEstimator(BudgetConfig(bytes_per_token=4.0)),
         classify or (lambda p: Category.PROSE),
         bounds=bounds if bounds is not None else ByteBounds(),
         scripter=script_of_prompt,
