@@ -29,8 +29,10 @@ the simulator (simulator/driver.py) over its kernel and engine model in virtual 
                                    `served`                    … hooks.on_first_token
     on WHOLE_ANSWER                the same for a whole answer (no hook: its time is
                                    not a prefill)
-    on ANSWERED                    the worker's breaker hears a success
-    on UpstreamFailed              the breaker hears a failure; the retry policy
+    on ANSWERED                    the worker's breaker hears a success (log: close, when
+                                   it closes a circuit that had opened)
+    on UpstreamFailed              the breaker hears a failure (log: open, when it opens
+                                   the circuit: out of routing for `open_s`); the retry policy
                                    (policies/retry.py) → Send to another worker (log:
                                    retry) | Fail
     on ContextRefused              once: re-placed through the placement policy on the
@@ -174,8 +176,12 @@ class Core:
             self.answered(ticket, now)
             return PROCEED
         if event is ANSWERED:
-            if self.breaker is not None and ticket.slot is not None:
-                self.breaker.succeeded(ticket.slot.load)  # type: ignore[arg-type]
+            slot = ticket.slot
+            if self.breaker is not None and slot is not None:
+                # the load is the driver's worker state (BreakerState): WorkerState, SimWorkerView
+                closed = self.breaker.succeeded(slot.load)  # type: ignore[arg-type]
+                if closed and self.log is not None:
+                    self.log(ticket.info.id, "close", ticket.worker)
             return PROCEED
         if isinstance(event, Finished):
             if not ticket.completed and self.log is not None:
@@ -337,7 +343,9 @@ class Core:
     def _failed(self, ticket: Ticket, event: UpstreamFailed, now: float) -> Action:
         slot = ticket.slot
         if slot is not None and event.blames_worker and self.breaker is not None:
-            self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
+            opened = self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
+            if opened and self.log is not None:
+                self.log(ticket.info.id, "open", ticket.worker)
         if slot is None or not self.retry.again(
             ticket.retries, event.retryable, event.before_response
         ):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from policies.budget import BudgetConfig
 from policies.build import Choice, CoreSpec, build_core
 from policies.core import ActionRecorder, Core
+from policies.health import Breaker
 from policies.hooks import Hook
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
@@ -20,7 +21,7 @@ from policies.quantile.predictor import Predictor
 from policies.registry import config_from
 from policies.routing import Router, make_router
 from policies.types import PoolSpec
-from simulator.cluster import Cluster, EngineFactory, default_engine
+from simulator.cluster import Cluster, EngineFactory, Worker, default_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
 from simulator.driver import Driver
 from simulator.families import CdfFamily
@@ -31,6 +32,7 @@ from simulator.scenario import (
     FAMILIES,
     ComponentModel,
     EntitlementEventModel,
+    FaultEventModel,
     Scenario,
     WorkersEventModel,
 )
@@ -164,6 +166,7 @@ def core_spec(scenario: Scenario) -> CoreSpec:
             d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
         ),
         prefill_room=d.prefill_room,
+        breaker=Breaker(policy.breaker.failures, policy.breaker.open_s),
     )
 
 
@@ -344,16 +347,26 @@ def _predictor_for(
     return build_predictor(settings, model, shape)
 
 
+def _fault_ends(worker: Worker) -> None:
+    worker.refuses = False
+
+
 def _apply_event(arg: tuple[object, Cluster, Core, Kernel]) -> None:
     """A scenario event (scenario.py `events`) at its time: workers taken out of service
-    or brought back (the token pool following), or an entitlement's new state."""
+    or brought back (the token pool following), an entitlement's new state, or a worker
+    that drops every connection for a period."""
     ev, cluster, core, kernel = arg
     now = kernel.now()
     admitter = core.admitter
-    if isinstance(ev, WorkersEventModel):
+    if isinstance(ev, FaultEventModel):
+        worker = cluster.pools[ev.pool][ev.worker]
+        worker.refuses = True
+        kernel.at(now + ev.for_s, PRIO_STEP, _fault_ends, worker)
+    elif isinstance(ev, WorkersEventModel):
         workers = cluster.pools[ev.pool]
         for i, w in enumerate(workers):
-            w.view.healthy = i < ev.workers  # out of service: drains, takes nothing new
+            w.view.in_service = i < ev.workers  # out of service: drains, takes nothing new
+            w.view.route_check(now)
         if ev.token_pool is not None:
             scale = getattr(admitter, "scale_pool", None)
             if scale is None:

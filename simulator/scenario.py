@@ -177,6 +177,13 @@ class AdmissionModel(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class BreakerModel(_Strict):
+    """The circuit breaker (policies/health.py), as the gateway's `breaker`."""
+
+    failures: int = Field(default=3, ge=1)  # consecutive request failures that open it
+    open_s: float = Field(default=10.0, gt=0)  # how long it stays open before a trial
+
+
 class PolicyModel(_Strict):
     placement: PlacementModel = PlacementModel()
     admission: AdmissionModel = AdmissionModel()
@@ -184,6 +191,7 @@ class PolicyModel(_Strict):
     routing: RoutingModel = RoutingModel()
     budget: BudgetModel = BudgetModel()
     compression: CompressionSpecModel = CompressionSpecModel()
+    breaker: BreakerModel = BreakerModel()
     # QUARTZ's predictor (policies/quantile/config.py QuartzSettings' fields); also built
     # when a routing or dispatch policy uses it. Records then carry features, prefill_s
     # and the predicted quantiles.
@@ -340,7 +348,22 @@ class EntitlementEventModel(_Strict):
     state: Literal["pending", "bound", "degraded", "expired"]
 
 
-EventModel = Annotated[WorkersEventModel | EntitlementEventModel, Field(discriminator="kind")]
+class FaultEventModel(_Strict):
+    """From `at`, `pool`'s worker number `worker` (from 0) drops every connection for
+    `for_s` seconds (an engine dying and coming back before the health checks notice): an
+    attempt there fails before a response, the core's retry policy sends the request to
+    another worker and the worker's circuit breaker (`policy.breaker`) counts it."""
+
+    kind: Literal["fault"]
+    at: float = Field(ge=0)
+    pool: str
+    worker: int = Field(default=0, ge=0)
+    for_s: float = Field(gt=0)
+
+
+EventModel = Annotated[
+    WorkersEventModel | EntitlementEventModel | FaultEventModel, Field(discriminator="kind")
+]
 
 
 class ReportModel(_Strict):
@@ -358,7 +381,8 @@ class Scenario(_Strict):
     workload: WorkloadModel
     slo: dict[str, float] = Field(default_factory=lambda: {"interactive": 2.0, "long": 4.0})
     report: ReportModel = ReportModel()
-    # changes over time: workers in service, entitlement states (applied in `at` order)
+    # changes over time: workers in service, entitlement states, a worker's fault for a
+    # period (applied in `at` order)
     events: list[EventModel] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -435,7 +459,15 @@ def _check_events(sc: Scenario) -> None:
     )
     for i, ev in enumerate(sc.events):
         where = f"events.{i}"
-        if isinstance(ev, WorkersEventModel):
+        if isinstance(ev, FaultEventModel):
+            if ev.pool not in pools:
+                raise ValueError(f"{where}: no pool {ev.pool!r} in fleet.pools")
+            if ev.worker >= pools[ev.pool]:
+                raise ValueError(
+                    f"{where}.worker: {ev.worker}, but pool {ev.pool!r} has {pools[ev.pool]}"
+                    " workers (numbered from 0)"
+                )
+        elif isinstance(ev, WorkersEventModel):
             if ev.pool not in pools:
                 raise ValueError(f"{where}: no pool {ev.pool!r} in fleet.pools")
             if ev.workers > pools[ev.pool]:

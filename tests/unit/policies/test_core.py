@@ -11,7 +11,15 @@ from policies.admission import ConcurrencyAdmitter, ConcurrencyConfig
 from policies.budget import BudgetConfig, BudgetEstimator, ChatSize
 from policies.core import Core
 from policies.dispatch import FifoDispatcher
-from policies.events import DEADLINE, Admitted, ContextRefused, Finished, Request, UpstreamFailed
+from policies.events import (
+    ANSWERED,
+    DEADLINE,
+    Admitted,
+    ContextRefused,
+    Finished,
+    Request,
+    UpstreamFailed,
+)
 from policies.health import Breaker
 from policies.intake import CHAT, Intake, Prompt
 from policies.pools import make_placement
@@ -181,7 +189,10 @@ def test_a_connect_failure_is_retried_once_on_another_worker_and_the_breaker_cou
     core.on(again.ticket, UpstreamFailed("reset", before_response=False), 2.0)
     assert short1.open_until == 7.0  # the second failure in a row opened its circuit
     assert log.of("a") == ["send short/short0", "retry connect exclude=short0",
-                           "send short/short1", "fail", "fail"]  # fmt: skip
+                           "send short/short1", "fail", "open short1", "fail"]  # fmt: skip
+    core.on(again.ticket, ANSWERED, 3.0)  # a success closes it (the worker answers)
+    assert short1.open_until == 0.0 and short1.breaker_fails == 0
+    assert log.of("a")[-1] == "close short1"
 
 
 def test_a_context_refusal_is_placed_again_on_a_longer_pool_once():

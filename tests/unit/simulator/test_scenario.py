@@ -129,6 +129,17 @@ def test_tenant_workloads_and_events_validate() -> None:
         parse(bad)
 
 
+def test_a_fault_event_names_a_worker_that_exists() -> None:
+    fault = {"kind": "fault", "at": 1, "pool": "main", "worker": 1, "for_s": 5}
+    assert parse(_tenant_doc(events=[fault])).events[0].for_s == 5  # type: ignore[union-attr]
+    with pytest.raises(ScenarioError, match=r"events\.0\.worker: 2, but pool 'main' has 2"):
+        parse(_tenant_doc(events=[{**fault, "worker": 2}]))
+    with pytest.raises(ScenarioError, match=r"events\.0: no pool 'nope'"):
+        parse(_tenant_doc(events=[{**fault, "pool": "nope"}]))
+    with pytest.raises(ScenarioError, match=r"for_s"):
+        parse(_tenant_doc(events=[{**fault, "for_s": 0}]))
+
+
 def test_shipped_token_pool_scenarios_load() -> None:
     from simulator.scenario import load
 
