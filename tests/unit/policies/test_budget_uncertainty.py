@@ -51,6 +51,44 @@ def test_the_range_holds_a_boundary_only_when_the_interval_is_wide_enough():
     assert straddles(lo, hi, (8192, 12288)) and not straddles(lo, hi, (12288,))
 
 
+def test_counting_follows_the_placers_stated_edges_not_its_type():
+    """The intake asks a placer for its `edges` (the placement protocol's capability);
+    one that states none is placed on its estimate, whatever it is."""
+    from dataclasses import dataclass
+
+    from policies.pools import ShortLongPlacement
+    from policies.protocols.placement import Edges
+
+    assert PLACER.edges == Edges("short", 8192, 1.5, 256, PLACER.compressible, False)
+    assert PLACER.edges.boundaries(POOLS[0]) == (8192, 12288)
+    assert ShortLongPlacement("short", 8192).edges.boundaries(POOLS[0]) == (8192,)
+
+    @dataclass(frozen=True)
+    class Blind:  # C&R's decisions, but no boundaries stated
+        inner: CompressAndRoute = PLACER
+        edges: Edges | None = None
+
+        @property
+        def category_blind_below(self) -> float:
+            return 0.0
+
+        def place(self, request, pools, healthy=None):  # type: ignore[no-untyped-def]
+            return self.inner.place(request, pools, healthy)
+
+    text = json_lines(28_000)  # the estimate cannot place it (the next test)
+    bounds = ByteBounds()
+    blind = Intake(
+        Blind(),
+        BudgetEstimator(BudgetConfig(bytes_per_token=4.0)),
+        lambda p: Category.PROSE,
+        bounds=bounds,
+        scripter=script_of_prompt,
+    ).take(user(text), "r", 0.0, POOLS)
+    assert isinstance(blind, Placed) and not blind.placement.uncertain and bounds.counts == 0
+    counted = intake().take(user(text), "r", 0.0, POOLS)
+    assert isinstance(counted, Placed) and counted.placement.uncertain
+
+
 def test_dense_json_that_looks_short_is_counted_not_sent_uncounted():
     # ~28 KB of log-like JSON: ĉ = 4.0 says ~7,000 tokens (short, outside the verify margin);
     # at 2–3 bytes a token it may be 9,000–14,000: the estimate cannot place it
