@@ -53,10 +53,8 @@ from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient
 from gateway.workers import Fleet, WorkerState
 from policies.actions import Action, Admit, Evict, Fit, Refuse, Send
-from policies.budget import BudgetConfig
-from policies.build import Choice, CoreSpec, build_core
+from policies.build import build_core
 from policies.events import Admitted
-from policies.health import Breaker
 from policies.hooks import Hook
 from policies.leases import Load
 from policies.ticket import Ticket
@@ -91,36 +89,6 @@ class KeyCheck(Protocol):
         ...
 
 
-def core_spec(config: GatewayConfig) -> CoreSpec:
-    """The gateway's configuration in the composition root's terms (policies/build.py),
-    the same the simulator builds from a scenario's `policy`."""
-    p, d, b = config.placement, config.dispatch, config.breaker
-    return CoreSpec(
-        placement=p.policy,
-        short_pool=p.short_pool,
-        b_short=config.b_short,
-        gamma=p.gamma,
-        verify_margin=p.verify_margin,
-        placement_params={**p.params, "compress_single_pool": p.compress_single_pool},
-        budget=BudgetConfig(
-            bytes_per_token=config.budget.bytes_per_token,
-            default_max_tokens=config.budget.default_max_tokens,
-        ),
-        routing=Choice(config.routing.policy, config.routing.params),
-        pool_routing={
-            name: Choice(pool.routing.policy, pool.routing.params)
-            for name, pool in config.pools.items()
-            if pool.routing is not None
-        },
-        admission=Choice(config.admission.policy, config.admission.policy_params()),
-        dispatch=Choice(
-            d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
-        ),
-        prefill_room=d.prefill_room,
-        breaker=Breaker(b.failures, b.open_s),
-    )
-
-
 class GatewayDriver:
     """The gateway's driver of the core (the simulator's is simulator/driver.py's `Driver`)."""
 
@@ -141,7 +109,7 @@ class GatewayDriver:
         self.metrics = metrics
         self.loop = loop = asyncio.get_running_loop()
         core, predictor = build_core(
-            core_spec(config),
+            config.core_spec(),
             _LoopClock(loop),
             classify=classify_prompt,
             # QUARTZ's predictor: None unless configured (then no predictor work per request)

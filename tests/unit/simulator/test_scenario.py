@@ -42,7 +42,9 @@ def test_a_bad_policy_parameter_is_named_with_its_path() -> None:
     bad = {"policy": "quartz", "params": {"wait_bound_slo": 0.5, "slo_s": {"long": 0}}}
     with pytest.raises(ScenarioError, match=r"policy\.dispatch\.params\.slo_s\.long: must be"):
         parse(_doc(policy={"dispatch": bad}))
-    with pytest.raises(ScenarioError, match=r"policy\.dispatch: unknown parameter\(s\) theta"):
+    with pytest.raises(
+        ScenarioError, match=r"policy\.dispatch\.params: unknown parameter\(s\) theta"
+    ):
         parse(_doc(policy={"dispatch": {"policy": "quartz", "params": {"theta": 1}}}))
 
 
