@@ -30,7 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compressor.content import classify
-from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt
+from policies.budget import (
+    BudgetConfig,
+    BudgetEstimator,
+    estimate_chat,
+    measure_chat,
+    measure_prompt,
+)
 from policies.types import Category
 from tests import corpus
 
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=3)
     args = ap.parse_args(argv)
     config = BudgetConfig()
-    budget = TokenBudget(config)
+    budget = BudgetEstimator(config)
     seen: Counter[Category] = Counter()
     errors: dict[tuple[str, str, str], list[float]] = {}
     same_region = Counter[str]()

@@ -41,7 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compressor.compress import default_analyzer, fit_request
 from compressor.content import classify
-from policies.budget import BudgetConfig, TokenBudget, estimate_chat, measure_chat, measure_prompt
+from policies.budget import (
+    BudgetConfig,
+    BudgetEstimator,
+    estimate_chat,
+    measure_chat,
+    measure_prompt,
+)
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.types import PoolSpec, RequestInfo
 from tests import corpus, shapes
@@ -77,7 +83,7 @@ def kind_of(s: corpus.Sample) -> str:
 def hot_path(samples: list[corpus.Sample], repeat: int) -> list[tuple[str, float, float]]:
     """µs per request for the baseline and the C&R pre-dispatch steps."""
     cfg = BudgetConfig()
-    budget = TokenBudget(cfg)
+    budget = BudgetEstimator(cfg)
     baseline = ShortLongPlacement(b_short=B_SHORT)
     cr = CompressAndRoute(b_short=B_SHORT)
 

@@ -48,7 +48,7 @@ from compressor.compress import fit_request
 from compressor.content import classify
 from compressor.hf_template import HFTemplate
 from compressor.script import script_of_prompt
-from policies.budget import BudgetConfig, TokenBudget, measure_chat
+from policies.budget import BudgetConfig, BudgetEstimator, measure_chat
 from policies.intake import CHAT, Intake, Prompt
 from policies.pools import DEFAULT_COMPRESSIBLE, CompressAndRoute
 from policies.types import PoolSpec
@@ -217,7 +217,7 @@ def offline(corpus: list[Any], templates: dict[str, Any]) -> None:
     def intake(bounds: bool) -> Intake:
         return Intake(
             CompressAndRoute("short", B_SHORT, GAMMA),
-            TokenBudget(BudgetConfig()),
+            BudgetEstimator(BudgetConfig()),
             lambda p: classify(prompt=p.prompt if isinstance(p.prompt, str) else None,
                                messages=p.messages),
             bounds=ByteBounds() if bounds else None,

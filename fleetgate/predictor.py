@@ -416,14 +416,14 @@ def simulated_entries(
     analytic model of its engine as the predictor that records the features; and that
     analytic model, the baseline."""
     from policies.quantile.config import EngineShape, QuartzSettings, analytic_model
-    from policies.registry import config_from
     from simulator import scenario as scn
     from simulator.run import run
 
     base = scn.load(scenario) if isinstance(scenario, str) else scenario
     name = base.name
     e = base.engine_config(base.fleet.pools[0])
-    settings = config_from(QuartzSettings, base.policy.quartz or {})
+    quartz = base.policy.quartz
+    settings = quartz.settings() if quartz is not None else QuartzSettings()
     shape = EngineShape(
         e.w, e.h, e.prefill_chunk, e.max_num_seqs, e.prefill_token_s, e.max_num_batched_tokens
     )

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
-from policies.registry import ParamError
+from policies.build import CoreSpec
+from policies.spec import PolicySpec, RoutingSpec, core_spec, describe_errors
 
 ENV_PREFIX = "FLEETGATE_"
 
@@ -324,7 +325,7 @@ class Pool(_Section):
     tokenize_timeout_s: float = Field(0.5, gt=0)
     # this pool's own routing policy (as the simulator's scenario pools have); None: the
     # top-level `routing`
-    routing: Routing | None = None
+    routing: RoutingSpec | None = None
 
     @field_validator("tokenizer")
     @classmethod
@@ -339,205 +340,6 @@ class Pool(_Section):
         return self
 
 
-class Placement(_Section):
-    # a registered placement policy (policies/pools.py): compress_and_route, FleetOpt §5
-    # (short, compress-then-short, long); short_long, §2.1
-    policy: str = "compress_and_route"
-    # the policy's own parameters (compress_and_route: min_target, compressible); the keys
-    # below are offered to every policy, which takes the ones it uses
-    params: dict[str, Any] = Field(default_factory=dict)
-    short_pool: str = "short"
-    # B_short: the short pool's boundary in tokens; defaults to its max_model_len
-    b_short: int | None = Field(None, gt=0)
-    # γ: compress when B_short < L_total ≤ γ·B_short (FleetOpt §5.1)
-    gamma: float = Field(1.5, ge=1.0, le=4.0)
-    # estimates this close below B_short are counted exactly before the short pool
-    verify_margin: float = Field(0.05, ge=0.0, lt=1.0)
-    # threads that count and compress borderline prompts off the event loop; 0: inline
-    compress_workers: int = Field(1, ge=0, le=64)
-    # never shorten the last user message (compressor.compress.CompressorConfig's
-    # protect_last_user; false: it is shortened around its trailing question)
-    protect_last_user: bool = False
-    # compress_and_route with no larger pool serving a model: compress band requests onto
-    # the one pool (true), or refuse them 400 context_length_exceeded naming this key
-    # (false, the default: a single pool silently shortening prompts surprised users)
-    compress_single_pool: bool = False
-
-    @model_validator(mode="after")
-    def _builds(self) -> Placement:
-        from policies.pools import PLACERS, make_placement
-
-        b_short = self.b_short or 8192  # the short pool's context when unset: checked later
-        _check_builds(
-            PLACERS.names(),
-            self.policy,
-            lambda: make_placement(
-                self.policy,
-                self.short_pool,
-                b_short,
-                self.gamma,
-                self.verify_margin,
-                {**self.params, "compress_single_pool": self.compress_single_pool},
-            ),
-        )
-        return self
-
-
-ServiceClassName = Literal["dedicated", "guaranteed", "elastic", "spot", "preemptible"]
-
-
-class EntitlementStoreSettings(_Section):
-    """Where `token_pools` keeps its counters (admission.params beside the policy's own):
-    `memory` (one process, no Redis) or `redis` (shared by every replica)."""
-
-    store: Literal["memory", "redis"] = "memory"
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    key_prefix: str = "fg"  # Redis keys: <prefix>:{<pool>}:…
-    timeout_s: float = Field(0.25, gt=0)  # every Redis call; never a hang
-    breaker_failures: int = Field(3, ge=1)  # consecutive errors that open the breaker
-    breaker_cooldown_s: float = Field(2.0, gt=0)  # open this long, then one probe
-    # Redis unreachable: a class that fails open is admitted against local limits / live
-    # replicas, one that fails closed gets 429 store_unavailable. Defaults: dedicated,
-    # guaranteed, elastic open; spot, preemptible closed
-    fail_open: dict[ServiceClassName, bool] = Field(default_factory=dict)
-    # the replicas sharing the store: while Redis is unreachable a replica admits at most
-    # its share of each limit, ⌊limit / n⌋ with n = the larger of this and the replica
-    # count its heartbeat last saw (this alone when it never reached Redis). 1: a replica
-    # that starts without Redis admits the whole limit by itself
-    expected_replicas: int = Field(1, ge=1, le=10_000)
-    # token pool → fleet pool: the token pool's capacity follows that pool's workers in
-    # service (configured × active / configured workers, within 0.1 s), so a
-    # worker drained or added through /admin/workers or a reload resizes it (§3.1).
-    # In-memory store only (with Redis every replica would write the capacity)
-    follow_workers: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("redis_url")
-    @classmethod
-    def _redis_url(cls, v: str) -> str:
-        if not v.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError(f"must be a redis://, rediss:// or unix:// URL, got {v!r}")
-        return v
-
-
-STORE_KEYS = frozenset(EntitlementStoreSettings.model_fields)
-
-
-class Admission(_Section):
-    """Step 5 (policies/admission.py): `always` admits everything; `concurrency` holds at
-    most `params.limit` requests of one entitlement in flight (429 + Retry-After beyond);
-    `token_pools` admits on token-pool entitlements (policies/tenancy/config.py's keys,
-    plus the store's: `EntitlementStoreSettings`; an entitlement may list its API `keys`)."""
-
-    policy: str = "always"
-    params: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _builds(self) -> Admission:
-        from policies.admission import ADMITTERS
-
-        if self.policy == "token_pools":
-            try:
-                self.store_settings()
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                loc = ".".join(str(p) for p in first["loc"] if p != "[key]")
-                msg = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-                raise ValueError(f"params.{loc}: {msg.removeprefix('Value error, ')}") from None
-        _check_builds(
-            ADMITTERS.names(),
-            self.policy,
-            lambda: ADMITTERS.make(self.policy, self.policy_params()),
-        )
-        return self
-
-    def policy_params(self) -> dict[str, Any]:
-        """`params` as the policy takes them (the store's settings and keys left out)."""
-        if self.policy != "token_pools":
-            return self.params
-        out = {k: v for k, v in self.params.items() if k not in STORE_KEYS}
-        ents = out.get("entitlements")
-        if isinstance(ents, Mapping):
-            out["entitlements"] = {
-                n: {k: v for k, v in e.items() if k != "keys"} if isinstance(e, Mapping) else e
-                for n, e in ents.items()
-            }
-        return out
-
-    def store_settings(self) -> EntitlementStoreSettings:
-        return EntitlementStoreSettings.model_validate(
-            {k: v for k, v in self.params.items() if k in STORE_KEYS}
-        )
-
-    def entitlement_keys(self) -> dict[str, list[str]]:
-        """`params.entitlements.<name>.keys` (token_pools): entitlement → its API keys."""
-        ents = self.params.get("entitlements") if self.policy == "token_pools" else None
-        if not isinstance(ents, Mapping):
-            return {}
-        return {
-            str(n): [str(k) for k in e.get("keys") or ()]
-            for n, e in ents.items()
-            if isinstance(e, Mapping) and e.get("keys")
-        }
-
-
-class Dispatch(_Section):
-    """Requests that find every worker of their pools without room wait here, in the
-    dispatch policy's order (fifo; quartz; token_fair)."""
-
-    policy: str = "fifo"  # policies/dispatch.py's registry
-    params: dict[str, Any] = Field(default_factory=dict)  # the policy's own (quartz: lam, beta…)
-    max_waiting: int = Field(1024, ge=0)  # beyond this: 429 at once
-    timeout_s: float = Field(30.0, gt=0)  # longer than this without room: 503 queue_timeout
-    # a worker takes another request while this gateway's outstanding tokens on it
-    # (Σ prompt + max_tokens) are below its KV cache tokens (from its /metrics) × this;
-    # None: the KV cache's size is not used (engines preempt or queue past it themselves)
-    kv_overcommit: float | None = Field(None, gt=0)
-    # a worker takes another request while the prompt tokens this gateway sent it that
-    # have no first token yet are below this (every dispatch policy alike; QUARTZ's room:
-    # a long prompt waits here, where the order is ours); None: not considered
-    prefill_room: int | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _builds(self) -> Dispatch:
-        from policies.dispatch import DISPATCHERS
-
-        params = {"max_waiting": self.max_waiting, "timeout_s": self.timeout_s, **self.params}
-        _check_builds(
-            DISPATCHERS.names(), self.policy, lambda: DISPATCHERS.make(self.policy, params)
-        )
-        return self
-
-
-class Budget(_Section):
-    bytes_per_token: float = Field(4.0, gt=0)
-    default_max_tokens: int = Field(256, gt=0)
-
-
-class Routing(_Section):
-    policy: str = "least_loaded"
-    params: dict[str, Any] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _builds(self) -> Routing:
-        from policies.routing import ROUTERS
-
-        _check_builds(ROUTERS.names(), self.policy, lambda: ROUTERS.make(self.policy, self.params))
-        return self
-
-
-def _check_builds(names: list[str], policy: str, build: Any) -> None:
-    """A policy named in configuration must build: unknown names and parameters are
-    refused at start (the error names what is known)."""
-    if policy not in names:
-        raise ValueError(f"policy: unknown {policy!r}; known: {', '.join(names)}")
-    try:
-        build()
-    except ParamError as exc:  # names its key: the error reads <section>.params.<path>
-        raise ValueError(f"params.{exc.path}: {exc.detail}") from None
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"params: {exc}") from None
-
-
 class Telemetry(_Section):
     scrape_interval_s: float = Field(0.5, gt=0)
     stale_after_s: float = Field(2.0, gt=0)
@@ -549,11 +351,6 @@ class Health(_Section):
     timeout_s: float = Field(1.0, gt=0)
     unhealthy_after: int = Field(2, ge=1)  # consecutive failed checks
     healthy_after: int = Field(1, ge=1)  # consecutive good checks to come back
-
-
-class Breaker(_Section):
-    failures: int = Field(3, ge=1)  # consecutive request failures that open the circuit
-    open_s: float = Field(10.0, gt=0)  # how long it stays open before a trial request
 
 
 class Upstream(_Section):
@@ -574,52 +371,6 @@ class Limits(_Section):
     client_write_timeout_s: float = Field(60.0, gt=0)
 
 
-class Quartz(_Section):
-    """QUARTZ's predictor (policies/quantile/config.py; gateway/quartz.py). Present, or a
-    routing/dispatch policy that uses it: the predictor is built at start."""
-
-    model: str | None = None  # a trained tree model file; None: the analytic model
-    alpha: float = 0.95
-    delta: float = Field(0.05, gt=0, lt=1)
-    calibration: bool = True
-    window: int = Field(256, ge=2)
-    min_samples: int = Field(32, ge=1)
-    locality: bool = True
-    index_ttl_s: float = Field(300.0, gt=0)
-    index_max_entries: int = Field(200_000, ge=1)
-    high_fraction: float = Field(0.5, gt=0, le=1)
-    mean_output_tokens: float = Field(256.0, ge=0)
-    spread90: float = Field(1.3, ge=1)
-    spread95: float = Field(1.5, ge=1)
-    # the engine's step model for the analytic estimate (emulator defaults)
-    engine_w: float = Field(0.008, ge=0)
-    engine_h: float = Field(0.00065, ge=0)
-    prefill_chunk: int = Field(512, ge=1)
-    # compute-bound prefill, when the engines are modelled with it (emulator flags of the
-    # same names; a real engine: seconds per prompt token at full batch, and its
-    # --max-num-batched-tokens)
-    prefill_token_s: float = Field(0.0, ge=0)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-
-    @field_validator("alpha")
-    @classmethod
-    def _alpha(cls, v: float) -> float:
-        if v not in (0.9, 0.95):
-            raise ValueError("must be 0.9 or 0.95")
-        return v
-
-    @model_validator(mode="after")
-    def _builds(self) -> Quartz:
-        self.settings()
-        return self
-
-    def settings(self) -> Any:
-        from policies.quantile.config import QuartzSettings
-
-        names = set(QuartzSettings.__dataclass_fields__)
-        return QuartzSettings(**{k: v for k, v in self.model_dump().items() if k in names})
-
-
 class Traffic(_Section):
     window_s: float = Field(300.0, gt=0)  # the observed-traffic window the planner sees
 
@@ -632,25 +383,22 @@ class RequestLog(_Section):
     queue_max: int = Field(65_536, ge=1)
 
 
-class GatewayConfig(_Section):
+class GatewayConfig(PolicySpec):
+    """The gateway's configuration: the policy schema the simulator's scenarios share
+    (policies/spec.py's `PolicySpec`: placement, admission, dispatch, budget, routing,
+    retry, breaker, quartz) at its top level, and the gateway's own sections."""
+
     listen: Listen = Field(default_factory=Listen)
     auth: Auth = Field(default_factory=Auth)
     pools: dict[str, Pool] = Field(min_length=1)
-    placement: Placement = Field(default_factory=Placement)
-    admission: Admission = Field(default_factory=Admission)
-    dispatch: Dispatch = Field(default_factory=Dispatch)
-    budget: Budget = Field(default_factory=Budget)
-    routing: Routing = Field(default_factory=Routing)
     telemetry: Telemetry = Field(default_factory=Telemetry)
     health: Health = Field(default_factory=Health)
-    breaker: Breaker = Field(default_factory=Breaker)
     upstream: Upstream = Field(default_factory=Upstream)
     limits: Limits = Field(default_factory=Limits)
     cors: Cors = Field(default_factory=Cors)
     expose: Expose = Field(default_factory=Expose)
     request_log: RequestLog = Field(default_factory=RequestLog)
     traffic: Traffic = Field(default_factory=Traffic)
-    quartz: Quartz | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:
@@ -750,6 +498,15 @@ class GatewayConfig(_Section):
     @property
     def auth_required(self) -> bool:
         return self.auth.required or bool(self.admission.entitlement_keys())
+
+    def core_spec(self) -> CoreSpec:
+        """The policy sections in the composition root's terms (policies/build.py), by the
+        same translation a scenario's `policy` takes (policies/spec.py)."""
+        return core_spec(
+            self,
+            {n: p.max_model_len for n, p in self.pools.items()},
+            {n: p.routing for n, p in self.pools.items()},
+        )
 
     @property
     def b_short(self) -> int:
@@ -914,18 +671,4 @@ def _apply_env(raw: dict[str, Any], environ: Mapping[str, str]) -> None:
 
 def _describe(exc: ValidationError, path: str | Path | None) -> str:
     where = f"config {path}" if path else "config"
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "value_error":
-            msg = msg.removeprefix("Value error, ")
-            head, sep, rest = msg.partition(": ")
-            if loc == "(top level)" and sep and " " not in head:  # a check across sections
-                loc, msg = head, rest  # names its own key path
-            elif sep and head.startswith("params.") and " " not in head:  # a policy's key
-                loc, msg = f"{loc}.{head}", rest
-        lines.append(f"  {loc}: {msg}")
-    return f"{where} is invalid:\n" + "\n".join(lines)
+    return f"{where} is invalid:\n" + "\n".join(describe_errors(exc))

@@ -2,8 +2,8 @@
 
 `POST /v1/chat/completions` and `POST /v1/completions` carry all the traffic, so they
 skip Starlette's routing, Request and Response objects: this module reads the few
-headers the pipeline needs in one pass, streams the body in with its size limit and
-deadline enforced while reading, and hands the pipeline a `Responder` that writes raw
+headers the driver (gateway/proxy.py) needs in one pass, streams the body in with its size limit and
+deadline enforced while reading, and hands the driver a `Responder` that writes raw
 ASGI messages. Every other path and method goes to the FastAPI app, which also documents
 these two routes in /openapi.json (gateway/schemas.py), once gateway/guard.py has checked
 its key from the head and read its body within the same limits.
@@ -12,7 +12,7 @@ A client that leaves must abort the engine request at once, also while the gatew
 still waiting for the engine's first byte. Under `fleetgate serve` the HTTP protocol
 (gateway/protocol.py) cancels the request's task when the connection is lost; under any
 other ASGI server, which says so only through `receive()` returning `http.disconnect`, a
-watcher task waits on it once the body is read. Either way the pipeline's `finally`
+watcher task waits on it once the body is read. Either way the driver's `finally`
 blocks then release what they hold, and closing the upstream connection makes the
 engine abort.
 """
@@ -204,8 +204,8 @@ class ProxyRoutes:
 
     async def _proxy(self, scope: Scope, receive: Receive, send: Send, endpoint: str) -> None:
         gateway = self.gateway
-        pipeline = gateway.pipeline
-        if pipeline is None or gateway.draining:
+        driver = gateway.driver
+        if driver is None or gateway.draining:
             await _refuse(send, gateway.draining)
             return
         auth = rid = length = encoding = None
@@ -226,7 +226,7 @@ class ProxyRoutes:
             receive, responder, length, encoding, limits.max_body_bytes, limits.body_timeout_s, link
         )
         try:
-            await pipeline.handle(body, auth, rid, responder, endpoint)
+            await driver.handle(body, auth, rid, responder, endpoint)
         except (asyncio.CancelledError, ClientGone):
             if not body.gone:
                 raise

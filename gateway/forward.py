@@ -27,11 +27,11 @@ from gateway.errors import (
     UpstreamTimeout,
     sse_error_frame,
 )
+from gateway.fitting import rewritten_body
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
 from gateway.relay import StreamScanner, usage_of
 from gateway.responder import Headers, Responder
-from gateway.shaping import rewritten_body
 from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
 from gateway.workers import Fleet, WorkerState
@@ -172,7 +172,7 @@ class Forwarder:
 
     async def _wait(self, wait: Wait, att: Attempt) -> Action:
         """Wait until the core's wake gives the request its next action (through the
-        pipeline's `on_action`, which resolves `att.woken`), or its deadline passes."""
+        driver's `on_action`, which resolves `att.woken`), or its deadline passes."""
         loop = self.loop
         now = loop.time()
         woken = att.pending

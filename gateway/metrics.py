@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from gateway.workers import Fleet, WorkerState
-from policies.budget import TokenBudget
+from policies.budget import BudgetEstimator
 from policies.quantile.features import Quantiles
 from policies.quantile.predictor import Predictor
 from policies.tenancy.control import PoolView
@@ -90,8 +90,8 @@ _OVERHEAD_BUCKETS = (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
 
 
 class _BudgetCollector(Collector):
-    def __init__(self, budget: TokenBudget) -> None:
-        self.budget = budget
+    def __init__(self, estimator: BudgetEstimator) -> None:
+        self.estimator = estimator
 
     def collect(self) -> Iterator[Metric]:
         g = GaugeMetricFamily(
@@ -99,7 +99,7 @@ class _BudgetCollector(Collector):
             "Learnt prompt bytes per engine token (ĉ_k), by content category.",
             labels=["category"],
         )
-        for category, ratio in self.budget.state.snapshot().items():
+        for category, ratio in self.estimator.state.snapshot().items():
             g.add_metric([category], ratio)
         yield g
 
@@ -720,9 +720,9 @@ class GatewayMetrics:
             self._quartz_ratio.observe(prefill_s / q)
         self._quartz_prefill.observe(prefill_s)
 
-    def watch_budget(self, budget: TokenBudget) -> None:
+    def watch_budget(self, estimator: BudgetEstimator) -> None:
         """Expose ĉ_k, the learnt bytes per token of each content category."""
-        self.registry.register(_BudgetCollector(budget))
+        self.registry.register(_BudgetCollector(estimator))
 
     # FleetListener: a removed worker's label sets stop being exported
     def worker_added(self, worker: WorkerState) -> None:

@@ -39,23 +39,22 @@ from gateway import logs, quartz, request_ids
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
 from gateway.errors import AuthenticationFailed, GatewayError
+from gateway.fitting import PromptFitter
 from gateway.forward import Forwarder, refusal
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest, parse
+from gateway.placing import classify_prompt, core_request, start_request
 from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
 from gateway.settle import Settler
-from gateway.shaping import Shaper, classify_prompt
 from gateway.tenancy import Tenancy, charge_of, header_value
 from gateway.tokenize import EngineTokenizer
 from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient
 from gateway.workers import Fleet, WorkerState
 from policies.actions import Action, Admit, Evict, Fit, Refuse, Send
-from policies.budget import BudgetConfig
-from policies.build import Choice, CoreSpec, build_core
+from policies.build import build_core
 from policies.events import Admitted
-from policies.health import Breaker
 from policies.hooks import Hook
 from policies.leases import Load
 from policies.ticket import Ticket
@@ -90,37 +89,9 @@ class KeyCheck(Protocol):
         ...
 
 
-def core_spec(config: GatewayConfig) -> CoreSpec:
-    """The gateway's configuration in the composition root's terms (policies/build.py),
-    the same the simulator builds from a scenario's `policy`."""
-    p, d, b = config.placement, config.dispatch, config.breaker
-    return CoreSpec(
-        placement=p.policy,
-        short_pool=p.short_pool,
-        b_short=config.b_short,
-        gamma=p.gamma,
-        verify_margin=p.verify_margin,
-        placement_params={**p.params, "compress_single_pool": p.compress_single_pool},
-        budget=BudgetConfig(
-            bytes_per_token=config.budget.bytes_per_token,
-            default_max_tokens=config.budget.default_max_tokens,
-        ),
-        routing=Choice(config.routing.policy, config.routing.params),
-        pool_routing={
-            name: Choice(pool.routing.policy, pool.routing.params)
-            for name, pool in config.pools.items()
-            if pool.routing is not None
-        },
-        admission=Choice(config.admission.policy, config.admission.policy_params()),
-        dispatch=Choice(
-            d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
-        ),
-        prefill_room=d.prefill_room,
-        breaker=Breaker(b.failures, b.open_s),
-    )
+class GatewayDriver:
+    """The gateway's driver of the core (the simulator's is simulator/driver.py's `Driver`)."""
 
-
-class Pipeline:
     def __init__(
         self,
         config: GatewayConfig,
@@ -138,7 +109,7 @@ class Pipeline:
         self.metrics = metrics
         self.loop = loop = asyncio.get_running_loop()
         core, predictor = build_core(
-            core_spec(config),
+            config.core_spec(),
             _LoopClock(loop),
             classify=classify_prompt,
             # QUARTZ's predictor: None unless configured (then no predictor work per request)
@@ -148,8 +119,8 @@ class Pipeline:
             scripter=script_of_prompt,
         )
         self.core, self.predictor = core, predictor
-        self.budget = core.intake.budget
-        metrics.watch_budget(self.budget)
+        self.estimator = core.intake.estimator
+        metrics.watch_budget(self.estimator)
         self._fallback_changes = 0  # the calibration's fallback flips already logged
         workers = fleet.workers
         stale_after = config.telemetry.stale_after_s
@@ -174,7 +145,10 @@ class Pipeline:
             engine = EngineTokenizer(
                 client, fleet, p.short_pool, short.tokenize_timeout_s, metrics, loop.time
             )
-        self.shaper = Shaper(core, metrics, traffic, compress_executor, served, compressor, engine)
+        self.traffic = traffic
+        self.fitter = PromptFitter(
+            core, metrics, traffic, compress_executor, served, compressor, engine
+        )
         self.forwarder = Forwarder(core, config, fleet, client, metrics, predictor, loop)
         self.forwarder.on_first_token = self._calibration_changed
         self.settler = Settler(core, metrics, request_log, predictor, loop)
@@ -225,15 +199,17 @@ class Pipeline:
             raw = await source.read()
             parsed = parse(raw, endpoint)
             raw = request_ids.scrub(parsed, raw)
-            request = self.shaper.request(parsed, own, self.fleet, att.t0)
+            request = core_request(parsed, own, self.fleet, att.t0)
             if att.entitlement or self.tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
-            action = self.shaper.start(parsed, request, att.t0, self.fleet.models)
+            action = start_request(
+                self.core, self.traffic, parsed, request, att.t0, self.fleet.models
+            )
             ticket = att.ticket = action.ticket  # type: ignore[union-attr]
             assert ticket is not None
             ticket.token = att
             if isinstance(action, Fit):
-                action = await self.shaper.fit(parsed, action)
+                action = await self.fitter.fit(parsed, action)
             if isinstance(action, Admit):  # state shared through a store: one round trip
                 verdict = await self.core.admitter.admit_async(ticket.info, loop.time())  # type: ignore[attr-defined]
                 action = self.core.on(ticket, Admitted(verdict), loop.time())

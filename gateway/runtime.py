@@ -1,6 +1,6 @@
 """The gateway process's components and their life: `Gateway` starts the fleet's soft
 state, the upstream client, the scrapers and health checks, metrics, the request log, the
-token-pool tenancy and the pipeline, and stops them (gateway/app.py's `create_app` wraps
+token-pool tenancy and the driver (gateway/proxy.py), and stops them (gateway/app.py's `create_app` wraps
 it in the ASGI app; the API modules are handed it).
 """
 
@@ -23,7 +23,7 @@ from gateway.config import ConfigError, ConfigSource, GatewayConfig
 from gateway.discovery_k8s import Discovery
 from gateway.health import HealthChecker
 from gateway.metrics import GatewayMetrics
-from gateway.proxy import Pipeline
+from gateway.proxy import GatewayDriver
 from gateway.reload import Reloader, ReloadResult
 from gateway.requestlog import RequestLog
 from gateway.telemetry import Scraper
@@ -41,7 +41,7 @@ REPLICA_ID = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 class Gateway:
     """Everything one gateway process runs: the fleet's soft state, the upstream client,
-    the scrapers and health checks, metrics, the request log and the pipeline."""
+    the scrapers and health checks, metrics, the request log and the driver."""
 
     def __init__(self, config: GatewayConfig, source: ConfigSource | None = None) -> None:
         self.config = config
@@ -50,7 +50,7 @@ class Gateway:
         self.version = __version__
         self.fleet = Fleet(config)
         self.started_at = int(time.time())
-        self.pipeline: Pipeline | None = None
+        self.driver: GatewayDriver | None = None
         self.draining = False  # SIGTERM received: refuse new work (gateway/drain.py)
         self._api_keys = tuple(k.encode() for k in config.auth.api_keys)
         # API keys → entitlements (HMACs); replaced by the tenancy's directory at start
@@ -72,7 +72,7 @@ class Gateway:
     def ready(self) -> bool:
         return (
             not self.draining
-            and self.pipeline is not None
+            and self.driver is not None
             and self.fleet.any_ready(asyncio.get_running_loop().time())
         )
 
@@ -148,7 +148,7 @@ class Gateway:
             else None
         )
         drain.install(self, cfg.listen.drain_delay_s, loop)
-        self.pipeline = Pipeline(
+        self.driver = GatewayDriver(
             cfg,
             self.fleet,
             self.client,
@@ -158,19 +158,19 @@ class Gateway:
             self,
             self.compress_pool,
         )
-        self.metrics.watch_dispatch(self.pipeline.core.dispatcher)
+        self.metrics.watch_dispatch(self.driver.core.dispatcher)
         # tokenizer: auto — which counter each pool uses, probed once, exported and logged
         await tokenizer_probe.settle_fleet(
-            cfg, self.client, self.fleet, self.metrics, now, self.pipeline.shaper.engine
+            cfg, self.client, self.fleet, self.metrics, now, self.driver.fitter.engine
         )
         # token pools: the store (Redis: attached, published, heartbeat, control loop)
-        self.tenancy = Tenancy.of(cfg, self.pipeline.core.admitter, REPLICA_ID)
+        self.tenancy = Tenancy.of(cfg, self.driver.core.admitter, REPLICA_ID)
         self.keys = self.tenancy.keys
         self.tenancy.fleet_counts = self.fleet.active_counts
         await self.tenancy.start()
         if self.tenancy.active:
-            self.pipeline.tenancy = self.tenancy
-            self.tenancy.on_evict = self.pipeline.evict
+            self.driver.tenancy = self.tenancy
+            self.tenancy.on_evict = self.driver.evict
             self.metrics.tenancy.source = self.tenancy
         # The cyclic collector, tuned for a request server (measured with wrk at 64
         # connections: 8.9 % of the CPU in collections before, < 1 % after, +14 % req/s):
@@ -222,9 +222,9 @@ class Gateway:
         return await self.reloader.reload(why)
 
     async def stop(self) -> None:
-        if self.pipeline is None:
+        if self.driver is None:
             return
-        self.pipeline = None
+        self.driver = None
         if self.tenancy is not None:
             await self.tenancy.stop()
         if self.reloader is not None:

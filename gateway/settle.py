@@ -9,11 +9,11 @@ import asyncio
 from gateway import quartz
 from gateway.attempt import Attempt
 from gateway.errors import RateLimited, sse_error_frame
+from gateway.fitting import compressed_header
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest
 from gateway.requestlog import RequestLog
 from gateway.responder import Responder
-from gateway.shaping import compressed_header
 from gateway.tenancy import Tenancy, charge_of
 from policies.core import Core
 from policies.events import Finished

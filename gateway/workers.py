@@ -28,7 +28,7 @@ from typing import Protocol
 
 from gateway.config import GatewayConfig, Pool, Worker, header_safe
 from gateway.upstream import Endpoint
-from policies.health import Breaker, Hysteresis, routable
+from policies.health import Hysteresis, routable
 from policies.types import PoolSpec, WorkerView
 
 log = logging.getLogger("fleetgate.fleet")
@@ -110,14 +110,7 @@ class WorkerState:
             prefill_capacity=self.prefill_capacity,
         )
 
-    # the breaker (policies/health.py): the core applies it on every attempt's outcome
-    def request_failed(self, now: float, failures: int, open_s: float) -> bool:
-        """Count a failure; True when it (re)opens the circuit."""
-        return Breaker(failures, open_s).failed(self, now)
-
-    def request_succeeded(self) -> None:
-        Breaker.succeeded(self)
-
+    # the breaker (policies/health.py) is the core's, on every attempt's outcome
     def health_result(self, ok: bool, unhealthy_after: int, healthy_after: int) -> None:
         Hysteresis(unhealthy_after, healthy_after).checked(self, ok)
 

@@ -10,8 +10,8 @@ emulated engine's Llama-3 layout, compressor/template.py), and adds L_out =
 max_tokens, or `default_max_tokens` when the client sets none.
 
 Gateway use: `size = measure_chat(messages)` (or `measure_prompt(prompt)`);
-`TokenBudget.estimate(size, category, max_tokens)` → `Budget` (L_in, L_out, `.total`);
-after the response, `TokenBudget.observe(size_sent, category, usage.prompt_tokens)` with
+`BudgetEstimator.estimate(size, category, max_tokens)` → `Budget` (L_in, L_out, `.total`);
+after the response, `BudgetEstimator.observe(size_sent, category, usage.prompt_tokens)` with
 the size of what was actually sent (the compressed request, if it was compressed).
 
 ĉ_k learns from the engines: after each request the gateway calls `observe` with the
@@ -176,8 +176,11 @@ class BytesPerToken:
 
 
 @dataclass
-class TokenBudget:
-    """The estimator the gateway holds: `estimate` before dispatch, `observe` after."""
+class BudgetEstimator:
+    """A request's token budget (L_in, L_out) estimated before any engine saw it, and
+    ĉ_k learnt from what the engines counted after: `estimate` before placement,
+    `observe` after the answer. (Not the token pools' `token_budget` admission check,
+    policies/tenancy/ledger.py, which is a tenant's rate of tokens.)"""
 
     config: BudgetConfig = field(default_factory=BudgetConfig)
     state: BytesPerToken = field(init=False)

@@ -17,7 +17,7 @@ from typing import Any
 
 from compressor.script import Script
 from policies.admission import make_admitter
-from policies.budget import BudgetConfig, TokenBudget
+from policies.budget import BudgetConfig, BudgetEstimator
 from policies.clock import Clock
 from policies.core import Core
 from policies.dispatch import attach_clock, make_dispatcher
@@ -94,7 +94,7 @@ def build_core(
         return router
 
     core = Core(
-        Intake(placer, TokenBudget(spec.budget), classify, bounds=bounds, scripter=scripter),
+        Intake(placer, BudgetEstimator(spec.budget), classify, bounds=bounds, scripter=scripter),
         router_for,
         make_admitter(spec.admission.policy, dict(spec.admission.params)),
         make_dispatcher(spec.dispatch.policy, spec.dispatch.params),

@@ -29,8 +29,10 @@ the simulator (simulator/driver.py) over its kernel and engine model in virtual 
                                    `served`                    … hooks.on_first_token
     on WHOLE_ANSWER                the same for a whole answer (no hook: its time is
                                    not a prefill)
-    on ANSWERED                    the worker's breaker hears a success
-    on UpstreamFailed              the breaker hears a failure; the retry policy
+    on ANSWERED                    the worker's breaker hears a success (log: close, when
+                                   it closes a circuit that had opened)
+    on UpstreamFailed              the breaker hears a failure (log: open, when it opens
+                                   the circuit: out of routing for `open_s`); the retry policy
                                    (policies/retry.py) → Send to another worker (log:
                                    retry) | Fail
     on ContextRefused              once: re-placed through the placement policy on the
@@ -75,12 +77,12 @@ from policies.events import (
 )
 from policies.health import Breaker
 from policies.hooks import Hook
-from policies.intake import Intake, Placed, Prompt, Refusal
+from policies.intake import Intake, Placed, Refusal
 from policies.leases import Load, PrefillLoad, PrefillWork, WorkerSlot
 from policies.retry import RetryPolicy
 from policies.routing import Router
 from policies.ticket import Ticket
-from policies.types import Outcome, PoolSpec, Status, WorkerView
+from policies.types import Outcome, Status, WorkerView
 
 Views = Callable[[str], Sequence[WorkerView]]  # a pool's workers as routing sees them now
 ActionRecorder = Callable[[str, str, str], object]  # (request id, what, detail)
@@ -92,16 +94,6 @@ INACTIVE = {
     "entitlement_state": "entitlement_inactive",
     "unknown_entitlement": "unknown_entitlement",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Where routing sent a request: the worker's view, its pool, and whether that pool
-    is not the placement's first choice (a spill)."""
-
-    worker: WorkerView
-    pool: str
-    spilled: bool
 
 
 def _nobody(load: Load) -> None:
@@ -184,8 +176,12 @@ class Core:
             self.answered(ticket, now)
             return PROCEED
         if event is ANSWERED:
-            if self.breaker is not None and ticket.slot is not None:
-                self.breaker.succeeded(ticket.slot.load)  # type: ignore[arg-type]
+            slot = ticket.slot
+            if self.breaker is not None and slot is not None:
+                # the load is the driver's worker state (BreakerState): WorkerState, SimWorkerView
+                closed = self.breaker.succeeded(slot.load)  # type: ignore[arg-type]
+                if closed and self.log is not None:
+                    self.log(ticket.info.id, "close", ticket.worker)
             return PROCEED
         if isinstance(event, Finished):
             if not ticket.completed and self.log is not None:
@@ -229,12 +225,6 @@ class Core:
             if waiter is not None and not waiter.done:
                 self.dispatcher.cancel(waiter)
             self.on_action(self._emit(ticket.info.id, Evict(ticket)))
-
-    @property
-    def admission_awaits(self) -> bool:
-        """The admitter keeps its state in a shared store (Redis, across replicas): the
-        driver awaits `admit_async` (one round trip) for an `Admit`."""
-        return self.admitter.store is not None and hasattr(self.admitter, "admit_async")
 
     def prompt_sent(self, ticket: Ticket) -> int:
         """The prompt tokens the engine is sent: the compressed count, or the original."""
@@ -304,8 +294,7 @@ class Core:
 
     def _send(self, ticket: Ticket, now: float) -> Send | None:
         """The first of its pools (in placement's order) whose router finds a worker:
-        its slot taken now; None when no worker of any can take it. (`route`, inlined:
-        the hot path allocates no `Route`.)"""
+        its slot taken now; None when no worker of any can take it."""
         info = ticket.placed.info
         tried = ticket.tried
         views = self.views
@@ -354,7 +343,9 @@ class Core:
     def _failed(self, ticket: Ticket, event: UpstreamFailed, now: float) -> Action:
         slot = ticket.slot
         if slot is not None and event.blames_worker and self.breaker is not None:
-            self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
+            opened = self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
+            if opened and self.log is not None:
+                self.log(ticket.info.id, "open", ticket.worker)
         if slot is None or not self.retry.again(
             ticket.retries, event.retryable, event.before_response
         ):
@@ -406,57 +397,16 @@ class Core:
         return action
 
     # === the steps, one at a time (the machine composes these) =======================
-    def arrive(
-        self,
-        prompt: Prompt,
-        key: str,
-        now: float,
-        pools: Sequence[PoolSpec],
-        healthy: Collection[str] | None = None,
-        entitlement: str | None = None,
-        prefix_hashes: tuple[int, ...] = (),
-        slo_class: str | None = None,
-    ) -> Ticket | Refusal:
-        """Estimate and place; the hooks hear of the request only once it is placed."""
-        placed = self.intake.take(prompt, key, now, pools, healthy)
-        if isinstance(placed, Refusal):
-            return placed
-        request = Request(prompt, key, tuple(pools), None, entitlement, slo_class, prefix_hashes)
-        return self._placed(placed, request, now)
-
     def fitted(
         self, ticket: Ticket, result: Compression, param: str = "messages"
     ) -> Refusal | None:
         """The exact count (and compression) the driver ran for `placed.fit_target`."""
         return self.intake.fitted(ticket.placed, result, param)
 
-    def admit(self, ticket: Ticket, now: float) -> AdmissionRefused | None:
-        verdict = self.admitter.admit(ticket.info, now)
-        if verdict is None or isinstance(verdict, AdmissionRefused):
-            return verdict
-        ticket.reservation = ticket.leases.take(verdict)
-        return None
-
     def queued_behind(self, ticket: Ticket) -> bool:
         """Others already wait for one of its pools: it waits behind them (FIFO)."""
         d = self.dispatcher
         return len(d) > 0 and any(d.waiting(p) for p in ticket.pools)
-
-    def route(self, ticket: Ticket, views: Views, exclude: Collection[str] = ()) -> Route | None:
-        """The first of its pools (in placement's order) whose router finds a worker;
-        None when no worker of any can take it now (none with room, or none healthy)."""
-        info = ticket.info
-        for i, pool in enumerate(ticket.pools):
-            router = self.routers.get(pool)
-            if router is None:
-                router = self.routers[pool] = self.router_for(pool)
-            candidates = views(pool)
-            if exclude:
-                candidates = [v for v in candidates if v.id not in exclude]
-            chosen = router.choose(info, candidates)
-            if chosen is not None:
-                return Route(chosen, pool, i > 0)
-        return None
 
     def wait(self, ticket: Ticket, now: float) -> Waiter | None:
         """Queue for room in any of its pools; None when the queue is full (refuse)."""

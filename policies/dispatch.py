@@ -10,9 +10,9 @@ A worker's room is its capacity (`WorkerView.capacity`: the engine's `max_num_se
 configuration, None = unbounded) less the gateway's own in-flight count; routing's
 `has_room` filter keeps only workers with room. The driver asks `wait` when routing
 found no worker *with room* while some are healthy (none healthy is still a 503), then
-calls `wake(pool)` whenever a slot in `pool` is released and `expire(now)` as time
-passes; `cancel` removes a waiter whose client left. Each waiter leaves the queue exactly
-once: woken, expired or cancelled.
+calls `wake(pool)` whenever a slot in `pool` is released; `cancel` removes a waiter whose
+client left or whose deadline passed (the driver's timer: `Deadline`). Each waiter leaves
+the queue exactly once: woken or cancelled.
 
 The order is the dispatcher's (the protocol: policies/protocols/dispatch.py; the built-ins,
 one per file, in policies/queue/, sharing their waiter bookkeeping, queue/waiters.py):
@@ -33,7 +33,8 @@ busy prefilling: the request stays here, where the order is ours, and a first to
 frees room as a completion does.
 
 Failure posture: a full queue (`max_waiting`) refuses at once (the driver answers 429
-with Retry-After); a waiter past `timeout_s` is expired (503 `queue_timeout`).
+with Retry-After); a waiter still queued `timeout_s` after it came is refused by the core on the driver's
+`Deadline` (503 `queue_timeout`).
 """
 
 from __future__ import annotations
@@ -62,13 +63,13 @@ def attach_clock(dispatcher: object, clock: Clock) -> bool:
 @dataclass(slots=True, eq=False)
 class QueuePosition(Releasing):
     """A waiter's place in the queue as a lease: released (cancelled) exactly once, by
-    whoever ends the request first — woken, expired, or the client gone."""
+    whoever ends the request first — woken, its deadline, or the client gone."""
 
     dispatcher: Dispatcher
     waiter: Waiter
 
     def release(self) -> None:
-        self.dispatcher.cancel(self.waiter)  # a no-op once woken, expired or cancelled
+        self.dispatcher.cancel(self.waiter)  # a no-op once woken or cancelled
 
 
 def make_dispatcher(name: str, params: Mapping[str, Any] | None = None) -> Dispatcher:

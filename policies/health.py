@@ -4,12 +4,15 @@ hysteresis over health checks, pure functions of what happened (no clock of thei
 Circuit breaker: `failures` consecutive request failures (connect errors, resets,
 timeouts, engine 5xx) open the circuit for `open_s`; after that the worker is half-open:
 it gets traffic again, and one more failure re-opens it at once while a success closes
-it. Health checks are separate: a worker failing `unhealthy_after` checks in a row is
+it (a success of a request that was in flight when it opened closes it too: the worker
+answers). Health checks are separate: a worker failing `unhealthy_after` checks in a row is
 unhealthy until `healthy_after` good checks. Either one keeps a worker out of routing.
 
-The state is the driver's per-worker object (`WorkerHealth`: the gateway's
-`WorkerState`); the core applies the breaker on every attempt's outcome
-(policies/core.py), the gateway's health loop applies the hysteresis on every check.
+The state is the driver's per-worker object: the breaker's (`BreakerState`) is the load a
+worker slot counts on — the gateway's `WorkerState`, the simulator's `SimWorkerView`
+(simulator/cluster.py) — and the core applies the breaker on every attempt's outcome in
+both drivers (policies/core.py); the hysteresis (`WorkerHealth`) is the gateway's health
+loop's, on every check.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
-class WorkerHealth(Protocol):
+class BreakerState(Protocol):
+    breaker_fails: int  # consecutive failures
+    open_until: float  # out of routing until then; 0.0: never opened, or closed since
+
+
+class WorkerHealth(BreakerState, Protocol):
     healthy: bool
     proven: bool  # answered a check or a scrape since start
     health_fails: int
     health_oks: int
-    breaker_fails: int
-    open_until: float
 
 
 def routable(state: WorkerHealth, now: float) -> bool:
@@ -36,7 +42,7 @@ class Breaker:
     failures: int = 5
     open_s: float = 30.0
 
-    def failed(self, state: WorkerHealth, now: float) -> bool:
+    def failed(self, state: BreakerState, now: float) -> bool:
         """Count a failure; True when it (re)opens the circuit."""
         state.breaker_fails += 1
         if state.breaker_fails >= self.failures:
@@ -46,8 +52,13 @@ class Breaker:
         return False
 
     @staticmethod
-    def succeeded(state: WorkerHealth) -> None:
+    def succeeded(state: BreakerState) -> bool:
+        """Count a success; True when it closes a circuit that had opened."""
         state.breaker_fails = 0
+        if state.open_until:
+            state.open_until = 0.0
+            return True
+        return False
 
 
 @dataclass(frozen=True, slots=True)

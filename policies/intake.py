@@ -8,7 +8,7 @@
     … after the answer: `learn` feeds the engine's prompt_tokens back into ĉ_k.
 
 The pipeline core (policies/core.py) owns the `Intake`; its two drivers, the gateway
-(gateway/shaping.py, on parsed HTTP requests) and the simulator (simulator/driver.py,
+(gateway/placing.py and fitting.py, on parsed HTTP requests) and the simulator (simulator/driver.py,
 on workload specs), reach it through the core with the same objects,
 so what the simulator shows about budgets and placement holds for the gateway. Refusals
 are values (`Refusal`); each driver turns them into its own outcome (404/413, a
@@ -33,8 +33,8 @@ from typing import Any
 from compressor.compress import Compression
 from compressor.script import Script
 from policies.budget import (
+    BudgetEstimator,
     ChatSize,
-    TokenBudget,
     measure_chat,
     measure_prompt,
     template_tokens,
@@ -106,7 +106,7 @@ class Refusal:
 @dataclass(slots=True)
 class Intake:
     placer: Placer
-    budget: TokenBudget
+    estimator: BudgetEstimator  # L_in from bytes (ĉ_k), learning from the engines
     classify: Classifier | None = None  # None: unknown categories count as chat/prose
     # ASCII text seen in the wild packs no fewer than ~3 bytes into a cl100k token, so
     # bytes / 3 bounds its tokens for the fast path. Non-ASCII text packs far fewer
@@ -135,7 +135,7 @@ class Intake:
     ) -> Placed | Refusal:
         """Estimate and place one request."""
         size = prompt.size
-        max_tokens = prompt.max_tokens or self.budget.config.default_max_tokens
+        max_tokens = prompt.max_tokens or self.estimator.config.default_max_tokens
         classified = False
         script: Script | None = None
         if prompt.token_ids:
@@ -157,7 +157,7 @@ class Intake:
                 classified = True
             if classified and self.bounds is not None:
                 script = self._script(prompt)
-            prompt_tokens = self.budget.estimate(size, category, max_tokens).prompt_tokens
+            prompt_tokens = self.estimator.estimate(size, category, max_tokens).prompt_tokens
         info = RequestInfo(
             id=request_id,
             model=prompt.model,
@@ -257,7 +257,7 @@ class Intake:
     def learn(self, placed: Placed, engine_prompt_tokens: int) -> None:
         """ĉ_k learns from what was actually sent (the compressed text, if compressed)."""
         if placed.classified and engine_prompt_tokens:
-            self.budget.observe(placed.size, placed.info.category, engine_prompt_tokens)
+            self.estimator.observe(placed.size, placed.info.category, engine_prompt_tokens)
             if self.bounds is not None and placed.script is not None:
                 self.bounds.widen(
                     placed.info.category, placed.script, placed.size.content_bytes,
@@ -265,4 +265,4 @@ class Intake:
                 )  # fmt: skip
 
     def _template(self, size: ChatSize) -> int:
-        return template_tokens(size.n_messages, self.budget.config)
+        return template_tokens(size.n_messages, self.estimator.config)

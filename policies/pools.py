@@ -40,7 +40,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policies.protocols.placement import PLACERS, Placement, Placer, Verdict
+from policies.protocols.placement import PLACERS, Edges, Placement, Placer, Verdict
 from policies.registry import config_from
 from policies.types import Category, PoolSpec, RequestInfo
 
@@ -64,6 +64,10 @@ class ShortLongPlacement:
 
     short_pool: str = "short"
     b_short: int = 8192  # FleetOpt's B_short: the short pool's admission boundary in tokens
+
+    @property
+    def edges(self) -> Edges:
+        return Edges(self.short_pool, self.b_short)
 
     def threshold(self, pool: PoolSpec) -> int:
         if pool.name == self.short_pool:
@@ -118,6 +122,17 @@ class CompressAndRoute:
             raise ValueError(f"gamma must be ≥ 1: {self.gamma}")
         if not 0.0 <= self.verify_margin < 1.0:
             raise ValueError(f"verify_margin must be in [0, 1): {self.verify_margin}")
+
+    @property
+    def edges(self) -> Edges:
+        return Edges(
+            self.short_pool,
+            self.b_short,
+            self.gamma,
+            self.min_target,
+            self.compressible,
+            self.compress_single_pool,
+        )
 
     @property
     def category_blind_below(self) -> float:

@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from compressor.script import Script
-from policies.pools import CompressAndRoute, Placement, Placer, ShortLongPlacement, Verdict
+from policies.protocols.placement import Edges, Placement, Placer, Verdict
 from policies.types import Category, PoolSpec, RequestInfo
 
 
@@ -111,21 +111,13 @@ def total_range(
     return lo, hi
 
 
-def boundaries(placer: CompressAndRoute | ShortLongPlacement, short: PoolSpec) -> tuple[int, ...]:
-    """The L_total values where placement changes: B_short (and γ·B_short under C&R)."""
-    b = min(placer.b_short, short.max_model_len)
-    if isinstance(placer, CompressAndRoute):
-        return b, math.floor(placer.gamma * b)
-    return (b,)
-
-
 def straddles(lo: int, hi: int, edges: Sequence[int]) -> bool:
     """Does [lo, hi] hold a boundary, so the estimate cannot place the request?"""
     return any(lo <= e < hi for e in edges)
 
 
 def counted(
-    placer: CompressAndRoute | ShortLongPlacement,
+    edges: Edges,
     request: RequestInfo,
     pools: Sequence[PoolSpec],
     healthy: Collection[str] | None,
@@ -138,13 +130,12 @@ def counted(
     not be compressed. None when counting cannot change anything (no short pool serves
     the model, it is down, or L_out alone leaves no room on it)."""
     serving = [p for p in pools if not p.models or request.model in p.models]
-    short = next((p for p in serving if p.name == placer.short_pool), None)
+    short = next((p for p in serving if p.name == edges.short_pool), None)
     if short is None or (healthy is not None and short.name not in healthy):
         return None
-    edges = boundaries(placer, short)
-    target = edges[0] - request.max_tokens
-    min_target = placer.min_target if isinstance(placer, CompressAndRoute) else 1
-    if target < min_target:
+    bounds = edges.boundaries(short)
+    target = bounds[0] - request.max_tokens
+    if target < edges.min_target:
         return None
     others = sorted(
         (p for p in serving if p is not short and lowest_total <= p.max_model_len),
@@ -153,10 +144,8 @@ def counted(
     # every larger pool, up or not, as a long placement lists them: the driver spills past
     # a dead one (and counts the spill) exactly as it does for a request placed long
     longer = tuple(p.name for p in others)
-    compress = (
-        isinstance(placer, CompressAndRoute)
-        and request.category in placer.compressible
-        and (bool(others) or placer.compress_single_pool)
+    compress = request.category in edges.compressible and (
+        bool(others) or edges.compress_single_pool
     )
     return Placement(
         Verdict.PLACED,
@@ -167,7 +156,7 @@ def counted(
         fallback=longer,
         category=request.category,
         reason="uncertain estimate: count exactly",
-        compress_within=edges[-1] - request.max_tokens,
+        compress_within=bounds[-1] - request.max_tokens,
         uncertain=True,
     )
 
@@ -204,14 +193,15 @@ def place_uncertain(
     under its interval holds a boundary of the short pool (see the module docstring)."""
     if placement.verdict is not Verdict.PLACED:
         return placement
-    if not isinstance(placer, (CompressAndRoute, ShortLongPlacement)):
-        return placement  # a registered placer of another kind states no boundaries here
+    edges = placer.edges
+    if edges is None:
+        return placement  # a placer that states no boundaries: placed on its estimate
     interval = bounds.interval(request.category, script)
     lo, hi = total_range(content_bytes, template, request.max_tokens, interval)
-    short = next((p for p in pools if p.name == placer.short_pool), None)
-    if short is None or not straddles(lo, hi, boundaries(placer, short)):
+    short = next((p for p in pools if p.name == edges.short_pool), None)
+    if short is None or not straddles(lo, hi, edges.boundaries(short)):
         return placement
-    out = counted(placer, request, pools, healthy, lo)
+    out = counted(edges, request, pools, healthy, lo)
     if out is None:
         return placement
     bounds.counts += 1

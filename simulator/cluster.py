@@ -23,6 +23,7 @@ spinning at one instant.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from emulator.engine import Engine, EngineConfig, EngineRequest, FinishedRequest, StepResult
@@ -30,6 +31,22 @@ from policies.types import WorkerView
 from simulator.kernel import PRIO_STEP, Kernel
 
 EngineFactory = Callable[[EngineConfig, Kernel], Engine]
+
+
+@dataclass(slots=True)
+class SimWorkerView(WorkerView):
+    """A worker as routing sees it, with what the gateway keeps beside it (its
+    `WorkerState`): whether it is in service (scenario `workers` events) and its circuit
+    breaker's state (policies/health.py, counted by the core on every attempt's outcome,
+    as in the gateway). Routing's `healthy` is both: in service and not open."""
+
+    in_service: bool = True
+    breaker_fails: int = 0
+    open_until: float = 0.0
+
+    def route_check(self, now: float) -> None:
+        """`healthy` as of `now` (a circuit's open period ends with time alone)."""
+        self.healthy = self.in_service and now >= self.open_until
 
 
 def default_engine(config: EngineConfig, kernel: Kernel) -> Engine:
@@ -89,13 +106,14 @@ class Worker:
         self._step_batch = 0
         self.dirty = True  # engine state changed since the routing view last read it
         self.hashed = False  # some request brought prefix hashes: hit rates are worth reading
-        self.view = WorkerView(id=worker_id, pool=pool, max_model_len=config.max_model_len)
+        self.view = SimWorkerView(id=worker_id, pool=pool, max_model_len=config.max_model_len)
         self.busy_slot_seconds = 0.0  # Σ batch_size · duration over steps
         self.busy_time = 0.0  # Σ duration: time the worker was stepping
         self.steps = 0
         self.tokens_out = 0
         # drops every connection (a dead engine the health checks have not caught yet):
-        # the gateway's attempt fails before a response (scenario pool `refuse_connections`)
+        # the gateway's attempt fails before a response (scenario pool `refuse_connections`,
+        # or a `fault` event for a period)
         self.refuses = False
 
     def submit(self, request: EngineRequest, order: int) -> None:

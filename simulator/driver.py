@@ -50,8 +50,10 @@ Failure posture: a request no pool can hold is recorded as rejected (413), one r
 admission as rejected (429), one no worker can take as rejected (503), one that waited
 past the queue's timeout as `queue_timeout`, one the engine refuses (ValueError on submit)
 as an error — unless its context was the reason and a longer pool takes it (the core's
-safety net); a worker that drops connections (scenario pool `refuse_connections`) costs a
-retry on another worker. Every placed request gets exactly one on_complete, whatever its
+safety net); a worker that drops connections (scenario pool `refuse_connections`, or a
+`fault` event for a period) costs a retry on another worker, and counts against its
+circuit breaker (`policy.breaker`), which the core applies as in the gateway: an open
+circuit keeps the worker out of routing for `open_s`. Every placed request gets exactly one on_complete, whatever its
 outcome.
 """
 
@@ -66,6 +68,7 @@ from policies.actions import PROCEED, Action, Evict, Fail, Fit, Refuse, Send, Wa
 from policies.budget import ChatSize
 from policies.core import Core
 from policies.events import (
+    ANSWERED,
     DEADLINE,
     FIRST_TOKEN,
     ContextRefused,
@@ -76,8 +79,8 @@ from policies.events import (
 )
 from policies.intake import CHAT, Prompt
 from policies.ticket import Ticket
-from policies.types import Category, Outcome, PoolSpec, Status, WorkerView
-from simulator.cluster import Cluster, Worker
+from policies.types import Category, Outcome, PoolSpec, Status
+from simulator.cluster import Cluster, SimWorkerView, Worker
 from simulator.compression import CompressionModel
 from simulator.kernel import PRIO_ARRIVAL, PRIO_TIMER, Kernel
 from simulator.records import Recorder, RequestRecord
@@ -148,7 +151,8 @@ class Driver:
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
         self._waiting = 0  # requests queued for room (they keep the run alive)
-        self._views: dict[str, list[WorkerView]] = {}
+        self._views: dict[str, list[SimWorkerView]] = {}
+        self._breaker = core.breaker is not None  # views' `healthy` follows their circuits
 
     def bind(self) -> None:
         """Take the cluster's pools as they now stand (workers are built with us as listener)."""
@@ -169,17 +173,24 @@ class Driver:
         if self.active():
             self.kernel.after(self.scrape_interval, PRIO_TIMER, self._scrape)
 
-    def _load_of(self, worker: str) -> WorkerView:
+    def _load_of(self, worker: str) -> SimWorkerView:
         return self.cluster.workers[worker].view
 
-    def candidates(self, pool: str) -> list[WorkerView]:
-        """The pool's workers as routing sees them now."""
+    def candidates(self, pool: str) -> list[SimWorkerView]:
+        """The pool's workers as routing sees them now (with a circuit breaker, a worker
+        whose circuit is open is not healthy until its open period ends, as the
+        gateway's `WorkerState.view` says)."""
+        views = self._views[pool]
         if self.scrape_interval <= 0:
             now = self.kernel.now()
             for w in self.cluster.pools[pool]:
                 if w.dirty:
                     w.refresh_view(now)
-        return self._views[pool]
+        if self._breaker:
+            now = self.kernel.now()
+            for v in views:
+                v.route_check(now)
+        return views
 
     # -- the pipeline: carrying out the core's actions ----------------------------------
     def arrive(self, spec: RequestSpec) -> None:
@@ -389,6 +400,8 @@ class Driver:
             prefill_time=prefill,
             latency=now - record.arrival,
         )
+        if outcome.status is Status.OK:  # the worker answered: its breaker hears it
+            self.core.on(ticket, ANSWERED, now)
         # the slot goes back first (the core's Finished): a request waiting for this
         # worker's pool is woken and dispatched at this same instant, as the gateway does
         self.core.on(ticket, Finished(outcome), now)

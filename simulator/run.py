@@ -10,17 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from policies.budget import BudgetConfig
-from policies.build import Choice, CoreSpec, build_core
+from policies.build import CoreSpec, build_core
 from policies.core import ActionRecorder, Core
 from policies.hooks import Hook
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
 from policies.quantile.predictor import Predictor
-from policies.registry import config_from
 from policies.routing import Router, make_router
+from policies.spec import core_spec as spec_core_spec
 from policies.types import PoolSpec
-from simulator.cluster import Cluster, EngineFactory, default_engine
+from simulator.cluster import Cluster, EngineFactory, Worker, default_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
 from simulator.driver import Driver
 from simulator.families import CdfFamily
@@ -31,6 +30,7 @@ from simulator.scenario import (
     FAMILIES,
     ComponentModel,
     EntitlementEventModel,
+    FaultEventModel,
     Scenario,
     WorkersEventModel,
 )
@@ -141,34 +141,18 @@ def build_workload(
 
 
 def core_spec(scenario: Scenario) -> CoreSpec:
-    """The scenario's `policy` in the composition root's terms (policies/build.py), the
-    same the gateway builds from its configuration."""
-    policy = scenario.policy
-    p, d = policy.placement, policy.dispatch
-    return CoreSpec(
-        placement=p.policy,
-        short_pool=p.short_pool,
-        b_short=p.b_short,
-        gamma=p.gamma,
-        verify_margin=p.verify_margin,
-        placement_params=p.params,
-        budget=BudgetConfig(bytes_per_token=policy.budget.prior_bytes_per_token),
-        routing=Choice(policy.routing.policy, policy.routing.params),
-        pool_routing={
-            pool.name: Choice(pool.routing.policy, pool.routing.params)
-            for pool in scenario.fleet.pools
-            if pool.routing is not None
-        },
-        admission=Choice(policy.admission.policy, policy.admission.params),
-        dispatch=Choice(
-            d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
-        ),
-        prefill_room=d.prefill_room,
+    """The scenario's `policy` in the composition root's terms (policies/build.py), by the
+    same translation the gateway's configuration takes (policies/spec.py)."""
+    pools = scenario.fleet.pools
+    return spec_core_spec(
+        scenario.policy,
+        {p.name: p.max_model_len for p in pools},
+        {p.name: p.routing for p in pools},
     )
 
 
 def compression_for(scenario: Scenario, seed: int) -> CompressionModel:
-    spec = scenario.policy.compression
+    spec = scenario.sim.compression
     shortenable = dict(DEFAULT_SHORTENABLE)
     shortenable.update({k: Shortenable(v.mean, v.sd) for k, v in spec.shortenable.items()})
     return CompressionModel(shortenable, spec.granularity, seed)
@@ -220,9 +204,7 @@ def run(
         scenario.telemetry.scrape_interval,
         compression_for(scenario, seed),
         bytes_per_token=(
-            dict(scenario.policy.budget.bytes_per_token)
-            if scenario.policy.budget.estimate == "bytes"
-            else None
+            dict(scenario.sim.bytes_per_token) if scenario.sim.budget == "bytes" else None
         ),
         retries={
             t.name: Retry(t.retry.max_attempts, t.retry.max_wait_s)
@@ -238,7 +220,7 @@ def run(
         for w in cluster.pools[p.name][: p.refuse_connections]:
             w.refuses = True
     dispatch = scenario.policy.dispatch
-    if dispatch.capacity == "engine":
+    if scenario.fleet.capacity == "engine":
         for w in cluster.workers.values():
             w.view.capacity = w.config.max_num_seqs
             if dispatch.kv_overcommit is not None:
@@ -336,7 +318,8 @@ def _predictor_for(
     )
     if not uses:
         return None
-    settings = config_from(QuartzSettings, scenario.policy.quartz or {})
+    quartz = scenario.policy.quartz
+    settings = quartz.settings() if quartz is not None else QuartzSettings()
     e = scenario.engine_config(scenario.fleet.pools[0])
     shape = EngineShape(
         e.w, e.h, e.prefill_chunk, e.max_num_seqs, e.prefill_token_s, e.max_num_batched_tokens
@@ -344,16 +327,26 @@ def _predictor_for(
     return build_predictor(settings, model, shape)
 
 
+def _fault_ends(worker: Worker) -> None:
+    worker.refuses = False
+
+
 def _apply_event(arg: tuple[object, Cluster, Core, Kernel]) -> None:
     """A scenario event (scenario.py `events`) at its time: workers taken out of service
-    or brought back (the token pool following), or an entitlement's new state."""
+    or brought back (the token pool following), an entitlement's new state, or a worker
+    that drops every connection for a period."""
     ev, cluster, core, kernel = arg
     now = kernel.now()
     admitter = core.admitter
-    if isinstance(ev, WorkersEventModel):
+    if isinstance(ev, FaultEventModel):
+        worker = cluster.pools[ev.pool][ev.worker]
+        worker.refuses = True
+        kernel.at(now + ev.for_s, PRIO_STEP, _fault_ends, worker)
+    elif isinstance(ev, WorkersEventModel):
         workers = cluster.pools[ev.pool]
         for i, w in enumerate(workers):
-            w.view.healthy = i < ev.workers  # out of service: drains, takes nothing new
+            w.view.in_service = i < ev.workers  # out of service: drains, takes nothing new
+            w.view.route_check(now)
         if ev.token_pool is not None:
             scale = getattr(admitter, "scale_pool", None)
             if scale is None:

@@ -7,10 +7,11 @@
       pools:
         - {name: short, workers: 4, max_model_len: 8192}
         - {name: long, workers: 1, max_model_len: 65536, engine: {max_num_seqs: 16}}
-    policy:
+    policy:                              # the gateway's policy sections (policies/spec.py)
       placement: {short_pool: short, b_short: 8192}   # policy: short_long | compress_and_route
       routing: {policy: least_loaded}    # policies.routing registry name + params
-      budget: {estimate: exact}          # or bytes: the gateway's estimate from bytes
+    sim:                                 # the simulator's stand-ins for what the gateway measures
+      budget: exact                      # or bytes: the gateway's estimate from bytes
       compression: {}                    # C&R's compression model (simulator/compression.py)
     telemetry: {scrape_interval: 0}      # 0 = fresh telemetry at every decision
     workload:
@@ -26,9 +27,10 @@ QUARTZ (issue 15): its routers and queue by name, the room every method shares, 
 predictor's settings (policies/quantile/config.py); with a predictor each record carries
 `features`, `predicted` and `prefill_s`:
 
+    fleet: {capacity: engine, ...}        # a worker takes at most its max_num_seqs
     policy:
       routing: {policy: quartz, params: {k: 2}}          # or point_pred, locality
-      dispatch: {policy: quartz, capacity: engine, prefill_room: 16384,
+      dispatch: {policy: quartz, prefill_room: 16384,
                  params: {lam: 0.02, beta: 0.1}}          # or token_fair, fifo
       quartz: {alpha: 0.95, delta: 0.05}                  # {} : defaults (Table 3)
 
@@ -44,6 +46,18 @@ is their entitlement at admission:
     events:                               # changes over time, in `at` order
       - {kind: workers, at: 30, pool: main, workers: 1, token_pool: qwen}  # capacity halves
       - {kind: entitlement, at: 210, name: reports, state: bound}          # a tenant binds
+
+One policy schema: `policy` is policies/spec.py's `PolicySpec`, the very sections of the
+gateway's configuration (placement, admission, dispatch, budget, routing, retry, breaker,
+quartz; a pool's own `routing`), so a scenario's policy reads as a gateway's. The
+simulator's defaults differ from the gateway's in four keys, filled in when a scenario
+leaves them out (`SIMULATOR_DEFAULTS`: short_long placement at B_short 8192, a queue that
+neither fills nor times out); and what only the simulator has lives outside `policy`:
+`sim` (the budget estimate's model, the compression model) and `fleet.capacity`. The
+layout before the shared schema still loads: `policy.dispatch.capacity` is read as
+`fleet.capacity`, `policy.compression` as `sim.compression`, `policy.budget.estimate` and
+its per-category `bytes_per_token` as `sim.budget` and `sim.bytes_per_token`, and
+`policy.budget.prior_bytes_per_token` as `policy.budget.bytes_per_token`.
 
 Every mapping forbids unknown keys, and engine/family parameters are checked against the
 dataclasses they build, so a typo fails at load with the dotted path of the bad key
@@ -61,7 +75,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from emulator.engine import EngineConfig
-from policies.registry import ParamError
+from policies.spec import PolicySpec, RoutingSpec, describe_errors
 from policies.types import Category
 from simulator import families as fam
 
@@ -87,7 +101,7 @@ class PoolModel(_Strict):
     workers: int = Field(ge=1)
     max_model_len: int = Field(default=8192, ge=16)
     engine: dict[str, Any] = Field(default_factory=dict)
-    routing: RoutingModel | None = None  # overrides policy.routing for this pool
+    routing: RoutingSpec | None = None  # overrides policy.routing for this pool
     # its first n workers drop every connection (dead engines the health checks have not
     # caught yet): an attempt there fails before a response, and the core's retry policy
     # sends the request to another worker
@@ -102,26 +116,15 @@ class PoolModel(_Strict):
 class FleetModel(_Strict):
     engine: dict[str, Any] = Field(default_factory=dict)
     pools: list[PoolModel] = Field(min_length=1)
+    # engine: a worker takes at most its engine's max_num_seqs from the gateway (the
+    # gateway's `pools.<name>.max_num_seqs`) and the rest wait in the gateway's queue
+    # (`policy.dispatch`); none: every request goes to a worker at once
+    capacity: Literal["none", "engine"] = "none"
 
     @field_validator("engine")
     @classmethod
     def _engine_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _check_fields(EngineConfig, v, "engine")
-
-
-class RoutingModel(_Strict):
-    policy: str = "least_loaded"
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class PlacementModel(_Strict):
-    # a registered placement policy (policies/pools.py; gateway/config.py `placement`)
-    policy: str = "short_long"
-    params: dict[str, Any] = Field(default_factory=dict)  # the policy's own
-    short_pool: str = "short"
-    b_short: int = Field(default=8192, ge=1)
-    gamma: float = Field(default=1.5, ge=1.0, le=4.0)  # C&R: the band B_short < L ≤ γ·B_short
-    verify_margin: float = Field(default=0.05, ge=0.0, lt=1.0)
 
 
 class ShortenableModel(_Strict):
@@ -136,10 +139,13 @@ class CompressionSpecModel(_Strict):
     granularity: float = Field(default=0.01, ge=0.0, lt=1.0)
 
 
-class BudgetModel(_Strict):
+class SimModel(_Strict):
+    """What the simulator models in place of what the gateway measures."""
+
     # exact: the workload's prompt lengths; bytes: estimated from bytes as the gateway does
-    estimate: Literal["exact", "bytes"] = "exact"
-    # with `bytes`: each category's true bytes per token (what ĉ_k should learn)
+    budget: Literal["exact", "bytes"] = "exact"
+    # with `budget: bytes`: each category's true bytes per token (what ĉ_k should learn;
+    # its prior is `policy.budget.bytes_per_token`)
     bytes_per_token: dict[Category, float] = Field(
         default_factory=lambda: {
             Category.CHAT: 4.0,
@@ -148,46 +154,7 @@ class BudgetModel(_Strict):
             Category.CODE: 3.4,
         }
     )
-    prior_bytes_per_token: float = Field(default=4.0, gt=0)  # the gateway's budget prior
-
-
-class DispatchModel(_Strict):
-    """Step 6 (policies/dispatch.py): with `capacity: engine` a worker takes at most its
-    engine's max_num_seqs from the gateway and the rest wait in the gateway's FIFO."""
-
-    policy: str = "fifo"  # policies/dispatch.py's registry
-    capacity: Literal["none", "engine"] = "none"
-    # with `capacity: engine`: a worker also takes new requests only while the gateway's
-    # outstanding tokens on it are below its KV cache tokens × this (gateway's
-    # `dispatch.kv_overcommit`); None: the KV cache's size is not used
-    kv_overcommit: float | None = Field(default=None, gt=0)
-    max_waiting: int = Field(default=1_000_000, ge=0)
-    timeout_s: float = Field(default=3600.0, gt=0)
-    # a worker takes new requests only while the prompt tokens sent it without a first
-    # token yet are below this (every dispatch policy alike); None: not considered
-    prefill_room: int | None = Field(default=None, gt=0)
-    params: dict[str, Any] = Field(default_factory=dict)  # the dispatch policy's own
-
-
-class AdmissionModel(_Strict):
-    """Step 5 (policies/admission.py): a registered admitter and its parameters; the
-    entitlement of a simulated request is its workload client."""
-
-    policy: str = "always"
-    params: dict[str, Any] = Field(default_factory=dict)
-
-
-class PolicyModel(_Strict):
-    placement: PlacementModel = PlacementModel()
-    admission: AdmissionModel = AdmissionModel()
-    dispatch: DispatchModel = DispatchModel()
-    routing: RoutingModel = RoutingModel()
-    budget: BudgetModel = BudgetModel()
-    compression: CompressionSpecModel = CompressionSpecModel()
-    # QUARTZ's predictor (policies/quantile/config.py QuartzSettings' fields); also built
-    # when a routing or dispatch policy uses it. Records then carry features, prefill_s
-    # and the predicted quantiles.
-    quartz: dict[str, Any] | None = None
+    compression: CompressionSpecModel = CompressionSpecModel()  # C&R's compression model
 
 
 class TelemetryModel(_Strict):
@@ -340,7 +307,30 @@ class EntitlementEventModel(_Strict):
     state: Literal["pending", "bound", "degraded", "expired"]
 
 
-EventModel = Annotated[WorkersEventModel | EntitlementEventModel, Field(discriminator="kind")]
+class FaultEventModel(_Strict):
+    """From `at`, `pool`'s worker number `worker` (from 0) drops every connection for
+    `for_s` seconds (an engine dying and coming back before the health checks notice): an
+    attempt there fails before a response, the core's retry policy sends the request to
+    another worker and the worker's circuit breaker (`policy.breaker`) counts it."""
+
+    kind: Literal["fault"]
+    at: float = Field(ge=0)
+    pool: str
+    worker: int = Field(default=0, ge=0)
+    for_s: float = Field(gt=0)
+
+
+EventModel = Annotated[
+    WorkersEventModel | EntitlementEventModel | FaultEventModel, Field(discriminator="kind")
+]
+
+
+# where the simulator's defaults are not the gateway's: placement as FleetOpt §2.1 sizes
+# the fleet, and a queue that neither fills nor times out (a run measures the wait)
+SIMULATOR_DEFAULTS: dict[str, dict[str, Any]] = {
+    "placement": {"policy": "short_long", "b_short": 8192},
+    "dispatch": {"max_waiting": 1_000_000, "timeout_s": 3600.0},
+}
 
 
 class ReportModel(_Strict):
@@ -353,13 +343,20 @@ class Scenario(_Strict):
     description: str = ""
     seed: int = 0
     fleet: FleetModel
-    policy: PolicyModel = PolicyModel()
+    policy: PolicySpec = PolicySpec.model_validate(SIMULATOR_DEFAULTS)
+    sim: SimModel = SimModel()
     telemetry: TelemetryModel = TelemetryModel()
     workload: WorkloadModel
     slo: dict[str, float] = Field(default_factory=lambda: {"interactive": 2.0, "long": 4.0})
     report: ReportModel = ReportModel()
-    # changes over time: workers in service, entitlement states (applied in `at` order)
+    # changes over time: workers in service, entitlement states, a worker's fault for a
+    # period (applied in `at` order)
     events: list[EventModel] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _layout(cls, doc: Any) -> Any:
+        return _with_simulator_defaults(_moved_keys(doc))
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
@@ -367,7 +364,6 @@ class Scenario(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"pool(s) defined twice: {', '.join(dupes)}")
-        _check_policies(self)
         _check_events(self)
         return self
 
@@ -379,50 +375,49 @@ class Scenario(_Strict):
         return EngineConfig(**merged)
 
 
-PoolModel.model_rebuild()
+def _moved_keys(doc: Any) -> Any:
+    """A scenario in the layout before the shared policy schema, in today's: the keys only
+    the simulator has move out of `policy` (see the module's docstring); a key given in
+    both places takes the old place's value (a dumped scenario edited the old way)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("policy"), dict):
+        return doc
+    doc, policy = dict(doc), dict(doc["policy"])
+    sim = dict(doc["sim"]) if isinstance(doc.get("sim"), dict) else {}
+    dispatch = policy.get("dispatch")
+    if isinstance(dispatch, dict) and "capacity" in dispatch:
+        policy["dispatch"] = dispatch = dict(dispatch)
+        capacity = dispatch.pop("capacity")
+        if isinstance(doc.get("fleet"), dict):
+            doc["fleet"] = {**doc["fleet"], "capacity": capacity}
+    budget = policy.get("budget")
+    if isinstance(budget, dict):
+        policy["budget"] = budget = dict(budget)
+        if "estimate" in budget:
+            sim["budget"] = budget.pop("estimate")
+        if isinstance(budget.get("bytes_per_token"), dict):
+            sim["bytes_per_token"] = budget.pop("bytes_per_token")
+        if "prior_bytes_per_token" in budget:
+            budget["bytes_per_token"] = budget.pop("prior_bytes_per_token")
+    if "compression" in policy:
+        sim["compression"] = policy.pop("compression")
+    doc["policy"] = policy
+    if sim:
+        doc["sim"] = sim
+    return doc
 
 
-def _quartz_settings(params: dict[str, Any]) -> Any:
-    from policies.quantile.config import QuartzSettings
-    from policies.registry import config_from
-
-    return config_from(QuartzSettings, params)
-
-
-def _check_policies(sc: Scenario) -> None:
-    """Every step's policy builds from its name and parameters; an error names its key."""
-    from policies.admission import make_admitter
-    from policies.dispatch import make_dispatcher
-    from policies.pools import make_placement
-    from policies.routing import make_router
-
-    p = sc.policy
-    pl = p.placement
-    checks: list[tuple[str, Any]] = [
-        (
-            "policy.placement",
-            lambda: make_placement(
-                pl.policy, pl.short_pool, pl.b_short, pl.gamma, pl.verify_margin, pl.params
-            ),
-        ),
-        ("policy.admission", lambda: make_admitter(p.admission.policy, p.admission.params)),
-        ("policy.dispatch", lambda: make_dispatcher(p.dispatch.policy, p.dispatch.params)),
-        ("policy.quartz", lambda: _quartz_settings(p.quartz or {})),
-        ("policy.routing", lambda: make_router(p.routing.policy, p.routing.params)),
-    ]
-    for pool in sc.fleet.pools:
-        if pool.routing is not None:
-            r = pool.routing
-            checks.append(
-                (f"fleet.pools.{pool.name}.routing", lambda r=r: make_router(r.policy, r.params))
-            )
-    for where, build in checks:
-        try:
-            build()
-        except ParamError as exc:  # names its key under the policy's params, as the gateway
-            raise ValueError(f"{where}.params.{exc.path}: {exc.detail}") from None
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
+def _with_simulator_defaults(doc: Any) -> Any:
+    if not isinstance(doc, dict):
+        return doc
+    policy = doc.get("policy", {})
+    if not isinstance(policy, dict):
+        return doc
+    policy = dict(policy)
+    for section, defaults in SIMULATOR_DEFAULTS.items():
+        given = policy.get(section, {})
+        if isinstance(given, dict):
+            policy[section] = {**defaults, **given}
+    return {**doc, "policy": policy}
 
 
 def _check_events(sc: Scenario) -> None:
@@ -435,7 +430,15 @@ def _check_events(sc: Scenario) -> None:
     )
     for i, ev in enumerate(sc.events):
         where = f"events.{i}"
-        if isinstance(ev, WorkersEventModel):
+        if isinstance(ev, FaultEventModel):
+            if ev.pool not in pools:
+                raise ValueError(f"{where}: no pool {ev.pool!r} in fleet.pools")
+            if ev.worker >= pools[ev.pool]:
+                raise ValueError(
+                    f"{where}.worker: {ev.worker}, but pool {ev.pool!r} has {pools[ev.pool]}"
+                    " workers (numbered from 0)"
+                )
+        elif isinstance(ev, WorkersEventModel):
             if ev.pool not in pools:
                 raise ValueError(f"{where}: no pool {ev.pool!r} in fleet.pools")
             if ev.workers > pools[ev.pool]:
@@ -459,12 +462,7 @@ class ScenarioError(ValueError):
 
 
 def _format(exc: ValidationError) -> str:
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
-        lines.append(f"  {where}: {msg}")
-    return "\n".join(lines)
+    return "\n".join(describe_errors(exc))
 
 
 def resolve(name: str) -> Path:

@@ -1,10 +1,11 @@
 """The dispatch extension point (step 6, policies/dispatch.py): the order in which
 requests that found no worker with room wait for one.
 
-The driver asks `wait` when routing found no worker with room while some are healthy,
-calls `wake(pool)` whenever a slot in `pool` is released and `expire(now)` as time
-passes; `cancel` removes a waiter whose client left. Each waiter leaves the queue exactly
-once: woken, expired or cancelled.
+The core asks `wait` when routing found no worker with room while some are healthy and
+`wake(pool)` whenever a slot in `pool` is released; `cancel` removes a waiter whose
+client left or whose deadline (`Waiter.deadline`, set here: the `Wait` action's, which the
+driver's timer reports as `Deadline`) passed. Each waiter leaves the queue exactly once:
+woken or cancelled.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class Waiter:
     pools: tuple[str, ...]
     since: float
     deadline: float
-    done: bool = False  # woken, expired or cancelled: out of the queue
+    done: bool = False  # woken or cancelled: out of the queue
     token: object = None  # the driver's handle (the gateway: a future to resolve)
     request: RequestInfo | None = None
 
@@ -40,10 +41,6 @@ class Dispatcher(Protocol):
 
     def wake(self, pool: str) -> Waiter | None:
         """The waiter that takes the slot just freed in `pool`, if any."""
-        ...
-
-    def expire(self, now: float) -> list[Waiter]:
-        """Waiters whose deadline has passed, removed from the queue."""
         ...
 
     def cancel(self, waiter: Waiter) -> None: ...

@@ -8,6 +8,7 @@ them, the pools with a live worker (`healthy`; a placer may ignore it).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -43,7 +44,34 @@ class Placement:
     uncertain: bool = False  # counted because the estimate could not place it
 
 
+@dataclass(frozen=True, slots=True)
+class Edges:
+    """Where a placer's decision changes with a request's L_total, for counting exactly
+    where the byte estimate cannot say which side a request lies on (policies/
+    uncertainty.py): the short pool's boundary B_short and, when band requests are
+    compressed onto it, the band's top γ·B_short, with what compression needs."""
+
+    short_pool: str
+    b_short: int
+    band: float = 1.0  # γ: requests up to γ·B_short may be compressed (1.0: no band)
+    min_target: int = 1  # a T_c below this leaves no room for a prompt
+    compressible: frozenset[Category] = frozenset()  # the categories compression may shorten
+    compress_single_pool: bool = False  # compress with no larger pool serving the model
+
+    def boundaries(self, short: PoolSpec) -> tuple[int, ...]:
+        """The L_total values where placement changes on `short`: B_short (and the band's
+        top, with a band)."""
+        b = min(self.b_short, short.max_model_len)
+        return (b, math.floor(self.band * b)) if self.band > 1.0 else (b,)
+
+
 class Placer(Protocol):
+    @property
+    def edges(self) -> Edges | None:
+        """Its boundaries, for counting where the estimate cannot decide; None: it states
+        none (every request is placed on its estimate)."""
+        ...
+
     @property
     def category_blind_below(self) -> float:
         """Requests of at most this many tokens (prompt + max_tokens) are placed alike

@@ -31,9 +31,6 @@ class FifoDispatcher:
     def wake(self, pool: str) -> Waiter | None:
         return self._waiters.oldest(pool)
 
-    def expire(self, now: float) -> list[Waiter]:
-        return self._waiters.expire(now)
-
     def cancel(self, waiter: Waiter) -> None:
         self._waiters.cancel(waiter)
 

@@ -15,7 +15,7 @@ later carries λ·Δ more, so r is served before any request arriving more than
 (ŝα(r) + β·u(c)) / λ seconds after it — no request waits forever while room keeps freeing.
 
 A request that can use several pools is in each of their heaps; each waiter leaves the
-queue exactly once (woken, expired or cancelled: the bookkeeping shared by every
+queue exactly once (woken or cancelled: the bookkeeping shared by every
 dispatcher, waiters.py) and stale heap entries are skipped when popped (compacted when
 they outnumber live ones).
 
@@ -37,7 +37,7 @@ clock first. `wait_bound_slo` (a fraction f) sets θ per request as f × its cla
 SLO (`slo_s`, keyed by `RequestInfo.slo_class`; a class not listed uses `wait_bound_s`),
 so an interactive prompt ages sooner than a long one; the aged heap is then ordered by
 that instant, earliest first. The time is the bound clock (`bind_clock`, done by the
-drivers), else the latest time the queue was told of (wait, served, expire).
+drivers), else the latest time the queue was told of (wait, served).
 
 Bounds: `max_waiting` (full: refused at once, 429) and `timeout_s` (503 queue_timeout).
 """
@@ -118,7 +118,7 @@ class QuartzDispatcher:
     _heaps: dict[str, list[tuple[float, int, Waiter]]] = field(default_factory=dict)
     # with a wait bound: per pool, (the instant the waiter ages, seq, waiter)
     _aged: dict[str, list[tuple[float, int, Waiter]]] = field(default_factory=dict)
-    _seen: float = float("-inf")  # the latest time wait / served / expire were given
+    _seen: float = float("-inf")  # the latest time wait / served were given
     _waiters: Waiters = field(init=False)
     _seq: int = 0
 
@@ -201,10 +201,6 @@ class QuartzDispatcher:
                 self._waiters.leave(waiter)
                 return waiter
         return None
-
-    def expire(self, now: float) -> list[Waiter]:
-        self._seen = max(self._seen, now)
-        return self._waiters.expire(now)
 
     def cancel(self, waiter: Waiter) -> None:
         self._waiters.cancel(waiter)

@@ -87,10 +87,6 @@ class TokenFairDispatcher:
             self._waiters.leave(best)
         return best
 
-    def expire(self, now: float) -> list[Waiter]:
-        self._now = max(self._now, now)
-        return self._waiters.expire(now)
-
     def cancel(self, waiter: Waiter) -> None:
         self._waiters.cancel(waiter)
 

@@ -20,7 +20,8 @@ pool; round-robin routing):
         refused by the engine, placed again on the long pool, sent there
     k   a chat in the compress-and-route band: compressed to the short pool's budget
         (the gateway's compressor on the text, the simulator's compression model), then
-        as `d` (its original text goes to the long pool)
+        as `d` (its original text goes to the long pool); the dropping worker's third
+        failure in a row opens its circuit breaker
 
 The gateway's client sends each request once the one before it is where the trace says
 (in flight, or waiting): the order is the requests' causality, not a race of clocks.
@@ -115,6 +116,7 @@ EXPECTED = [
     ("d", "done ok"),
     ("k", "fit 4080"),  # compressed to the short pool's budget (what the engine refuses again)
     ("k", "send short/0"),
+    ("k", "open short/0"),  # its third failure in a row: the breaker (3 by default) opens
     ("k", "retry reset exclude=short/0"),
     ("k", "send short/1"),
     ("k", "replace long"),
@@ -231,11 +233,11 @@ async def _live() -> tuple[list[tuple[str, str]], Events]:
         app = create_app(load_config(data=cfg, environ={}))
         await app.gateway.start()
         try:
-            pipeline = app.gateway.pipeline
-            assert pipeline is not None
-            core = pipeline.core
+            driver = app.gateway.driver
+            assert driver is not None
+            core = driver.core
             core.log = log
-            pipeline.hooks = (events,)
+            driver.hooks = (events,)
             workers = app.gateway.fleet.workers
             pools = app.gateway.fleet.pools
             names = _names({p: [w.id for w in pools[p]] for p in ("short", "long")})
@@ -375,9 +377,9 @@ async def _live_eviction() -> list[tuple[str, str]]:
         try:
             while not server.started:
                 await asyncio.sleep(0.01)
-            pipeline = app.gateway.pipeline
-            assert pipeline is not None
-            pipeline.core.log = log
+            driver = app.gateway.driver
+            assert driver is not None
+            driver.core.log = log
             workers = app.gateway.fleet.workers
             names = _names({"short": [w.id for w in app.gateway.fleet.pools["short"]]})
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
@@ -424,3 +426,134 @@ async def test_both_drivers_evict_the_same_request():
     live = await _live_eviction()
     assert _per_request(live) == EVICTED, ("gateway", live)
     assert live.index(("x", "evict")) < live.index(("g", "send short/0"))
+
+
+# --- the circuit breaker ------------------------------------------------------------------
+# Two short workers, round-robin; the first drops every connection for a while (the
+# gateway: an in-process engine in `drop` mode, then `normal`; the simulator: a `fault`
+# event). Two failures in a row open its circuit; while open, requests go to the other
+# worker without trying it; the first request after the open period is its trial, which
+# fails (the fault goes on) and re-opens it at once; once the fault is over the next trial
+# succeeds and closes it. Sequential requests: each ends before the next is sent.
+BREAKER_FAILURES = 2
+BREAKER = [  # request, the phase it is sent in, its arrival in the simulator (engine s)
+    ("q1", "fault", 0.0), ("q2", "fault", 0.5), ("q3", "open", 1.0), ("q4", "open", 1.5),
+    ("q5", "half-open", 11.0), ("q6", "open", 11.5), ("q7", "recovered", 22.0),
+    ("q8", "recovered", 22.5),
+]  # fmt: skip
+BREAKER_EXPECTED = [
+    ("q1", "send short/0"),
+    ("q1", "retry reset exclude=short/0"),
+    ("q1", "send short/1"),
+    ("q1", "done ok"),
+    ("q2", "send short/0"),
+    ("q2", "open short/0"),  # the second failure in a row
+    ("q2", "retry reset exclude=short/0"),
+    ("q2", "send short/1"),
+    ("q2", "done ok"),
+    ("q3", "send short/1"),  # open: not tried
+    ("q3", "done ok"),
+    ("q4", "send short/1"),
+    ("q4", "done ok"),
+    ("q5", "send short/0"),  # half-open: its trial
+    ("q5", "open short/0"),  # one more failure re-opens it at once
+    ("q5", "retry reset exclude=short/0"),
+    ("q5", "send short/1"),
+    ("q5", "done ok"),
+    ("q6", "send short/1"),  # open again
+    ("q6", "done ok"),
+    ("q7", "send short/1"),  # the round-robin turn
+    ("q7", "done ok"),
+    ("q8", "send short/0"),  # the fault is over: the trial succeeds and closes it
+    ("q8", "close short/0"),
+    ("q8", "done ok"),
+]
+
+
+def _simulated_breaker() -> list[tuple[str, str]]:
+    log = ActionLog()
+    open_s = 10.0  # engine seconds: q3-q4 inside the first open period, q5 after it
+    sc = small(
+        pools=[{"name": "short", "workers": 2, "max_model_len": SHORT}],
+        policy={
+            "routing": {"policy": "round_robin"},
+            "placement": {"policy": "short_long", "short_pool": "short", "b_short": SHORT},
+            "breaker": {"failures": BREAKER_FAILURES, "open_s": open_s},
+        },
+        # the first worker drops every connection from the start until after q6
+        events=[{"kind": "fault", "at": 0.0, "pool": "short", "worker": 0, "for_s": 15.0}],
+    )
+    specs = [
+        RequestSpec(id=rid, arrival=at, prompt_tokens=100, output_tokens=4, max_tokens=4,
+                    client="default", model="model", category=Category.CHAT)
+        for rid, _, at in BREAKER
+    ]  # fmt: skip
+    res = run(sc, specs=specs, log=log)
+    core = res.core
+    assert core is not None
+    views = core.views("short")
+    names = _names({"short": [v.id for v in views]})
+    assert all(v.in_flight == v.outstanding_tokens == 0 for v in views)
+    return _decisions(log, names)
+
+
+async def _live_breaker() -> list[tuple[str, str]]:
+    from tests.misbehaving_engine import MisbehavingEngine
+
+    log = ActionLog()
+    faulty, good = MisbehavingEngine("drop"), MisbehavingEngine("normal")
+    await faulty.start()
+    await good.start()
+    with _client_ids() as ids:
+        cfg = gateway_config([faulty.url, good.url], [])
+        cfg["routing"] = {"policy": "round_robin"}
+        cfg["placement"] = {"policy": "short_long", "short_pool": "short"}
+        cfg["pools"]["short"]["max_model_len"] = SHORT  # type: ignore[index]
+        cfg["breaker"] = {"failures": BREAKER_FAILURES, "open_s": 2.0}  # wall seconds
+        app = create_app(load_config(data=cfg, environ={}))
+        await app.gateway.start()
+        try:
+            driver = app.gateway.driver
+            assert driver is not None
+            driver.core.log = log
+            fleet = app.gateway.fleet
+            workers = fleet.pools["short"]
+            names = _names({"short": [w.id for w in workers]})
+            loop = asyncio.get_running_loop()
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw",
+                                         timeout=30) as c:  # fmt: skip
+
+                async def until_closed_for_trial() -> None:
+                    deadline = time.monotonic() + 10
+                    while loop.time() < workers[0].open_until:  # the open period's end
+                        assert time.monotonic() < deadline
+                        await asyncio.sleep(0.01)
+
+                phase = "fault"
+                for rid, want, _ in BREAKER:
+                    if want == "open":
+                        assert loop.time() < workers[0].open_until, rid  # still open
+                    elif want != phase:  # half-open, or the fault is over: wait the period out
+                        if want == "recovered":
+                            faulty.mode = "normal"
+                        await until_closed_for_trial()
+                    phase = want
+                    body = {"model": MODEL, "prompt": list(range(1000, 1100)), "max_tokens": 4}
+                    r = await c.post("/v1/completions", json=body, headers={"x-request-id": rid})
+                    assert r.status_code == 200, (rid, r.text)
+            assert all(w.in_flight == w.outstanding_tokens == 0 for w in workers)
+        finally:
+            await app.gateway.stop()
+            await faulty.close()
+            await good.close()
+    return _decisions(log, names, ids)
+
+
+async def test_both_drivers_open_and_close_the_circuit_breaker_alike():
+    """The breaker (policies/health.py) runs in the core for both drivers: the same
+    failures and successes open and close it at the same requests."""
+    sim_log = _simulated_breaker()
+    assert sim_log == BREAKER_EXPECTED, ("simulator", sim_log)
+    live_log = await _live_breaker()
+    assert live_log == BREAKER_EXPECTED, ("gateway", live_log)

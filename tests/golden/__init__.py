@@ -87,7 +87,7 @@ def in_process_exposition() -> str:
     from gateway.config import load_config
     from gateway.metrics import GatewayMetrics
     from gateway.workers import Fleet
-    from policies.budget import TokenBudget
+    from policies.budget import BudgetEstimator
 
     def pool(url: str, max_model_len: int) -> dict[str, object]:
         return {"max_model_len": max_model_len, "models": ["m"], "workers": [{"url": url}]}
@@ -102,7 +102,7 @@ def in_process_exposition() -> str:
         environ={},
     )
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
-    metrics.watch_budget(TokenBudget())
+    metrics.watch_budget(BudgetEstimator())
     metrics.tenancy.source = _TenancySample()
     from policies.dispatch import make_dispatcher
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from policies.actions import PROCEED, Action, Fail, Refuse, Send, Wait
 from policies.admission import ConcurrencyAdmitter, ConcurrencyConfig
-from policies.budget import BudgetConfig, ChatSize, TokenBudget
+from policies.budget import BudgetConfig, BudgetEstimator, ChatSize
 from policies.clock import ManualClock
 from policies.core import Core
 from policies.dispatch import attach_clock, make_dispatcher
@@ -70,7 +70,7 @@ class World:
         self.clock = ManualClock()  # moved by the test: QUARTZ's wait bound reads it
         attach_clock(queue, self.clock)
         self.core = Core(
-            Intake(make_placement("short_long", "short", 8192), TokenBudget(BudgetConfig())),
+            Intake(make_placement("short_long", "short", 8192), BudgetEstimator(BudgetConfig())),
             router,
             self.admitter,
             queue,

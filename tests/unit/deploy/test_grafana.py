@@ -19,7 +19,7 @@ from emulator.metrics_vllm import VllmMetrics
 from gateway.config import load_config
 from gateway.metrics import GatewayMetrics
 from gateway.workers import Fleet
-from policies.budget import TokenBudget
+from policies.budget import BudgetEstimator
 from tests.golden import quartz_series
 
 _SUFFIXES = {
@@ -56,7 +56,7 @@ def gateway_series() -> set[str]:
         environ={},
     )
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
-    metrics.watch_budget(TokenBudget())
+    metrics.watch_budget(BudgetEstimator())
     return _sample_names(metrics.registry) | quartz_series()  # QUARTZ's: only when configured
 
 

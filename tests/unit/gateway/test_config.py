@@ -154,10 +154,10 @@ def test_placement_is_built_by_name_with_its_params():
     """`placement.policy` names a registered placer (no fixed list in the schema) and
     `placement.params` are its own, checked at start with their key path."""
     with pytest.raises(
-        ConfigError, match=r"placement: policy: unknown 'nope'; known: .*short_long"
+        ConfigError, match=r"placement\.policy: unknown 'nope'; known: .*short_long"
     ):
         load_config(data=_two_pools(short_pool="small", policy="nope"), environ={})
-    with pytest.raises(ConfigError, match=r"placement: params: .*unknown parameter\(s\) min_tragt"):
+    with pytest.raises(ConfigError, match=r"placement\.params: .*unknown parameter\(s\) min_tragt"):
         load_config(data=_two_pools(short_pool="small", params={"min_tragt": 9}), environ={})
     cfg = load_config(data=_two_pools(short_pool="small", params={"min_target": 512}), environ={})
     assert cfg.placement.params == {"min_target": 512}

@@ -35,7 +35,7 @@ def cfg(**extra):
         ({"quartz": {"delta": 0}}, r"quartz\.delta"),
         (
             {"dispatch": {"policy": "quartz", "params": {"lamda": 1}}},
-            r"dispatch: params: unknown parameter\(s\) lamda",
+            r"dispatch\.params: unknown parameter\(s\) lamda",
         ),
         ({"dispatch": {"prefill_room": 0}}, r"dispatch\.prefill_room"),
         (
@@ -53,9 +53,9 @@ def cfg(**extra):
         ),
         (
             {"routing": {"policy": "quartz", "params": {"k": 0}}},
-            r"routing: params: k: must be >= 1",
+            r"routing\.params: k: must be >= 1",
         ),
-        ({"dispatch": {"policy": "lifo"}}, r"dispatch: policy: unknown 'lifo'"),
+        ({"dispatch": {"policy": "lifo"}}, r"dispatch\.policy: unknown 'lifo'"),
     ],
 )
 def test_bad_keys_are_named(extra, where):

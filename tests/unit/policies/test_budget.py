@@ -9,8 +9,8 @@ from compressor.tokenizer import count
 from policies.budget import (
     Budget,
     BudgetConfig,
+    BudgetEstimator,
     BytesPerToken,
-    TokenBudget,
     estimate_chat,
     estimate_tokens,
     measure_chat,
@@ -98,7 +98,7 @@ def test_implausible_observations_are_rejected(content_bytes: int, tokens: int) 
 
 
 def test_token_budget_estimates_and_learns() -> None:
-    budget = TokenBudget(BudgetConfig(default_max_tokens=300))
+    budget = BudgetEstimator(BudgetConfig(default_max_tokens=300))
     messages = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 100}]
     size = measure_chat(messages)
     first = budget.estimate(size, Category.PROSE, None)

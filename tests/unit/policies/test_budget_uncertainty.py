@@ -13,7 +13,7 @@ import pytest
 
 from compressor.compress import Compression
 from compressor.script import Script, script_of, script_of_prompt
-from policies.budget import BudgetConfig, TokenBudget, measure_chat
+from policies.budget import BudgetConfig, BudgetEstimator, measure_chat
 from policies.intake import CHAT, Intake, Placed, Prompt
 from policies.pools import CompressAndRoute
 from policies.types import Category, PoolSpec
@@ -26,7 +26,7 @@ PLACER = CompressAndRoute("short", 8192, 1.5)
 def intake(classify=None, bounds: ByteBounds | None = None) -> Intake:
     return Intake(
         PLACER,
-        TokenBudget(BudgetConfig(bytes_per_token=4.0)),
+        BudgetEstimator(BudgetConfig(bytes_per_token=4.0)),
         classify or (lambda p: Category.PROSE),
         bounds=bounds if bounds is not None else ByteBounds(),
         scripter=script_of_prompt,
@@ -49,6 +49,44 @@ def test_the_range_holds_a_boundary_only_when_the_interval_is_wide_enough():
     lo, hi = total_range(30_000, 10, 256, Interval(3.0, 5.0))
     assert (lo, hi) == (6000 + 266, 10000 + 266)
     assert straddles(lo, hi, (8192, 12288)) and not straddles(lo, hi, (12288,))
+
+
+def test_counting_follows_the_placers_stated_edges_not_its_type():
+    """The intake asks a placer for its `edges` (the placement protocol's capability);
+    one that states none is placed on its estimate, whatever it is."""
+    from dataclasses import dataclass
+
+    from policies.pools import ShortLongPlacement
+    from policies.protocols.placement import Edges
+
+    assert PLACER.edges == Edges("short", 8192, 1.5, 256, PLACER.compressible, False)
+    assert PLACER.edges.boundaries(POOLS[0]) == (8192, 12288)
+    assert ShortLongPlacement("short", 8192).edges.boundaries(POOLS[0]) == (8192,)
+
+    @dataclass(frozen=True)
+    class Blind:  # C&R's decisions, but no boundaries stated
+        inner: CompressAndRoute = PLACER
+        edges: Edges | None = None
+
+        @property
+        def category_blind_below(self) -> float:
+            return 0.0
+
+        def place(self, request, pools, healthy=None):  # type: ignore[no-untyped-def]
+            return self.inner.place(request, pools, healthy)
+
+    text = json_lines(28_000)  # the estimate cannot place it (the next test)
+    bounds = ByteBounds()
+    blind = Intake(
+        Blind(),
+        BudgetEstimator(BudgetConfig(bytes_per_token=4.0)),
+        lambda p: Category.PROSE,
+        bounds=bounds,
+        scripter=script_of_prompt,
+    ).take(user(text), "r", 0.0, POOLS)
+    assert isinstance(blind, Placed) and not blind.placement.uncertain and bounds.counts == 0
+    counted = intake().take(user(text), "r", 0.0, POOLS)
+    assert isinstance(counted, Placed) and counted.placement.uncertain
 
 
 def test_dense_json_that_looks_short_is_counted_not_sent_uncounted():

@@ -7,16 +7,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.actions import PROCEED, Action, ActionLog, Admit, Fail, Refuse, Send, Wait
-from policies.admission import AdmissionRefused, ConcurrencyAdmitter, ConcurrencyConfig
-from policies.budget import BudgetConfig, ChatSize, TokenBudget
+from policies.admission import ConcurrencyAdmitter, ConcurrencyConfig
+from policies.budget import BudgetConfig, BudgetEstimator, ChatSize
 from policies.core import Core
 from policies.dispatch import FifoDispatcher
-from policies.events import DEADLINE, Admitted, ContextRefused, Finished, Request, UpstreamFailed
+from policies.events import (
+    ANSWERED,
+    DEADLINE,
+    Admitted,
+    ContextRefused,
+    Finished,
+    Request,
+    UpstreamFailed,
+)
 from policies.health import Breaker
-from policies.intake import CHAT, Intake, Prompt, Refusal
+from policies.intake import CHAT, Intake, Prompt
 from policies.pools import make_placement
 from policies.routing import make_router
-from policies.ticket import Ticket
 from policies.types import Outcome, PoolSpec, Status, WorkerView
 
 POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, frozenset({"m"}))]
@@ -30,7 +37,7 @@ def _core(built: list[str] | None = None, **kw) -> Core:
         return make_router("round_robin")
 
     core = Core(
-        Intake(make_placement("short_long", "short", 8192), TokenBudget(BudgetConfig())),
+        Intake(make_placement("short_long", "short", 8192), BudgetEstimator(BudgetConfig())),
         router_for,
         **kw,
     )
@@ -57,35 +64,41 @@ def test_refusals_at_placement_never_reach_the_hooks():
         def on_arrival(self, request, now):
             seen.append(request.id)
 
+        def on_dispatch(self, request, worker, now):
+            pass
+
     core = _core(hooks=(Hook(),))
-    assert isinstance(core.arrive(_prompt(100_000), "big", 0.0, POOLS), Refusal)
-    assert isinstance(core.arrive(_prompt(10), "ok", 0.0, POOLS), Ticket)
+    _bound(core, _views())
+    refused = core.start(_request("big", 100_000), 0.0)
+    assert isinstance(refused, Refuse) and refused.ticket is None and refused.status == 413
+    assert isinstance(core.start(_request("ok", 10), 0.0), Send)
     assert seen == ["ok"]
 
 
 def test_each_pool_has_its_own_router_built_on_first_use():
     built: list[str] = []
     core = _core(built)
-    views = _views()
-    short = core.arrive(_prompt(100), "a", 0.0, POOLS)
-    long = core.arrive(_prompt(20_000), "b", 0.0, POOLS)
-    assert isinstance(short, Ticket) and isinstance(long, Ticket)
-    assert core.route(short, views.__getitem__).worker.id == "short0"  # type: ignore[union-attr]
+    _bound(core, _views())
+    short = core.start(_request("a", 100), 0.0)
+    long = core.start(_request("b", 20_000), 0.0)
+    assert isinstance(short, Send) and isinstance(long, Send)
+    assert short.worker == "short0"
     # the long pool's round-robin turn is its own: it starts at its first worker too
-    assert core.route(long, views.__getitem__).worker.id == "long0"  # type: ignore[union-attr]
+    assert long.worker == "long0"
     assert built == ["short", "long"]
 
 
-def test_a_spill_is_reported_and_exclusion_is_honoured():
+def test_a_spill_is_reported_and_a_retry_excludes_the_worker_tried():
     core = _core()
     views = _views()
     for v in views["short"]:
         v.healthy = False
-    ticket = core.arrive(_prompt(100), "a", 0.0, POOLS)
-    assert isinstance(ticket, Ticket) and ticket.pools == ("short", "long")
-    route = core.route(ticket, views.__getitem__, exclude={"long0"})
-    assert route is not None and route.spilled and route.pool == "long"
-    assert route.worker.id == "long1"
+    _bound(core, views)
+    send = core.start(_request("a", 100), 0.0)
+    assert isinstance(send, Send) and send.ticket.pools == ("short", "long")
+    assert send.spilled and send.pool == "long" and send.worker == "long0"
+    again = core.on(send.ticket, UpstreamFailed("connect", retryable=True), 0.0)
+    assert isinstance(again, Send) and again.spilled and again.worker == "long1"
 
 
 def _bound(core: Core, views: dict[str, list[WorkerView]]) -> list[Action]:
@@ -176,7 +189,10 @@ def test_a_connect_failure_is_retried_once_on_another_worker_and_the_breaker_cou
     core.on(again.ticket, UpstreamFailed("reset", before_response=False), 2.0)
     assert short1.open_until == 7.0  # the second failure in a row opened its circuit
     assert log.of("a") == ["send short/short0", "retry connect exclude=short0",
-                           "send short/short1", "fail", "fail"]  # fmt: skip
+                           "send short/short1", "fail", "open short1", "fail"]  # fmt: skip
+    core.on(again.ticket, ANSWERED, 3.0)  # a success closes it (the worker answers)
+    assert short1.open_until == 0.0 and short1.breaker_fails == 0
+    assert log.of("a")[-1] == "close short1"
 
 
 def test_a_context_refusal_is_placed_again_on_a_longer_pool_once():
@@ -196,15 +212,17 @@ def test_a_context_refusal_is_placed_again_on_a_longer_pool_once():
 def test_admission_refusal_holds_nothing_and_complete_gives_seats_back():
     admitter = ConcurrencyAdmitter(ConcurrencyConfig(limit=1))
     core = _core(admitter=admitter)
-    a = core.arrive(_prompt(100), "a", 0.0, POOLS)
-    b = core.arrive(_prompt(100), "b", 0.0, POOLS)
-    assert core.admit(a, 0.0) is None
-    refused = core.admit(b, 0.0)
-    assert isinstance(refused, AdmissionRefused) and b.reservation is None
-    core.complete(b, Outcome(Status.ERROR), 0.0)
+    _bound(core, _views())
+    a = core.start(_request("a"), 0.0)
+    refused = core.start(_request("b"), 0.0)
+    assert isinstance(a, Send) and a.ticket.reservation is not None
+    assert isinstance(refused, Refuse) and refused.status == 429 and refused.ticket is not None
+    b = refused.ticket
+    assert b.reservation is None and b.admission == "entitlement_exhausted"
+    core.on(b, Finished(Outcome(Status.ERROR)), 0.0)
     assert admitter.in_flight == {"default": 1}
-    core.complete(a, Outcome(Status.OK), 1.0)
-    core.complete(a, Outcome(Status.OK), 2.0)  # twice: nothing more
+    core.on(a.ticket, Finished(Outcome(Status.OK)), 1.0)
+    core.on(a.ticket, Finished(Outcome(Status.OK)), 2.0)  # twice: nothing more
     assert admitter.in_flight == {}
 
 
@@ -216,15 +234,19 @@ def test_complete_learns_only_from_successful_answers():
             learned.append(engine_prompt_tokens)
 
     core = _core()
-    core.intake = Learning(make_placement("short_long", "short", 8192), TokenBudget(BudgetConfig()))
+    _bound(core, _views())
+    core.intake = Learning(
+        make_placement("short_long", "short", 8192), BudgetEstimator(BudgetConfig())
+    )
     for status, tokens in (
         (Status.OK, 120),
         (Status.ERROR, 90),
         (Status.DISCONNECT, 80),
         (Status.OK, 0),
     ):
-        t = core.arrive(_prompt(100), str(status), 0.0, POOLS)
-        core.complete(t, Outcome(status, prompt_tokens=tokens), 0.0)
+        send = core.start(_request(str(status)), 0.0)
+        assert isinstance(send, Send)
+        core.on(send.ticket, Finished(Outcome(status, prompt_tokens=tokens)), 0.0)
     assert learned == [120]
 
 
@@ -243,11 +265,9 @@ async def test_admission_through_a_shared_store_is_awaited_and_released_on_compl
     )
     core = _core(admitter=admitter)
     _bound(core, _views())
-    assert not core.admission_awaits
     store = MemoryStore(ManualClock())
     admitter.attach(store, store, "replica-1")  # type: ignore[attr-defined]
     await admitter.publish()  # type: ignore[attr-defined]
-    assert core.admission_awaits
 
     async def admitted(rid: str, now: float) -> Action:
         admit = core.start(_request(rid), now)

@@ -71,8 +71,9 @@ def test_dispatcher_conformance(make):
     d.cancel(b)  # twice: no effect
     assert len(d) == 0 and d.wake("long") is None
     e = d.wait(_req("e"), ("short",), 5.0)
-    assert d.expire(14.9) == [] and d.expire(15.0) == [e] and len(d) == 0
-    assert d.expire(99.0) == []
+    assert e.deadline == 15.0 and len(d) == 1  # the Wait action's deadline: timeout_s on
+    d.cancel(e)  # what the core does on the driver's Deadline
+    assert len(d) == 0 and d.waiting("short") == 0 and d.wake("short") is None
 
 
 ops = st.lists(
@@ -130,7 +131,10 @@ def test_no_waiter_is_lost_or_served_twice(name, ops, sizes):
                 predictor.calibration.degraded = arg
         elif op == "tick":
             now += arg
-            out.extend(d.expire(now))
+            for q in queued:  # each waiter's deadline timer (the core cancels it)
+                if not q.done and q.deadline <= now:
+                    out.append(q)
+                    d.cancel(q)
         assert len(d) == sum(1 for q in queued if not q.done) <= 8
         for pool in ("s", "l"):
             assert d.waiting(pool) == sum(1 for q in queued if not q.done and pool in q.pools)

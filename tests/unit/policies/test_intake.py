@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from compressor.compress import Compression
-from policies.budget import BudgetConfig, ChatSize, TokenBudget
+from policies.budget import BudgetConfig, BudgetEstimator, ChatSize
 from policies.intake import CHAT, COMPLETIONS, Intake, Placed, Prompt, Refusal
 from policies.pools import CompressAndRoute, ShortLongPlacement
 from policies.types import Category, PoolSpec
@@ -14,7 +14,7 @@ POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, froz
 def intake(placer=None, classify=None) -> Intake:
     return Intake(
         placer or CompressAndRoute("short", 8192, 1.5),
-        TokenBudget(BudgetConfig(bytes_per_token=4.0)),
+        BudgetEstimator(BudgetConfig(bytes_per_token=4.0)),
         classify,
     )
 
@@ -79,10 +79,10 @@ def test_learning_only_from_requests_whose_category_is_known():
     fast = i.take(chat(100), "a", 0.0, POOLS)
     i.learn(fast, 100)
     known = i.take(chat(3000, category=Category.PROSE), "b", 0.0, POOLS)
-    before = i.budget.estimate(ChatSize(12000, 1), Category.PROSE, 0).prompt_tokens
+    before = i.estimator.estimate(ChatSize(12000, 1), Category.PROSE, 0).prompt_tokens
     for _ in range(50):
         i.learn(known, 6000)  # the engine counted twice the tokens the prior said
-    after = i.budget.estimate(ChatSize(12000, 1), Category.PROSE, 0).prompt_tokens
+    after = i.estimator.estimate(ChatSize(12000, 1), Category.PROSE, 0).prompt_tokens
     assert after > 1.5 * before
 
 

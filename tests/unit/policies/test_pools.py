@@ -211,6 +211,15 @@ def test_every_registered_placer_keeps_the_protocol(name: str) -> None:
             got = placer.place(_req(prompt), _POOLS, healthy)
             assert isinstance(got, Placement) and got.verdict in set(Verdict)
             assert got.verdict is not Verdict.PLACED or got.pools
+        edges = placer.edges  # stated edges are where its decision changes
+        if edges is not None:
+            short = next(p for p in _POOLS if p.name == edges.short_pool)
+            first, last = edges.boundaries(short)[0], edges.boundaries(short)[-1]
+            got = placer.place(_req(prompt, category=Category.CODE), _POOLS)
+            if got.verdict is Verdict.PLACED and prompt + 256 <= 0.9 * first:
+                assert got.pools[0] == edges.short_pool, (prompt, got)
+            if got.verdict is Verdict.PLACED and prompt + 256 > last:
+                assert got.pools[0] != edges.short_pool, (prompt, got)
         if prompt + 256 <= blind:
             answers = {
                 dataclasses.replace(placer.place(_req(prompt, category=c), _POOLS), category=None)

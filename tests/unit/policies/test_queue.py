@@ -93,12 +93,14 @@ def test_multi_pool_waiters_leave_every_heap_once():
     assert len(d) == 0
 
 
-def test_expiry_is_in_arrival_order_and_bounded():
+def test_deadlines_are_the_timeout_after_arrival_and_the_queue_is_bounded():
     d = quartz(max_waiting=2, timeout_s=5.0)
     a = d.wait(req("a", 8000), ("p",), 0.0)
     b = d.wait(req("b"), ("p",), 1.0)
     assert d.wait(req("c"), ("p",), 1.0) is None  # full: 429
-    assert d.expire(5.5) == [a] and d.expire(6.0) == [b] and len(d) == 0
+    assert (a.deadline, b.deadline) == (5.0, 6.0)
+    d.cancel(a)  # its deadline (the core cancels it on the driver's Deadline)
+    assert len(d) == 1 and d.wake("p") is b and len(d) == 0
 
 
 def test_quartz_without_a_predictor_is_fifo():

@@ -3,9 +3,9 @@ through every registered dispatcher alike: one suite, one oracle.
 
 The oracle is a plain list of the waiters handed out, each marked when it leaves; it
 knows nothing of deques, heaps or compaction. Whatever order a dispatcher serves in, the
-bookkeeping must agree with it: the count, `waiting(pool)`, which waiters expire (exactly
-the live ones past their deadline, in arrival order — also when a driver hands `wait` a
-time earlier than the last one), and no waiter leaving twice. Queues long enough that the
+bookkeeping must agree with it: the count, `waiting(pool)`, each waiter's deadline (its
+arrival plus `timeout_s`; the core cancels it there, on the driver's `Deadline` — also
+when a driver hands `wait` a time earlier than the last one), and no waiter leaving twice. Queues long enough that the
 arrivals deque, QUARTZ's heaps and token_fair's client queues are compacted many times."""
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ IDS = [n for n in NAMES] + [f"{n}+predictor" for n in NAMES]
 ops = st.lists(
     st.one_of(
         # a time in [0, 8): mostly rising, sometimes earlier than the last (a driver that
-        # went back in time must still expire exactly the waiters past their deadline)
+        # went back in time)
         st.tuples(st.just("wait"), st.sampled_from([("s",), ("l",), ("s", "l")]), st.floats(0, 8)),
         st.tuples(st.just("wake"), st.sampled_from(["s", "l"]), st.just(0.0)),
         st.tuples(st.just("cancel"), st.integers(0, 10_000), st.just(0.0)),
-        st.tuples(st.just("expire"), st.just(()), st.floats(0, 12)),
+        st.tuples(st.just("deadline"), st.just(()), st.floats(0, 12)),
     ),
     max_size=300,
 )
@@ -79,10 +79,12 @@ def test_the_bookkeeping_agrees_with_a_plain_list(name, bound, ops, rising):
             d.cancel(w)  # a no-op for one already out
             left.add(id(w))
             assert w.done
-        elif op == "expire":
-            expected = [h for h in handed if id(h) not in left and h.deadline <= t]
-            assert d.expire(t) == expected
-            left.update(map(id, expected))
+        elif op == "deadline":  # the drivers' timers: the core cancels each waiter past it
+            for h in handed:
+                if id(h) not in left and h.deadline <= t:
+                    d.cancel(h)
+                    left.add(id(h))
+                    assert h.done
         live = [h for h in handed if id(h) not in left]
         assert len(d) == len(live)
         assert all(not h.done for h in live)
@@ -93,7 +95,7 @@ def test_the_bookkeeping_agrees_with_a_plain_list(name, bound, ops, rising):
 @pytest.mark.parametrize(("name", "bound"), VARIANTS, ids=IDS)
 def test_thousands_of_cancellations_leave_exact_counts(name, bound):
     """Cancel four of every five waiters as they come (compaction runs again and again),
-    then expire the rest: exactly the survivors, in arrival order."""
+    then serve the rest: exactly the survivors, each once."""
     d = _make(name, bound, max_waiting=10_000)
     kept = []
     for i in range(3000):
@@ -107,5 +109,6 @@ def test_thousands_of_cancellations_leave_exact_counts(name, bound):
             kept.append(w)
     assert len(d) == len(kept) == 600
     assert d.waiting("s") == 600 and d.waiting("l") == 300  # i % 5 == 0: half of them odd
-    assert d.expire(100.0) == kept
+    served = [d.wake("s") for _ in kept]
+    assert sorted(map(id, served)) == sorted(map(id, kept))
     assert len(d) == 0 and d.waiting("s") == 0 and d.wake("s") is None

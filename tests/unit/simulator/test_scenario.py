@@ -42,7 +42,9 @@ def test_a_bad_policy_parameter_is_named_with_its_path() -> None:
     bad = {"policy": "quartz", "params": {"wait_bound_slo": 0.5, "slo_s": {"long": 0}}}
     with pytest.raises(ScenarioError, match=r"policy\.dispatch\.params\.slo_s\.long: must be"):
         parse(_doc(policy={"dispatch": bad}))
-    with pytest.raises(ScenarioError, match=r"policy\.dispatch: unknown parameter\(s\) theta"):
+    with pytest.raises(
+        ScenarioError, match=r"policy\.dispatch\.params: unknown parameter\(s\) theta"
+    ):
         parse(_doc(policy={"dispatch": {"policy": "quartz", "params": {"theta": 1}}}))
 
 
@@ -127,6 +129,17 @@ def test_tenant_workloads_and_events_validate() -> None:
     bad["workload"]["arrivals"] = {"kind": "poisson", "rate": 1}
     with pytest.raises(ScenarioError, match="tenants"):
         parse(bad)
+
+
+def test_a_fault_event_names_a_worker_that_exists() -> None:
+    fault = {"kind": "fault", "at": 1, "pool": "main", "worker": 1, "for_s": 5}
+    assert parse(_tenant_doc(events=[fault])).events[0].for_s == 5  # type: ignore[union-attr]
+    with pytest.raises(ScenarioError, match=r"events\.0\.worker: 2, but pool 'main' has 2"):
+        parse(_tenant_doc(events=[{**fault, "worker": 2}]))
+    with pytest.raises(ScenarioError, match=r"events\.0: no pool 'nope'"):
+        parse(_tenant_doc(events=[{**fault, "pool": "nope"}]))
+    with pytest.raises(ScenarioError, match=r"for_s"):
+        parse(_tenant_doc(events=[{**fault, "for_s": 0}]))
 
 
 def test_shipped_token_pool_scenarios_load() -> None:

@@ -1,10 +1,11 @@
-"""Steps 3–4 for the gateway: the core's `start` and `Fit` on parsed HTTP requests.
+"""Step 4 for the gateway: the core's `Fit` — count a prompt exactly and compress it to
+the placement's target — on parsed HTTP requests.
 
-The decisions — estimate, place, apply an exact count or a compression — are the pure
-core's (policies/core.py over policies/intake.py), the same objects the simulator drives. This module adds what only the
-gateway has: the request's JSON, the real compressor run off the event loop, HTTP
-refusals (404, and 400 `context_length_exceeded`, in the OpenAI shape the SDK reads), and the `fleetgate_compress_*`
-metrics and observed-traffic histogram.
+The decision (what to count, when to compress, what a result means) is the pure core's
+(policies/core.py over policies/intake.py), the same the simulator drives. This module adds
+what only the gateway has: the real compressor run off the event loop, the engine's
+`/tokenize` (tokenizer: engine|auto), the rewritten request body, the
+`fleetgate_compress_*` metrics and the observed-traffic histogram.
 
 Off the event loop: the exact count and compression (milliseconds of CPU) run on a thread
 pool (`placement.compress_workers`, default 1; 0 runs them inline), so a borderline
@@ -21,35 +22,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable
 from concurrent.futures import Executor
-from typing import Any, Protocol
+from typing import Any
 
 from compressor.compress import Compression, CompressorConfig, fit_request
-from compressor.content import classify
 from compressor.hf_template import TemplateError
 from compressor.template import ServedTemplate, Tools, default_template
-from gateway.errors import ContextLengthExceeded, ModelNotFound
+from gateway.errors import ContextLengthExceeded
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
 from gateway.tokenize import EngineTokenizer, fit_with_engine
 from gateway.traffic import TrafficHistogram
 from policies.actions import Action, Fit, Refuse
-from policies.budget import ChatSize
 from policies.core import Core
-from policies.events import Fitted, Request
-from policies.intake import Prompt
+from policies.events import Fitted
 from policies.ticket import Ticket
-from policies.types import Category, PoolSpec
 from policies.uncertainty import counted_in_band
-
-
-class FleetView(Protocol):
-    """What placement reads of the fleet (gateway/workers.py's `Fleet`)."""
-
-    specs: list[PoolSpec]
-
-    def live_pools(self, now: float) -> frozenset[str]: ...
 
 
 def compressed_header(ticket: Ticket) -> str | None:
@@ -71,15 +60,10 @@ def rewritten_body(parsed: ParsedRequest, ticket: Ticket) -> dict[str, Any] | No
     return body
 
 
-def classify_prompt(prompt: Prompt) -> Category:
-    """The content category of a request's text (the Intake's classifier)."""
-    if prompt.endpoint == CHAT:
-        return classify(messages=prompt.messages)
-    text = prompt.prompt
-    return classify(prompt=text if isinstance(text, str) else "\n".join(text or ()))
+class PromptFitter:
+    """Counts a prompt exactly and compresses it to the target placement asked for (the
+    `Fit` action), then tells the core (`Fitted`)."""
 
-
-class Shaper:
     def __init__(
         self,
         core: Core,
@@ -99,54 +83,6 @@ class Shaper:
         self.metrics = metrics
         self.traffic = traffic
         self.executor = executor  # where compression runs; None: inline on the event loop
-
-    def request(self, parsed: ParsedRequest, rid: str, fleet: FleetView, now: float) -> Request:
-        """The core's `Request` for a parsed HTTP request (the driver adds what it knows
-        of the caller: entitlement, service class, prefix hashes)."""
-        chat = parsed.endpoint == CHAT
-        prompt = Prompt(
-            parsed.endpoint,
-            parsed.model,
-            ChatSize(parsed.prompt_bytes, parsed.n_messages),
-            parsed.max_tokens,
-            parsed.stream,
-            parsed.prompt_token_ids,
-            parsed.body["messages"] if chat else None,
-            None if chat else parsed.body["prompt"],
-            ascii=parsed.prompt_ascii,
-            prompts=parsed.prompts,
-            choices=parsed.choices,
-        )
-        return Request(prompt, rid, fleet.specs, fleet.live_pools(now))
-
-    def start(
-        self, parsed: ParsedRequest, request: Request, now: float, known_models: Collection[str]
-    ) -> Action:
-        """The core starts the request: placed, or refused with 404/413 here."""
-        action = self.core.start(request, now)
-        if action.ticket is None:  # type: ignore[union-attr]
-            assert isinstance(action, Refuse)
-            if action.status == 404:
-                raise ModelNotFound(
-                    f"The model `{parsed.model}` does not exist. Available models: {', '.join(sorted(known_models))}.",
-                    param="model",
-                )
-            info = action.info
-            assert info is not None
-            self.traffic.observe(info.total_tokens, info.prompt_tokens)
-            why = action.reason.partition("; ")[2]  # e.g. compression needs a larger pool
-            raise ContextLengthExceeded(
-                f"This request needs about {info.total_tokens} tokens ({info.prompt_tokens} in the prompt, "
-                f"estimated, + {info.max_tokens} for the completion), more than the largest context serving "
-                f"`{parsed.model}` ({action.limit} tokens). Shorten the prompt or lower max_tokens."
-                + (f" ({why})" if why else ""),
-                param=action.param,
-            )
-        placed = action.ticket.placed  # type: ignore[union-attr]
-        self.traffic.observe(placed.info.total_tokens, placed.info.prompt_tokens)
-        if placed.placement.in_band:
-            self.traffic.band()
-        return action
 
     async def fit(self, parsed: ParsedRequest, fit: Fit) -> Action:
         """Count exactly and compress to `fit.target`, as placement asked; the core's
