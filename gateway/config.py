@@ -66,7 +66,7 @@ class Listen(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     # processes sharing the port; each keeps its own soft state (fleet view, breakers,
-    # learnt bytes/token, traffic histogram): see README "Several processes"
+    # learnt bytes/token, traffic histogram): see docs/OPERATIONS.md "Several processes"
     workers: int = Field(1, ge=1, le=256)
     root_path: str = ""  # the prefix a reverse proxy strips (ASGI root_path)
     proxy_headers: bool = False  # trust X-Forwarded-For/-Proto from forwarded_allow_ips
