@@ -38,4 +38,6 @@ def test_readme_metrics_table_names_every_family():
     for fam in {family_of(n, k) for n, (k, _) in read_golden().items()}:
         # `fleetgate_worker_engine_running`, `_waiting`, `_kv_usage` share a row
         tail = "`_" + fam.removeprefix("fleetgate_worker_engine_") + "`"
-        assert fam in section or tail in section, f"{fam} is not in docs/OPERATIONS.md's Metrics table"
+        assert fam in section or tail in section, (
+            f"{fam} is not in docs/OPERATIONS.md's Metrics table"
+        )
