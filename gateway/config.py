@@ -632,6 +632,33 @@ class RequestLog(_Section):
     queue_max: int = Field(65_536, ge=1)
 
 
+_OTLP_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+class Tracing(_Section):
+    """OpenTelemetry traces of requests (gateway/tracing.py): off by default; on, it needs the
+    `otel` extra (pip install 'fleetgate[otel]')."""
+
+    enabled: bool = False  # a span per request, its steps as child spans, exported over OTLP
+    # OTLP/HTTP traces URL; unset: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT,
+    # else http://localhost:4318/v1/traces (the exporter's own defaults)
+    endpoint: str | None = None
+    service_name: str = "fleetgate"  # the traces' service.name
+    sample_ratio: float = Field(1.0, ge=0, le=1)  # share of requests traced (by trace id)
+
+    @model_validator(mode="after")
+    def _installed(self) -> Tracing:
+        if self.enabled:
+            try:
+                for module in ("opentelemetry.sdk.trace", _OTLP_HTTP):
+                    importlib.import_module(module)
+            except ImportError as exc:
+                raise ValueError(
+                    f"enabled: needs the otel extra (pip install 'fleetgate[otel]'): {exc}"
+                ) from None
+        return self
+
+
 class GatewayConfig(_Section):
     listen: Listen = Field(default_factory=Listen)
     auth: Auth = Field(default_factory=Auth)
@@ -651,6 +678,7 @@ class GatewayConfig(_Section):
     request_log: RequestLog = Field(default_factory=RequestLog)
     traffic: Traffic = Field(default_factory=Traffic)
     quartz: Quartz | None = None
+    tracing: Tracing = Field(default_factory=Tracing)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:
