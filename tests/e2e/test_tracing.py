@@ -3,28 +3,32 @@ request, read from the SDK's in-memory exporter, with the `traceparent` the engi
 and, with tracing off, that nothing of it runs on the request path.
 
 The gateway runs in this process (its spans are read here), served through httpx's ASGI
-transport, in front of two emulator processes on loopback. What the engine was sent is
+transport, in front of an emulator process on loopback; the last test runs it as a process
+exporting to a stand-in OTLP collector. What the engine was sent is
 read by a spy on the gateway's own upstream client: the real request still goes out."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway import tracing
 from gateway.app import create_app
 from gateway.config import Tracing, load_config
 from policies.core import Core
-from tests.e2e.fleet import MODEL, emulator, gateway_config
+from tests.e2e.fleet import MODEL, emulator, gateway_config, wait_until
 from tests.e2e.test_two_drivers import _chat
-from tests.procs import Procs
+from tests.procs import Procs, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -179,3 +183,63 @@ async def test_off_nothing_of_it_runs(engine: str, monkeypatch: pytest.MonkeyPat
     finally:
         await app.gateway.stop()
     assert tracing._live == {}
+
+
+def test_a_gateway_process_exports_over_otlp(
+    engine: str, fresh_procs: Procs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fleetgate serve` with tracing.enabled sends its spans over OTLP/HTTP: to a stand-in
+    collector on loopback that decodes them with the OTLP protobuf definitions."""
+    received: list[ExportTraceServiceRequest] = []
+
+    class Collector(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            received.append(ExportTraceServiceRequest.FromString(body))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    collector = ThreadingHTTPServer(("127.0.0.1", free_port()), Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("FLEETGATE_TRACING__ENABLED", "true")
+        monkeypatch.setenv(
+            "FLEETGATE_TRACING__ENDPOINT",
+            f"http://127.0.0.1:{collector.server_address[1]}/v1/traces",
+        )
+        monkeypatch.setenv("FLEETGATE_TRACING__SERVICE_NAME", "gw-under-test")
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # the batch's delay, ms
+        gw = fresh_procs.fleetgate(
+            "gateway", "serve", "--upstream", engine, "--model", MODEL,
+            "--max-model-len", str(SHORT), "--port", "{port}",
+        )  # fmt: skip
+        gw.wait_ready("/readyz", timeout=60)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 8, "stream": True}  # fmt: skip
+        r = httpx.post(gw.url + "/v1/chat/completions", json=body, timeout=30)
+        assert r.status_code == 200
+
+        def spans() -> dict[str, Any]:
+            return {
+                s.name: (rs.resource, s)
+                for req in received
+                for rs in req.resource_spans
+                for ss in rs.scope_spans
+                for s in ss.spans
+            }
+
+        assert wait_until(lambda: "upstream" in spans(), timeout=20), spans()
+        got = spans()
+        assert {"POST /v1/chat/completions", "estimate", "admission", "route"} <= set(got)
+        resource, upstream = got["upstream"]
+        names = {a.key: a.value.string_value for a in resource.attributes}
+        assert names["service.name"] == "gw-under-test"
+        assert [e.name for e in upstream.events] == ["first_token"]
+        assert upstream.parent_span_id == got["POST /v1/chat/completions"][1].span_id
+    finally:
+        collector.shutdown()
