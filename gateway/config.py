@@ -646,17 +646,18 @@ class Tracing(_Section):
     service_name: str = "fleetgate"  # the traces' service.name
     sample_ratio: float = Field(1.0, ge=0, le=1)  # share of requests traced (by trace id)
 
-    @model_validator(mode="after")
-    def _installed(self) -> Tracing:
-        if self.enabled:
+    @field_validator("enabled")
+    @classmethod
+    def _installed(cls, enabled: bool) -> bool:
+        if enabled:
             try:
                 for module in ("opentelemetry.sdk.trace", _OTLP_HTTP):
                     importlib.import_module(module)
             except ImportError as exc:
                 raise ValueError(
-                    f"enabled: needs the otel extra (pip install 'fleetgate[otel]'): {exc}"
+                    f"needs the otel extra (pip install 'fleetgate[otel]'): {exc}"
                 ) from None
-        return self
+        return enabled
 
 
 class GatewayConfig(_Section):
