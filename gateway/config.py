@@ -645,6 +645,9 @@ class Tracing(_Section):
     endpoint: str | None = None
     service_name: str = "fleetgate"  # the traces' service.name
     sample_ratio: float = Field(1.0, ge=0, le=1)  # share of requests traced (by trace id)
+    # continue a client's W3C trace context (traceparent, tracestate): its trace id, and its
+    # sampled flag decides (false: every trace starts at the gateway, sampled by the ratio)
+    client_context: bool = True
 
     @field_validator("enabled")
     @classmethod

@@ -14,9 +14,14 @@ with a child span for each step the gateway took for it:
 
 Spans are exported over OTLP/HTTP in batches, from the SDK's own thread.
 
+A client's W3C trace context (`traceparent`, `tracestate`) is continued: the request's span
+is its child (`tracing.client_context`; its sampled flag then decides, as the SDK's
+parent-based sampler does).
+
 Zero cost when off: `ON` is False, nothing of this module runs and nothing is allocated per
-request; the request path has one branch on `ON` where a request starts and ends
-(gateway/proxy.py) and where its upstream request's head is made (gateway/forward.py). When
+request; the request path has one branch on `ON` where its head is read (gateway/edge.py),
+where it starts and ends (gateway/proxy.py) and where its upstream request's head is made
+(gateway/forward.py). When
 on, the steps inside the core, the shaper and the forwarder are timed by wrapping those
 objects' methods once at start (`install`), so neither the core nor the simulator changes.
 The spans of a request are found by its engine id (the core's `RequestInfo.id`) in `_live`.
@@ -25,6 +30,7 @@ The spans of a request are found by its engine id (the core's `RequestInfo.id`) 
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from gateway.config import Tracing
@@ -39,6 +45,9 @@ ON = False  # set by `configure`; the request path's one test
 _tracer: Any = None  # the SDK's Tracer when on
 _provider: Any = None
 _live: dict[str, _Trace] = {}  # engine request id → its spans, while the request runs
+_propagator: Any = None  # W3C trace context, when clients' contexts are continued
+# the client's trace context, from the request's head to its span (the same task)
+_parent: ContextVar[Any] = ContextVar("fleetgate_trace_parent", default=None)
 
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
@@ -76,7 +85,7 @@ def configure(settings: Tracing, exporter: Any = None) -> None:
     """Turn tracing on with `settings` (a no-op when not enabled). `exporter`: a span exporter
     of the caller's, exported to synchronously (tests: the SDK's in-memory exporter); else
     OTLP/HTTP in batches."""
-    global ON, _tracer, _provider
+    global ON, _tracer, _provider, _propagator
     if not settings.enabled:
         return
     from opentelemetry.sdk.resources import Resource
@@ -96,6 +105,10 @@ def configure(settings: Tracing, exporter: Any = None) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(settings.endpoint)))
+    if settings.client_context:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        _propagator = TraceContextTextMapPropagator()
     _provider = provider
     _tracer = provider.get_tracer("fleetgate")
     ON = True
@@ -103,22 +116,36 @@ def configure(settings: Tracing, exporter: Any = None) -> None:
 
 def shutdown() -> None:
     """Export what is left and turn tracing off (the gateway's stop)."""
-    global ON, _tracer, _provider
+    global ON, _tracer, _provider, _propagator
     provider = _provider
-    ON, _tracer, _provider = False, None, None
+    ON, _tracer, _provider, _propagator = False, None, None, None
     _live.clear()
     if provider is not None:
         provider.shutdown()
 
 
-# --- the request path's three calls (each behind `if tracing.ON`) ----------------------
+# --- the request path's calls (each behind `if tracing.ON`) ----------------------------
+def incoming(headers: Any) -> None:
+    """The request's head (ASGI `headers`): its W3C trace context, for `begin`."""
+    carrier = {}
+    if _propagator is not None:
+        for name, value in headers:
+            if name == b"traceparent" or name == b"tracestate":
+                carrier[name.decode()] = value.decode("latin-1")
+    _parent.set(_propagator.extract(carrier) if carrier else None)
+
+
 def begin(engine_id: str, endpoint: str, request_id: str) -> None:
-    """A request arrived: its span starts."""
+    """A request arrived: its span starts (in the client's trace when it sent one)."""
     from opentelemetry.trace import SpanKind, set_span_in_context
 
+    parent = _parent.get()
+    if parent is not None:
+        _parent.set(None)
     path = _PATHS.get(endpoint, endpoint)
     root = _tracer.start_span(
         f"POST {path}",
+        context=parent,
         kind=SpanKind.SERVER,
         attributes={
             "http.request.method": "POST",

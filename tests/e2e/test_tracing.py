@@ -33,6 +33,7 @@ from tests.procs import Procs, free_port
 pytestmark = pytest.mark.e2e
 
 SHORT = 4096  # the short pool's context: the chat below (~5,500 tokens) is in its C&R band
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"  # a client's trace, span
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,8 @@ async def test_the_spans_of_a_compressed_queued_streamed_request(
             hold = asyncio.create_task(c.post("/v1/chat/completions", json=long_answer))
             await _until(lambda: short.in_flight == 1)
             chat = {"model": MODEL, "messages": _chat(), "max_tokens": 16, "stream": True}
-            r = await c.post("/v1/chat/completions", json=chat, headers={"x-request-id": "k"})
+            client_trace = {"x-request-id": "k", "traceparent": f"00-{CLIENT_TRACE}-01"}
+            r = await c.post("/v1/chat/completions", json=chat, headers=client_trace)
             assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
             assert r.headers["x-fleetgate-pool"] == "short"
             assert "x-fleetgate-compressed" in r.headers
@@ -106,6 +108,8 @@ async def test_the_spans_of_a_compressed_queued_streamed_request(
     spans = exporter.get_finished_spans()
     root = next(s for s in spans if s.attributes.get("fleetgate.request_id") == "k")
     trace_id = root.context.trace_id
+    # the client's trace continues: its span is the request span's parent
+    assert f"{trace_id:032x}-{root.parent.span_id:016x}" == CLIENT_TRACE
     mine = sorted(
         (s for s in spans if s.context.trace_id == trace_id and s is not root),
         key=lambda s: (s.start_time, s.end_time),
@@ -163,7 +167,7 @@ async def test_off_nothing_of_it_runs(engine: str, monkeypatch: pytest.MonkeyPat
         raise AssertionError("tracing ran with tracing off")
 
     monkeypatch.setattr(tracing, "_tracer", Untouchable())
-    for name in ("begin", "upstream", "end", "_admission"):
+    for name in ("incoming", "begin", "upstream", "end", "_admission"):
         monkeypatch.setattr(tracing, name, refuse)
     app = create_app(_config(engine))
     await app.gateway.start()
@@ -172,13 +176,15 @@ async def test_off_nothing_of_it_runs(engine: str, monkeypatch: pytest.MonkeyPat
         assert pipeline is not None
         core = pipeline.core
         assert type(core) is Core  # not tracing's subclass
+        assert tracing._parent.get() is None
         assert {"start", "fit"}.isdisjoint(vars(pipeline.shaper))
         assert "_first_token" not in vars(pipeline.forwarder)
         assert type(core.admitter).__name__ != "_TracedAdmitter"
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=60) as c:
             chat = {"model": MODEL, "messages": _chat(), "max_tokens": 16, "stream": True}
-            r = await c.post("/v1/chat/completions", json=chat)
+            traceparent = {"traceparent": f"00-{CLIENT_TRACE}-01"}
+            r = await c.post("/v1/chat/completions", json=chat, headers=traceparent)
             assert r.status_code == 200 and "x-fleetgate-compressed" in r.headers
     finally:
         await app.gateway.stop()

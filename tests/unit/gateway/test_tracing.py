@@ -82,3 +82,25 @@ def test_enabled_without_the_extra_is_a_configuration_error(
             "tracing": {"enabled": True}}  # fmt: skip
     with pytest.raises(ConfigError, match=r"tracing\.enabled: needs the otel extra"):
         load_config(data=data, environ={})
+
+
+def test_a_clients_trace_context_is_continued_or_not(exporter: InMemorySpanExporter) -> None:
+    client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    head = [(b"host", b"gw"), (b"traceparent", client.encode())]
+    tracing.configure(Tracing(enabled=True, sample_ratio=0.0), exporter=exporter)
+    tracing.incoming(head)
+    tracing.begin("e3", "chat", "c3")
+    tracing.end("e3", _attempt())
+    tracing.incoming([(b"host", b"gw")])  # the next request sent none: a trace of its own
+    tracing.begin("e4", "chat", "c4")
+    tracing.end("e4", _attempt())
+    (root,) = exporter.get_finished_spans()  # the client's sampled flag decides: traced
+    assert f"00-{root.context.trace_id:032x}-{root.parent.span_id:016x}-01" == client
+    tracing.shutdown()
+    fresh = InMemorySpanExporter()
+    tracing.configure(Tracing(enabled=True, client_context=False), exporter=fresh)
+    tracing.incoming(head)
+    tracing.begin("e5", "chat", "c5")
+    tracing.end("e5", _attempt())
+    (root,) = fresh.get_finished_spans()
+    assert root.parent is None
