@@ -46,6 +46,7 @@ _tracer: Any = None  # the SDK's Tracer when on
 _provider: Any = None
 _live: dict[str, _Trace] = {}  # engine request id → its spans, while the request runs
 _propagator: Any = None  # W3C trace context, when clients' contexts are continued
+_api: Any = None  # opentelemetry.trace, imported by `configure`
 # the client's trace context, from the request's head to its span (the same task)
 _parent: ContextVar[Any] = ContextVar("fleetgate_trace_parent", default=None)
 
@@ -85,9 +86,10 @@ def configure(settings: Tracing, exporter: Any = None) -> None:
     """Turn tracing on with `settings` (a no-op when not enabled). `exporter`: a span exporter
     of the caller's, exported to synchronously (tests: the SDK's in-memory exporter); else
     OTLP/HTTP in batches."""
-    global ON, _tracer, _provider, _propagator
+    global ON, _tracer, _provider, _propagator, _api
     if not settings.enabled:
         return
+    from opentelemetry import trace as api
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -109,6 +111,7 @@ def configure(settings: Tracing, exporter: Any = None) -> None:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         _propagator = TraceContextTextMapPropagator()
+    _api = api
     _provider = provider
     _tracer = provider.get_tracer("fleetgate")
     ON = True
@@ -137,8 +140,6 @@ def incoming(headers: Any) -> None:
 
 def begin(engine_id: str, endpoint: str, request_id: str) -> None:
     """A request arrived: its span starts (in the client's trace when it sent one)."""
-    from opentelemetry.trace import SpanKind, set_span_in_context
-
     parent = _parent.get()
     if parent is not None:
         _parent.set(None)
@@ -146,7 +147,7 @@ def begin(engine_id: str, endpoint: str, request_id: str) -> None:
     root = _tracer.start_span(
         f"POST {path}",
         context=parent,
-        kind=SpanKind.SERVER,
+        kind=_api.SpanKind.SERVER,
         attributes={
             "http.request.method": "POST",
             "url.path": path,
@@ -154,14 +155,12 @@ def begin(engine_id: str, endpoint: str, request_id: str) -> None:
             "fleetgate.engine_request_id": engine_id,
         },
     )
-    _live[engine_id] = _Trace(root, set_span_in_context(root))
+    _live[engine_id] = _Trace(root, _api.set_span_in_context(root))
 
 
 def upstream(engine_id: str, worker: str, pool: str) -> bytes:
     """An attempt at `worker` starts: its span (the previous attempt's ends: a retry), and
     the `traceparent` header line that tells the engine."""
-    from opentelemetry.trace import SpanKind
-
     trace = _live.get(engine_id)
     if trace is None:
         return b""
@@ -169,7 +168,7 @@ def upstream(engine_id: str, worker: str, pool: str) -> bytes:
     if trace.upstream is not None:
         trace.upstream.set_attribute("fleetgate.retried", True)
         trace.upstream.end(now)
-    span = trace.upstream = trace.child("upstream", now, SpanKind.CLIENT)
+    span = trace.upstream = trace.child("upstream", now, _api.SpanKind.CLIENT)
     span.set_attribute("fleetgate.pool", pool)
     span.set_attribute("fleetgate.worker", worker)
     c = span.get_span_context()
@@ -178,8 +177,6 @@ def upstream(engine_id: str, worker: str, pool: str) -> bytes:
 
 def end(engine_id: str, att: Any) -> None:
     """The request is settled (`att`: its gateway/attempt.py Attempt): every span ends."""
-    from opentelemetry.trace import Status, StatusCode
-
     trace = _live.pop(engine_id, None)
     if trace is None:
         return
@@ -211,7 +208,7 @@ def end(engine_id: str, att: Any) -> None:
         attrs["error.type"] = att.error
     root.set_attributes(attrs)
     if att.status >= 500 or att.status == 0:
-        root.set_status(Status(StatusCode.ERROR, att.error or ""))
+        root.set_status(_api.Status(_api.StatusCode.ERROR, att.error or ""))
     root.end(now)
 
 
