@@ -27,12 +27,13 @@ COPY . .
 # gets gcc. A regular (not editable) install: /src is not in the final image. The import
 # check fails the build if the C helper was skipped (setup.py marks it optional); -I, so
 # that it imports the installed package, not the source tree in /src. The `kubernetes` extra:
-# pools that find their workers from EndpointSlices (`discovery`), as deploy/kubernetes runs it.
+# pools that find their workers from EndpointSlices (`discovery`), as deploy/kubernetes runs it;
+# the `otel` extra: `tracing.enabled` (OpenTelemetry over OTLP/HTTP, docs/TRACING.md).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 RUN pip install --upgrade pip \
- && pip install '.[kubernetes]' \
+ && pip install '.[kubernetes,otel]' \
  && fleetgate --version \
  && python -I -c "import compressor._fast"
 

@@ -1,7 +1,7 @@
-"""The figure for the README's closed-loop QUARTZ statement: per-class TTFT distributions
+"""The figure for docs/QUARTZ_PAPER.md's closed-loop QUARTZ statement: per-class TTFT distributions
 (CDFs, chat and RAG) of FIFO-LL (gateway queue), FIFO-LL forwarding on arrival and QUARTZ
 (the paper's key) at a client count per engine model, one seed, closed-loop load — and the
-same methods under open-loop Poisson load at the open-loop protocol's knee (README: 20 req/s
+same methods under open-loop Poisson load at the open-loop protocol's knee (docs/QUARTZ_PAPER.md: 20 req/s
 on the default engine, 15 req/s on the compute-bound one).
 
     python bench/quartz_closed_loop_fig.py --fleetopt 320 --compute 192 --out docs/quartz_closed_loop.png

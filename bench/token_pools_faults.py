@@ -2,7 +2,7 @@
 engine's peak concurrency as the oracle (restarted empty, stalled, unreachable at start, a
 replica killed).
 
-    python bench/token_pools_faults.py            # the table of the README's tenancy section
+    python bench/token_pools_faults.py            # the table of docs/TENANCY.md's Redis faults
 
 The command line only: the harness is tests/experiments/token_pools_faults.py, where the test
 that checks its promise imports it from (tests import nothing from bench/).

@@ -143,7 +143,7 @@ MEANINGS: dict[str, str] = {
     "Retry-After of a refusal for room",
     "admission.params.entitlements.<name>.pool": "the token pool it draws from",
     "admission.params.entitlements.<name>.class": "service class: dedicated | guaranteed | "
-    "elastic | spot | preemptible (README, Tenancy)",
+    "elastic | spot | preemptible (docs/TENANCY.md)",
     "admission.params.entitlements.<name>.tokens_per_s": "λ_e: baseline tokens per second",
     "admission.params.entitlements.<name>.kv_bytes": "χ_e: baseline KV bytes",
     "admission.params.entitlements.<name>.concurrency": "r_e: baseline requests in flight",

@@ -49,7 +49,7 @@ class _Strict(BaseModel):
 
 
 class EntitlementCreate(_Strict):
-    """A new entitlement: a tenant's share of a token pool (README "Tenancy")."""
+    """A new entitlement: a tenant's share of a token pool (docs/TENANCY.md)."""
 
     name: Name
     pool: str = Field(min_length=1, description="a pool of admission.params.pools")

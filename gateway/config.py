@@ -67,7 +67,7 @@ class Listen(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     # processes sharing the port; each keeps its own soft state (fleet view, breakers,
-    # learnt bytes/token, traffic histogram): see README "Several processes"
+    # learnt bytes/token, traffic histogram): see docs/OPERATIONS.md "Several processes"
     workers: int = Field(1, ge=1, le=256)
     root_path: str = ""  # the prefix a reverse proxy strips (ASGI root_path)
     proxy_headers: bool = False  # trust X-Forwarded-For/-Proto from forwarded_allow_ips
@@ -383,6 +383,37 @@ class RequestLog(_Section):
     queue_max: int = Field(65_536, ge=1)
 
 
+_OTLP_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+
+class Tracing(_Section):
+    """OpenTelemetry traces of requests (gateway/tracing.py): off by default; on, it needs the
+    `otel` extra (pip install 'fleetgate[otel]')."""
+
+    enabled: bool = False  # a span per request, its steps as child spans, exported over OTLP
+    # OTLP/HTTP traces URL; unset: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT,
+    # else http://localhost:4318/v1/traces (the exporter's own defaults)
+    endpoint: str | None = None
+    service_name: str = "fleetgate"  # the traces' service.name
+    sample_ratio: float = Field(1.0, ge=0, le=1)  # share of requests traced (by trace id)
+    # continue a client's W3C trace context (traceparent, tracestate): its trace id, and its
+    # sampled flag decides (false: every trace starts at the gateway, sampled by the ratio)
+    client_context: bool = True
+
+    @field_validator("enabled")
+    @classmethod
+    def _installed(cls, enabled: bool) -> bool:
+        if enabled:
+            try:
+                for module in ("opentelemetry.sdk.trace", _OTLP_HTTP):
+                    importlib.import_module(module)
+            except ImportError as exc:
+                raise ValueError(
+                    f"needs the otel extra (pip install 'fleetgate[otel]'): {exc}"
+                ) from None
+        return enabled
+
+
 class GatewayConfig(PolicySpec):
     """The gateway's configuration: the policy schema the simulator's scenarios share
     (policies/spec.py's `PolicySpec`: placement, admission, dispatch, budget, routing,
@@ -399,6 +430,7 @@ class GatewayConfig(PolicySpec):
     expose: Expose = Field(default_factory=Expose)
     request_log: RequestLog = Field(default_factory=RequestLog)
     traffic: Traffic = Field(default_factory=Traffic)
+    tracing: Tracing = Field(default_factory=Tracing)
 
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gateway import guard
+from gateway import guard, tracing
 from gateway.errors import (
     PayloadTooLarge,
     RequestTimeout,
@@ -225,6 +225,8 @@ class ProxyRoutes:
         body = RequestBody(
             receive, responder, length, encoding, limits.max_body_bytes, limits.body_timeout_s, link
         )
+        if tracing.ON:  # the client's trace context, which the request's span continues
+            tracing.incoming(scope["headers"])
         try:
             await driver.handle(body, auth, rid, responder, endpoint)
         except (asyncio.CancelledError, ClientGone):

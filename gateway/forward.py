@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway import tracing
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
 from gateway.errors import (
@@ -128,10 +129,11 @@ class Forwarder:
             else:
                 raise self._refused(action, last_error, att)
             worker: WorkerState = action.load  # type: ignore[assignment]
+            head = headers + worker.extra_headers
+            if tracing.ON:  # the attempt's span; the engine continues the trace
+                head += tracing.upstream(ticket.info.id, worker.id, worker.pool)
             try:
-                up = await self.client.request(
-                    worker.endpoint, b"POST", path, headers + worker.extra_headers, body
-                )
+                up = await self.client.request(worker.endpoint, b"POST", path, head, body)
             except UpstreamError as exc:
                 last_error = exc
                 action = self._failed(worker, att, exc, before_response=True)

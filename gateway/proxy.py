@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from compressor.compress import CompressorConfig
 from compressor.script import script_of_prompt
 from compressor.served import AUTO, ENGINE, load_served
-from gateway import logs, quartz, request_ids
+from gateway import logs, quartz, request_ids, tracing
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
 from gateway.errors import AuthenticationFailed, GatewayError
@@ -191,6 +191,8 @@ class GatewayDriver:
         own = request_ids.new()  # the engine's id (gateway/request_ids.py)
         rid = request_ids.client_id(request_id) or own  # the client's: logs, the answer
         logs.request_id.set(rid)  # this task's log lines name the request
+        if tracing.ON:
+            tracing.begin(own, endpoint, rid)
         att = Attempt(loop.time())
         parsed: ParsedRequest | None = None
         ticket: Ticket | None = None
@@ -241,6 +243,8 @@ class GatewayDriver:
             raise
         finally:
             self.settler.settle(att, parsed, ticket, arrival, rid)
+            if tracing.ON:
+                tracing.end(own, att)
 
     def _describe(self, request: object, parsed: ParsedRequest, att: Attempt) -> None:
         """What hooks read of the caller, set before the core starts the request as the

@@ -29,7 +29,7 @@ alone): a request that has waited θ since its arrival at the gateway is served 
 the size-ordered heap, the longest-waiting first. Why: the key's aging term bounds how
 long a request is *overtaken* only relative to later arrivals ((ŝα + β·u)/λ seconds of
 them), not its wait, so at the saturation knee long prompts wait many times their SLO and
-set the P99 (README, QUARTZ's tables). With θ the bulk is still served size-first and the
+set the P99 (docs/QUARTZ_PAPER.md). With θ the bulk is still served size-first and the
 tail is cut at θ plus the time to serve the aged requests ahead. No priority is ever
 updated: each waiter also sits in a second heap per pool keyed by the instant it ages,
 a_r + θ (arrival order: θ is one number), and wake checks that heap's head against the

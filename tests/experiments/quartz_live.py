@@ -124,7 +124,7 @@ class Setup:
     workers: int = 2
     max_num_seqs: int = 16
     # wall seconds per engine second: 2.0 (slower than real time) because at 0.5 a shared,
-    # loaded 2-core machine's scheduling delays ate the engines' capacity (README)
+    # loaded 2-core machine's scheduling delays ate the engines' capacity (docs/QUARTZ_PAPER.md)
     scale: float = 2.0
     output_scale: float = 0.25
     rate: float = 26.0  # requests per experiment second: FIFO-LL's P99 TTFT ≈ 2–4 s here
@@ -132,7 +132,7 @@ class Setup:
     drain: float = 30.0  # experiment seconds after the last arrival
     # the gateway's max_num_seqs above the engine's: each engine may queue this many, so
     # its own scheduler refills a freed slot at the next step instead of after a round
-    # trip through the gateway (README, QUARTZ live: late binding's refill)
+    # trip through the gateway (docs/QUARTZ_PAPER.md, Live: late binding's refill)
     gateway_slack: int = 0
     # loop25 (issue 25): > 0 — closed-loop load instead of the open-loop trace: this many
     # clients (simulator/closed_loop.py, the simulator's definition), no think time, each

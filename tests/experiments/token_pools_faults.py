@@ -1,7 +1,7 @@
 """The shared ledger through Redis faults, live: two gateway replicas, one global
 concurrency limit, one real redis-server, and the faults an operator meets.
 
-    python bench/token_pools_faults.py                 # the README's table (~1 min)
+    python bench/token_pools_faults.py                 # docs/TENANCY.md's table (~1 min)
     python bench/token_pools_faults.py --stall-s 5 --limit 8 --clients 24
 
 One set of processes (a counting engine, redis-server, two gateways) runs one sequence:
@@ -17,7 +17,7 @@ One set of processes (a counting engine, redis-server, two gateways) runs one se
 The oracle is the engine's own count of requests it is answering at once
 (tests/misbehaving_engine.py, `/stats/window`: the peak since the last read), sampled
 every 50 ms — not the gateway's count. For each fault: the engine's peak during the
-fault (against the stated bound: README, "Token pools" → "Redis faults"), from the fault's
+fault (against the stated bound: docs/TENANCY.md, "Redis faults"), from the fault's
 end to `settle_s` after (the bound still), and from then on (the limit), the gateway's
 5xx answers to the guaranteed class (0), and at the end the holds left in Redis within a
 heartbeat TTL + 3 s of the load's end, well before the holds' TTL (0). The CI test (tests/e2e/test_ledger_faults.py) runs the same
@@ -76,7 +76,7 @@ class Settings:
         return self.limit // self.replicas
 
     def bound(self, fault: str) -> int:
-        """The stated bound on requests in flight during `fault` (README: token pools,
+        """The stated bound on requests in flight during `fault` (docs/TENANCY.md: token pools,
         Redis faults). Redis away: each replica admits while its own in flight (what Redis
         granted before, and what it granted itself since) is under its share, so the
         fleet holds at most limit + (N − 1) × share, and no more than N × share once the

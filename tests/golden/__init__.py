@@ -8,7 +8,7 @@ test_prometheus.py with a live gateway's /metrics, and tests/unit/gateway/
 test_prometheus_rules.py checks every metric name the rules use against it.
 
 After an intended change, regenerate it and update deploy/prometheus/rules, the dashboards
-and README.md's Metrics table:
+and docs/OPERATIONS.md's Metrics table:
 
     python -m tests.golden > tests/golden/gateway_metrics.txt
 """
@@ -26,7 +26,7 @@ GOLDEN = Path(__file__).with_name("gateway_metrics.txt")
 HEADER = """\
 # The gateway's /metrics: sample name, family type, label names (- for none).
 # Regenerate after an intended change: python -m tests.golden > tests/golden/gateway_metrics.txt
-# (then update deploy/prometheus/rules, the dashboards and README.md's Metrics table).
+# (then update deploy/prometheus/rules, the dashboards and docs/OPERATIONS.md's Metrics table).
 """
 
 # sample name -> (family type, label names)

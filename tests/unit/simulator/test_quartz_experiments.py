@@ -3,7 +3,7 @@ sees the same trace, and at the knee QUARTZ serves interactive requests first. T
 overall P99 TTFT is not worse than FIFO-LL's (the paper's claim) does not hold on our
 engine model: an expected failure, with the reason.
 
-Direction only, on fixed seeds: the magnitudes are the full protocol's (README); virtual
+Direction only, on fixed seeds: the magnitudes are the full protocol's (docs/QUARTZ_PAPER.md); virtual
 time only, no wall clock.
 """
 
@@ -78,7 +78,7 @@ def test_at_the_knee_quartz_serves_interactive_requests_first(quick: dict) -> No
     reason="in our engine model a batch slot is held for the decode, not the prefill, so "
     "ordering the queue by predicted prefill reorders waits without shortening them: RAG "
     "prompts (and their clients, by β·u) wait until aging (λ) lets them go, and the "
-    "overall P99 TTFT rises (README, 'QUARTZ: the paper's tables beside ours')",
+    "overall P99 TTFT rises (docs/QUARTZ_PAPER.md)",
 )
 def test_at_the_knee_quartz_is_not_worse_than_fifo_ll_on_p99(quick: dict) -> None:
     ll, q = _at_knee(quick, "FIFO-LL"), _at_knee(quick, "QUARTZ")
