@@ -226,7 +226,8 @@ class Pipeline:
             parsed = parse(raw, endpoint)
             raw = request_ids.scrub(parsed, raw)
             request = self.shaper.request(parsed, own, self.fleet, att.t0)
-            if att.entitlement or self.tenancy is not None or self.predictor is not None:
+            tenancy = self.settler.tenancy  # (`self.tenancy`, read once)
+            if att.entitlement or tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
             action = self.shaper.start(parsed, request, att.t0, self.fleet.models)
             ticket = att.ticket = action.ticket  # type: ignore[union-attr]
@@ -237,7 +238,7 @@ class Pipeline:
             if isinstance(action, Admit):  # state shared through a store: one round trip
                 verdict = await self.core.admitter.admit_async(ticket.info, loop.time())  # type: ignore[attr-defined]
                 action = self.core.on(ticket, Admitted(verdict), loop.time())
-            if self.tenancy is not None or ticket.admission not in (None, "admitted"):
+            if tenancy is not None or ticket.admission not in (None, "admitted"):
                 self._admission(ticket, action, att)
             await self.forwarder.run(action, parsed, raw, responder, att, rid, source)
         except GatewayError as exc:
@@ -265,6 +266,11 @@ class Pipeline:
             raise
         finally:
             self.settler.settle(att, parsed, ticket, arrival, rid)
+            if ticket is not None:
+                # the ticket and its attempt point at each other: unlinked, the request's
+                # objects are freed now, not left to the cyclic collector (which then ran
+                # every few hundred requests, for a ~5 % cost in CPU per request)
+                ticket.token = None
 
     def _describe(self, request: object, parsed: ParsedRequest, att: Attempt) -> None:
         """What hooks read of the caller, set before the core starts the request as the
