@@ -206,6 +206,9 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
                 )
         else:
             raise InvalidRequest("'prompt' must be a non-empty string or list", param="prompt")
+    choices = 1
+    if "n" in body or "best_of" in body:  # (most requests ask for one: no lookups then)
+        choices = max(_count(body, "n"), _count(body, "best_of"))
     return ParsedRequest(
         endpoint,
         body,
@@ -218,5 +221,5 @@ def parse(raw: bytes, endpoint: str) -> ParsedRequest:
         token_ids,
         text.ascii,
         prompts,
-        max(_count(body, "n"), _count(body, "best_of")),
+        choices,
     )

@@ -67,6 +67,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._raw_head_bytes = 0  # bytes read since the last head ended (a bound, cheap)
         self._refused = False
         self._unframed = 0  # body bytes read since the last chunk header or body byte
+        self._head_in_unframed = False  # the count still holds its read's head bytes
         # when this connection's head (or keep-alive) time runs out; 0: a request is served
         self.deadline = 0.0
 
@@ -102,7 +103,12 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         # still inside the head after a whole read: that read was head bytes
         if self._reading_head and self._raw_head_bytes > HeadLimits.max_bytes:
             self._too_large()
-        elif self._unframed > MAX_CHUNK_LINE and not self._refused and self._in_body():
+        elif (
+            self._unframed > MAX_CHUNK_LINE
+            and not self._refused
+            and self._in_body()
+            and self._unframed_body() > MAX_CHUNK_LINE
+        ):
             # bytes and bytes with neither a chunk header nor a body byte in them: one
             # endless chunk-size line (leading zeros, an extension), which llhttp accepts
             self._refuse_body(
@@ -111,10 +117,20 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_chunk_header(self) -> None:
         self._unframed = 0
+        self._head_in_unframed = False
 
     def on_body(self, body: bytes) -> None:
         self._unframed = 0
+        self._head_in_unframed = False
         super().on_body(body)
+
+    def _unframed_body(self) -> int:
+        """The unframed count without the head bytes it was started with (the head is
+        measured only here, when the count could be too large: not per request)."""
+        if self._head_in_unframed:
+            self._head_in_unframed = False
+            self._unframed = max(0, self._unframed - _head_size(self))
+        return self._unframed
 
     def _in_body(self) -> bool:
         """This connection's current request is still sending its body and has no answer
@@ -152,8 +168,10 @@ class GatewayHttpProtocol(HttpToolsProtocol):
             raise _Refused  # stops the parser; data_received sees _refused
         self._reading_head = False
         # the bytes of this read after the head (about: the request line's overhead is
-        # taken as 32), the start of the body's framing count
-        self._unframed = max(0, self._raw_head_bytes - _head_size(self) - 32)
+        # taken as 32), the start of the body's framing count; the head's own bytes are
+        # taken out only if the count grows past the limit (`_unframed_body`)
+        self._unframed = self._raw_head_bytes - 32
+        self._head_in_unframed = True
         self._raw_head_bytes = 0
         self.deadline = 0.0
         link = ClientLink(self)
@@ -180,6 +198,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         super().on_message_complete()
         self._reading_head = True
         self._unframed = 0
+        self._head_in_unframed = False
 
     def eof_received(self) -> bool | None:  # type: ignore[override]
         # A client may half-close (shut down its sending side) once its request is sent and

@@ -202,7 +202,8 @@ class GatewayDriver:
             parsed = parse(raw, endpoint)
             raw = request_ids.scrub(parsed, raw)
             request = core_request(parsed, own, self.fleet, att.t0)
-            if att.entitlement or self.tenancy is not None or self.predictor is not None:
+            tenancy = self.settler.tenancy  # (`self.tenancy`, read once)
+            if att.entitlement or tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
             action = start_request(
                 self.core, self.traffic, parsed, request, att.t0, self.fleet.models
@@ -215,7 +216,7 @@ class GatewayDriver:
             if isinstance(action, Admit):  # state shared through a store: one round trip
                 verdict = await self.core.admitter.admit_async(ticket.info, loop.time())  # type: ignore[attr-defined]
                 action = self.core.on(ticket, Admitted(verdict), loop.time())
-            if self.tenancy is not None or ticket.admission not in (None, "admitted"):
+            if tenancy is not None or ticket.admission not in (None, "admitted"):
                 self._admission(ticket, action, att)
             await self.forwarder.run(action, parsed, raw, responder, att, rid, source)
         except GatewayError as exc:
@@ -243,6 +244,11 @@ class GatewayDriver:
             raise
         finally:
             self.settler.settle(att, parsed, ticket, arrival, rid)
+            if ticket is not None:
+                # the ticket and its attempt point at each other: unlinked, the request's
+                # objects are freed now, not left to the cyclic collector (which then ran
+                # every few hundred requests, for a ~5 % cost in CPU per request)
+                ticket.token = None
             if tracing.ON:
                 tracing.end(own, att)
 

@@ -90,9 +90,9 @@ class Settler:
             series.latency.observe(latency)
             if att.ttft is not None:
                 series.ttft.observe(att.ttft)
-            if att.prompt_tokens:
+            if att.prompt_tokens > 0:
                 series.prompt_tokens.inc(att.prompt_tokens)
-            if att.completion_tokens:
+            if att.completion_tokens > 0:
                 series.completion_tokens.inc(att.completion_tokens)
         if self.request_log.enabled:
             entry = {
