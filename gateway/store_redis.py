@@ -94,6 +94,49 @@ FAIL_OPEN_DEFAULT: Mapping[ServiceClass, bool] = {
 }
 
 
+class RedisDeadline:
+    """`asyncio.timeout(timeout_s)` around one Redis call, except that time in which this
+    process did not run does not count as Redis's.
+
+    A replica whose event loop was held up (a CPU-starved host, a long callback) runs its
+    timers late: when it runs again, Redis's answer may be waiting in the socket, and a
+    plain timeout would cancel the call anyway — the store would then treat a Redis that
+    answered as away and admit on its local share (over the limit: the other replicas
+    admit up to it in Redis meanwhile). So the deadline expires only when it is checked on
+    time: a check that runs more than `late_s` after it was due gives the call another
+    `timeout_s / 4` (the loop reads what arrived first), up to `cap` timeouts in all. A
+    stalled Redis still times out after `timeout_s` on a loop that runs on time."""
+
+    __slots__ = ("_cap", "_cm", "_handle", "_late", "_loop", "_timeout", "_until")
+
+    def __init__(self, timeout_s: float, late_s: float = 0.02, cap: float = 4.0) -> None:
+        self._timeout = timeout_s
+        self._late = late_s
+        self._cap = cap
+
+    async def __aenter__(self) -> RedisDeadline:
+        self._loop = asyncio.get_running_loop()
+        self._cm = asyncio.timeout(None)
+        await self._cm.__aenter__()
+        now = self._loop.time()
+        due = now + self._timeout
+        self._until = now + self._timeout * self._cap
+        self._handle = self._loop.call_at(due, self._check, due)
+        return self
+
+    def _check(self, due: float) -> None:
+        now = self._loop.time()
+        if now - due > self._late and now < self._until:  # this process was not running
+            again = now + self._timeout / 4
+            self._handle = self._loop.call_at(again, self._check, again)
+        else:
+            self._cm.reschedule(now)  # expired: the call is cancelled (TimeoutError)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._handle.cancel()
+        await self._cm.__aexit__(*exc)
+
+
 class StoreUnavailable(Exception):
     """Redis did not answer (timeout, connection, script error) or the breaker is open.
     `sent`: the call may have reached Redis (it may still run it)."""
@@ -280,8 +323,8 @@ class RedisStore:
             raise StoreUnavailable("the entitlement store's breaker is open")
         for attempt in (1, 2):
             try:
-                # asyncio.timeout, not wait_for: no task per call on the hot path
-                async with asyncio.timeout(self.timeout_s):
+                # a timeout, not wait_for: no task per call on the hot path
+                async with RedisDeadline(self.timeout_s):
                     result = await script(keys=self.keys(pool), args=[self._now_arg(), *args])
             except RedisConnectionError as exc:
                 if attempt == 1:  # a pooled connection Redis has forgotten: a fresh one
@@ -587,7 +630,7 @@ class RedisStore:
                     "" if latency is None else repr(float(latency)), "1", gone_us,
                 )  # fmt: skip
             try:
-                async with asyncio.timeout(self.timeout_s):
+                async with RedisDeadline(self.timeout_s):
                     results = await pipe.execute(raise_on_error=False)
             except RedisConnectionError as exc:
                 if attempt == 1:

@@ -298,3 +298,90 @@ async def test_a_replica_redis_forgot_registers_its_requests_before_it_is_grante
     finally:
         await other.close()
         await s.close()
+
+
+# --- issue 23: the limit after a fault — a replica that did not run is not a Redis away ----
+async def test_a_reserve_redis_answered_while_this_process_did_not_run_is_granted_by_redis(
+    redis_url, monkeypatch
+):
+    """The replica's event loop is held up (a CPU-starved host) from the moment its reserve
+    is sent until well past the call's timeout; Redis answers meanwhile. The answer waits
+    in the socket: the reserve is Redis's grant. (A plain timeout cancelled the call when
+    the loop ran again, and the reserve went to the local fallback while Redis answered —
+    admitted on this replica's share while the others admitted up to the limit in Redis:
+    9–10 against 8 after a fault.)"""
+    import time
+
+    import redis as sync_redis
+    from redis.asyncio.connection import AbstractConnection
+
+    s = await _store(redis_url, expected_replicas=1)
+    s.timeout_s = 0.2
+    probe = sync_redis.Redis.from_url(redis_url)
+    holds = s.keys("p")[1]
+    try:
+        assert isinstance(await s.reserve(_own(1)), Granted)  # a pooled connection, warm
+        claim = _own(2)
+        loop = asyncio.get_running_loop()
+        sent = asyncio.Event()
+        send = AbstractConnection.send_packed_command
+
+        async def send_and_mark(self, command, check_health=True):
+            await send(self, command, check_health)
+            sent.set()
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", send_and_mark)
+        # Redis holds write commands back 150 ms: the answer comes while the loop is held
+        probe.execute_command("CLIENT", "PAUSE", 150, "WRITE")
+        started = loop.time()
+
+        def not_running() -> None:
+            if not sent.is_set():  # the reserve is not on the wire yet: let it go out
+                loop.call_soon(not_running)
+                return
+            deadline = time.monotonic() + 10
+            while not probe.hexists(holds, claim.hold):  # Redis ran it: the answer is sent
+                assert time.monotonic() < deadline, "Redis never ran the reserve"
+                time.sleep(0.005)
+            # …and this process runs again only well after the call's deadline
+            while loop.time() < started + 2 * s.timeout_s:
+                time.sleep(0.005)
+
+        task = asyncio.ensure_future(s.reserve(claim))
+        loop.call_soon(not_running)
+        verdict = await task
+        assert isinstance(verdict, Granted) and verdict.reservation == claim.hold
+        assert s.degraded_admissions == 0 and s.breaker.errors == 0
+        view = await s.view("p")
+        assert view.holds == 2 and view.in_flight == 2
+    finally:
+        probe.close()
+        await s.close()
+
+
+async def test_a_stalled_redis_still_times_out_on_time():
+    """The deadline stretches only for time this process did not run: with Redis
+    SIGSTOPped and the loop running, a reserve goes to the fallback after about one
+    timeout, not `cap` of them."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0")
+        s.timeout_s = 0.2
+        proc.kill(signal.SIGSTOP)
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            v = await s.reserve(_own(1))
+            took = loop.time() - started
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert isinstance(v, Granted) and s.degraded_admissions == 1
+        assert took < 2 * s.timeout_s, took  # one timeout, not `cap` of them
+        await s.close()
+    finally:
+        ps.close()
