@@ -154,6 +154,9 @@ class _Live:
     in_redis: bool  # Redis granted it, or a registration of it was acknowledged
     since: float  # when it was granted (local clock): past the hold TTL it is forgotten
     sending: bool = False  # a registration of it is on its way
+    # a registration of it went out unanswered (a timeout): Redis may hold it, so its
+    # completion goes to Redis too (a release of a hold Redis lacks marks its id gone)
+    sent: bool = False
 
 
 @dataclass(slots=True)
@@ -555,7 +558,7 @@ class RedisStore:
         settled = used is not None and self.local.settle(pool, hold, used, latency, now)
         released = release and self.local.release(pool, hold)
         entry = self.live.pop(hold, None) if release else self.live.get(hold)
-        to_redis = entry is None or entry.in_redis or entry.sending
+        to_redis = entry is None or entry.in_redis or entry.sending or entry.sent
         return settled, released, to_redis
 
     async def _finish_call(
@@ -681,11 +684,15 @@ class RedisStore:
                     e.sending = True
                 try:
                     got = int(await self._call(self._register, p, *args))
+                except StoreUnavailable as exc:
+                    for e in batch:
+                        e.sent = e.sent or exc.sent
+                    raise
                 finally:
                     for e in batch:
                         e.sending = False
-                if got < 0:
-                    raise StoreUnavailable(f"Redis has lost pool {p!r}")
+                if got < 0:  # nothing made: Redis lacks the pool or an entitlement
+                    raise StoreUnavailable(f"Redis has lost pool {p!r} or its entitlements")
                 for e in batch:
                     if self.live.get(e.claim.hold) is e:  # not ended meanwhile
                         e.in_redis = True

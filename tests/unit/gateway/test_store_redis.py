@@ -385,3 +385,58 @@ async def test_a_stalled_redis_still_times_out_on_time():
         await s.close()
     finally:
         ps.close()
+
+
+async def test_a_registration_into_a_pool_without_the_entitlement_yet_is_not_counted_done(
+    redis_url,
+):
+    """Redis came back empty and another replica is publishing the definitions again: the
+    pool is there, the entitlement not yet. This replica's registration of what its
+    fallback admitted must not be taken as done (Redis skipped the holds): it is sent
+    again once the entitlement is there, so Redis counts them before it grants more."""
+    s = await _store(redis_url, expected_replicas=1)
+    try:
+        local = s._fallback(_own(1), "Redis away")  # admitted on the local share
+        assert isinstance(local, Granted) and s._pending_local
+        await s.client.hdel(s.keys("p")[0], "e:g")  # the pool is back, the entitlement not
+        with pytest.raises(StoreUnavailable):
+            await s.register_live(only_local=True)
+        assert not s.live["r1#1"].in_redis
+        await s.put_entitlement(G, 333.0)
+        assert await s.register_live(only_local=True) == 1
+        view = await s.view("p")
+        assert view.holds == 1 and view.in_flight == 1
+    finally:
+        await s.close()
+
+
+async def test_a_registration_whose_answer_was_lost_is_released_in_redis_too():
+    """A registration that went out but timed out (Redis stalled) may still be run: the
+    request's completion is sent to Redis as well, which marks its id gone, so that the
+    late registration, when Redis runs it, leaves no hold behind."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=1)
+        s.timeout_s = 0.2
+        assert isinstance(s._fallback(_own(1), "Redis away"), Granted)
+        proc.kill(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable):
+                await s.register_live(only_local=True)  # sent, unanswered
+        finally:
+            proc.kill(signal.SIGCONT)
+        s.breaker.succeeded()
+        s.finish_soon("p", "r1#1", 10, None)  # the request ends
+        await s.drained()
+        # the registration Redis runs late (here: sent again by hand, as it was)
+        args = ["", "r1", 10**9, 10**6, "r1#1", "g", "q1", 100, 1]
+        assert await s._register(keys=s.keys("p"), args=args) == 0
+        assert (await s.view("p")).holds == 0
+        await s.close()
+    finally:
+        ps.close()
