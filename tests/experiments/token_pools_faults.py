@@ -307,12 +307,17 @@ class Sampler:
         """The highest count any window overlapping [start, end) saw."""
         return max((p for a, b, p in self.samples if b > start and a < end), default=0)
 
-    def peak_from(self, start: float, end: float) -> int:
-        """The highest count of the windows that began in [start, end). A window that
-        straddles `start` belongs to the phase before (its peak may be from before
-        `start`: on a loaded machine a 50 ms window can stretch to hundreds), which is
-        checked against that phase's looser bound, so no moment goes unchecked."""
-        return max((p for a, b, p in self.samples if start <= a < end), default=0)
+    def peak_from(self, start: float, end: float, ends_by: bool = False) -> int:
+        """The highest count of the windows that began in [start, end) (and, with
+        `ends_by`, ended by `end`). A window that straddles `start` belongs to the phase
+        before, one that straddles `end` (with `ends_by`) to the fault after: its peak may
+        be from either side (on a loaded machine a 50 ms window can stretch to hundreds),
+        and it is checked against that phase's looser bound (`peak` counts every window
+        overlapping a fault), so no moment goes unchecked."""
+        return max(
+            (p for a, b, p in self.samples if start <= a < end and (b <= end or not ends_by)),
+            default=0,
+        )
 
 
 def held(url: str) -> int:
@@ -391,7 +396,8 @@ def _run(s: Settings, ps: Procs) -> Report:
         r = FaultResult(name, s.limit, s.bound(name), s.settle_bound(name))
         r.peak_during = sampler.peak(start, end)
         r.peak_settling = sampler.peak(end, end + s.settle_s)
-        r.peak_after = sampler.peak_from(end + s.settle_s, nxt)
+        # a window running into the next fault is judged with that fault's
+        r.peak_after = sampler.peak_from(end + s.settle_s, nxt, ends_by=i + 1 < len(marks))
         for t, status in load.records:
             if start <= t < end:
                 r.answered += status == "200"
