@@ -406,9 +406,10 @@ class EntitlementStoreSettings(_Section):
     # that starts without Redis admits the whole limit by itself
     expected_replicas: int = Field(1, ge=1, le=10_000)
     # token pool → fleet pool: the token pool's capacity follows that pool's workers in
-    # service (configured × active / configured workers, within 0.1 s), so a
-    # worker drained or added through /admin/workers or a reload resizes it (§3.1).
-    # In-memory store only (with Redis every replica would write the capacity)
+    # service, discovered ones included (configured × active / listed workers, within
+    # 0.1 s; a pool listing none has the configured capacity as one worker's), so a
+    # worker drained, discovered or added through /admin/workers or a reload resizes it
+    # (§3.1). In-memory store only (with Redis every replica would write the capacity)
     follow_workers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("redis_url")
