@@ -17,9 +17,13 @@ Redis unreachable — a per-class posture, never a hang, and a stated bound:
   (Redis restarted: every pooled connection is dead) drops the idle pooled connections
   and is sent once more on a fresh one before anything falls back — while Redis answers,
   no request is admitted outside it;
-- a circuit breaker opens after `failures` consecutive errors and for `cooldown_s` sends
-  nothing to Redis (no latency spent on a dead server), then lets one probe through;
-- while it is open (or a call fails) a request of a class that *fails open* is admitted
+- a deadline does not count time this process did not run (`RedisDeadline`): a replica
+  held up past a call's timeout takes the answer waiting in its socket;
+- a circuit breaker opens after `failures` consecutive errors (calls in flight together
+  count once) and for `cooldown_s` sends nothing to Redis (no latency spent on a dead
+  server), then lets one probe through; a call that fails while it is closed is refused
+  (429 `store_unavailable`), never admitted outside Redis: Redis is not judged away;
+- while it is open a request of a class that *fails open* is admitted
   against a local ledger whose pools and entitlements are the shared ones divided by n =
   the larger of the replica count the heartbeat last saw and `expected_replicas` (the
   configured count: all a replica has when it never saw Redis). That local ledger mirrors
@@ -162,7 +166,10 @@ class _Live:
 @dataclass(slots=True)
 class CircuitBreaker:
     """closed → (`failures` consecutive errors) → open for `cooldown_s` → half-open: one
-    probe; its success closes, its failure opens again."""
+    probe; its success closes, its failure opens again. Calls that were in flight together
+    when one failed count as that one failure: a single hiccup (Redis or this host held up
+    for a moment) fails every call in flight at once, and is not an outage; `failures`
+    calls failing one after another are."""
 
     failures: int = 3
     cooldown_s: float = 2.0
@@ -170,6 +177,7 @@ class CircuitBreaker:
     errors: int = 0
     open_until: float = 0.0
     transitions: int = 0
+    last_failed: float = float("-inf")  # when the last counted failure was seen
 
     def allow(self, now: float) -> bool:
         if self.state == "closed":
@@ -184,7 +192,11 @@ class CircuitBreaker:
         if self.state != "closed":
             self._move("closed", "Redis answers again")
 
-    def failed(self, now: float, why: str) -> None:
+    def failed(self, now: float, why: str, since: float | None = None) -> None:
+        """A call started at `since` failed at `now`."""
+        if since is not None and since < self.last_failed and self.state == "closed":
+            return  # in flight when the last failure was counted: the same observation
+        self.last_failed = now
         self.errors += 1
         if self.state == "half_open" or (self.state == "closed" and self.errors >= self.failures):
             self.open_until = now + self.cooldown_s
@@ -333,10 +345,10 @@ class RedisStore:
                 if attempt == 1:  # a pooled connection Redis has forgotten: a fresh one
                     await self._drop_idle_connections()
                     continue
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc), sent=True) from exc
             except (RedisError, OSError, TimeoutError) as exc:
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
             self.breaker.succeeded()
             return result
@@ -517,9 +529,20 @@ class RedisStore:
             self.on_evict(tuple(holds))
 
     def _fallback(self, claim: Claim, why: str) -> Verdict:
-        """Redis is away: fail open at this replica's share, or fail closed."""
+        """Redis is away (the breaker is open): fail open at this replica's share, or fail
+        closed. A call that failed while the breaker is closed — Redis answered just before
+        and is not judged away — is refused (429, retry after one timeout), never admitted
+        outside Redis: the other replicas admit up to the limit in Redis meanwhile, so a
+        local grant then is over the limit."""
         known = self.definitions.get((claim.pool, claim.entitlement))
         now = self._local_now()
+        if self.breaker.state == "closed":
+            return Denied(
+                Check.STORE_UNAVAILABLE,
+                self.timeout_s,
+                f"the entitlement store did not answer ({why}); Redis is not judged away "
+                "(its breaker is closed), so nothing is admitted outside it",
+            )
         if known is None or not self.fail_open.get(known[0].service_class, False):
             return Denied(
                 Check.STORE_UNAVAILABLE,
@@ -639,10 +662,10 @@ class RedisStore:
                 if attempt == 1:
                     await self._drop_idle_connections()
                     continue
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc), sent=True) from exc
             except (RedisError, OSError, TimeoutError) as exc:
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
             break
         self.breaker.succeeded()

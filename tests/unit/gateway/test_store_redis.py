@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from gateway.store_redis import RedisStore, StoreUnavailable
+from gateway.store_redis import CircuitBreaker, RedisStore, StoreUnavailable
 from policies.clock import ManualClock
 from policies.tenancy.capacity import PoolCapacity
 from policies.tenancy.classes import ServiceClass as C
@@ -28,6 +28,12 @@ async def _store(url, **kw):
     await s.put_entitlement(G, 333.0)
     await s.put_entitlement(S, 0.3)
     return s
+
+
+def _away(s: RedisStore) -> None:
+    """The store judges Redis away (its breaker open): fail-open classes admit locally."""
+    s.breaker = CircuitBreaker(failures=1, cooldown_s=s.breaker.cooldown_s)
+    s.breaker.failed(s._local_now(), "Redis away")
 
 
 def _claim(i, name="g", replica="r1"):
@@ -230,7 +236,7 @@ async def test_a_stalled_redis_leaves_no_hold_of_a_timed_out_reserve():
     try:
         proc = ps.redis()
         url = f"redis://127.0.0.1:{proc.port}/0"
-        s = await _store(url)
+        s = await _store(url, breaker=CircuitBreaker(failures=1))  # one timeout: Redis away
         s.timeout_s = 0.2
         proc.kill(signal.SIGSTOP)
         try:
@@ -261,7 +267,10 @@ async def test_the_fallback_counts_what_redis_granted_and_admits_a_share():
     ps = Procs()
     try:
         proc = ps.redis()
-        s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=2)
+        s = await _store(
+            f"redis://127.0.0.1:{proc.port}/0", expected_replicas=2,
+            breaker=CircuitBreaker(failures=1),  # one failure: Redis away
+        )  # fmt: skip
         s.timeout_s = 0.2
         held = [await s.reserve(_own(i)) for i in range(3)]
         assert all(isinstance(v, Granted) for v in held)
@@ -370,7 +379,7 @@ async def test_a_stalled_redis_still_times_out_on_time():
     ps = Procs()
     try:
         proc = ps.redis()
-        s = await _store(f"redis://127.0.0.1:{proc.port}/0")
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0", breaker=CircuitBreaker(failures=1))
         s.timeout_s = 0.2
         proc.kill(signal.SIGSTOP)
         try:
@@ -396,8 +405,10 @@ async def test_a_registration_into_a_pool_without_the_entitlement_yet_is_not_cou
     again once the entitlement is there, so Redis counts them before it grants more."""
     s = await _store(redis_url, expected_replicas=1)
     try:
+        _away(s)
         local = s._fallback(_own(1), "Redis away")  # admitted on the local share
         assert isinstance(local, Granted) and s._pending_local
+        s.breaker.succeeded()  # Redis back
         await s.client.hdel(s.keys("p")[0], "e:g")  # the pool is back, the entitlement not
         with pytest.raises(StoreUnavailable):
             await s.register_live(only_local=True)
@@ -423,7 +434,9 @@ async def test_a_registration_whose_answer_was_lost_is_released_in_redis_too():
         proc = ps.redis()
         s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=1)
         s.timeout_s = 0.2
+        _away(s)
         assert isinstance(s._fallback(_own(1), "Redis away"), Granted)
+        s.breaker.succeeded()
         proc.kill(signal.SIGSTOP)
         try:
             with pytest.raises(StoreUnavailable):
@@ -437,6 +450,39 @@ async def test_a_registration_whose_answer_was_lost_is_released_in_redis_too():
         args = ["", "r1", 10**9, 10**6, "r1#1", "g", "q1", 100, 1]
         assert await s._register(keys=s.keys("p"), args=args) == 0
         assert (await s.view("p")).holds == 0
+        await s.close()
+    finally:
+        ps.close()
+
+
+async def test_a_hiccup_is_refused_not_admitted_outside_redis():
+    """Redis held up for a moment (SIGSTOP): the reserves in flight time out together —
+    one observation, not an outage: each is refused (429 store_unavailable, retry after a
+    timeout), none admitted on the local share (the other replicas admit up to the limit
+    in Redis meanwhile), the breaker stays closed. Failures one after another are an
+    outage: the breaker opens and the fallback admits."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=2)
+        s.timeout_s = 0.2
+        proc.kill(signal.SIGSTOP)
+        try:
+            together = await asyncio.gather(*(s.reserve(_own(i)) for i in range(4)))
+            assert all(
+                isinstance(v, Denied) and v.check is Check.STORE_UNAVAILABLE for v in together
+            )
+            assert s.degraded_admissions == 0 and s.breaker.state == "closed"
+            assert s.breaker.errors == 1
+            one_after_another = [await s.reserve(_own(10 + i)) for i in range(2)]
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert isinstance(one_after_another[0], Denied) and s.breaker.state == "open"
+        assert isinstance(one_after_another[1], Granted) and s.degraded_admissions == 1
         await s.close()
     finally:
         ps.close()
