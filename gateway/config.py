@@ -394,7 +394,9 @@ class EntitlementStoreSettings(_Section):
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "fg"  # Redis keys: <prefix>:{<pool>}:…
     timeout_s: float = Field(0.25, gt=0)  # every Redis call; never a hang
-    breaker_failures: int = Field(3, ge=1)  # consecutive errors that open the breaker
+    # failed calls one after another (those in flight together count once) that open the
+    # breaker; until it is open a failed call is a 429 store_unavailable, never admitted
+    breaker_failures: int = Field(3, ge=1)
     breaker_cooldown_s: float = Field(2.0, gt=0)  # open this long, then one probe
     # Redis unreachable: a class that fails open is admitted against local limits / live
     # replicas, one that fails closed gets 429 store_unavailable. Defaults: dedicated,
