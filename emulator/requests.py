@@ -192,7 +192,7 @@ def plan(kind: str, body: Any, headers: Mapping[str, str], info: ModelInfo) -> G
         max_tokens_param=m,
         top_n=top_n,
         holdback=max(len(s) for s in stop) - 1 if vllm and stop else 0,
-        tool=plan_tool(b) if vllm and kind == "chat" else None,
+        tool=plan_tool(b, vllm) if kind == "chat" else None,
     )
 
 

@@ -15,6 +15,13 @@ vLLM 0.33 (`chat_completion/serving.py`, WIRE_SPEC §3–§4) answers with a too
 
 `"none"` (or no tools) never calls. A named function that is not among `tools` is a 400.
 
+SGLang (`serving_chat.py` `_process_tool_calls`, with `--tool-call-parser`: the emulator
+serves as if one were set) calls in the same three cases, by the same rule for `auto`;
+every call the engine ended by itself finishes `tool_calls` — a named one too (its
+constrained output is parsed as a JSON list of calls). A named function not among
+`tools`, or `required` / a named function without `tools`, is a 400 with SGLang's texts
+(`_validate_request`). Its call ids and shapes are the wire's (emulator/wire_sglang.py).
+
 One call per choice, id `chatcmpl-tool-` + 16 hex (vLLM 0.33's `random_uuid()`). Its
 arguments are a JSON object built from the function's `parameters` schema
 (`example`): every property, the first enum / const / default value, bounds respected,
@@ -49,9 +56,16 @@ def new_call_id() -> str:
     return "chatcmpl-tool-" + secrets.token_hex(8)
 
 
-def plan_tool(body: Mapping[str, Any]) -> ToolPlan | None:
-    """The tool call this chat request gets, or None for a text answer."""
+def plan_tool(body: Mapping[str, Any], vllm: bool = True) -> ToolPlan | None:
+    """The tool call this chat request gets, or None for a text answer (`vllm`: vLLM's
+    rules, else SGLang's)."""
     tools = body.get("tools")
+    choice = body.get("tool_choice", "auto")
+    if not vllm and not tools and (choice == "required" or isinstance(choice, Mapping)):
+        what = "required" if choice == "required" else "a specific tool"
+        raise ApiError(
+            400, f"Tools cannot be empty if tool choice is set to {what}.", "BadRequestError"
+        )
     if not tools or not isinstance(tools, list):
         return None
     functions = [
@@ -63,13 +77,14 @@ def plan_tool(body: Mapping[str, Any]) -> ToolPlan | None:
     ]
     if not functions:
         return None
-    choice = body.get("tool_choice", "auto")
     if choice is None:
         choice = "auto"
     if isinstance(choice, Mapping):
         fn = choice.get("function")
         name = fn.get("name") if isinstance(fn, Mapping) else None
         chosen = next((f for f in functions if f["name"] == name), None)
+        if chosen is None and not vllm:
+            raise ApiError(400, f"Tool '{name}' not found in tools list.", "BadRequestError")
         if chosen is None:
             raise ApiError(
                 400,
@@ -77,8 +92,9 @@ def plan_tool(body: Mapping[str, Any]) -> ToolPlan | None:
                 "BadRequestError",
                 "tool_choice",
             )
-        # guided decoding: the output is the arguments object itself
-        return ToolPlan(chosen["name"], _arguments(chosen), "stop")
+        # guided decoding: the output is the arguments object itself (vLLM), or a JSON
+        # list of the one call, parsed as a call (SGLang)
+        return ToolPlan(chosen["name"], _arguments(chosen), "stop" if vllm else "tool_calls")
     if choice == "required":
         f = functions[0]
         return ToolPlan(f["name"], _arguments(f), "tool_calls")

@@ -17,15 +17,28 @@ are not sent either, as on SGLang's plain streaming path); completions the legac
 with every `text_offset` -1. Streams hold nothing back: a stop string split over several
 tokens may show its beginning before the match trims the end (SGLang streams the
 detokenizer's text as it comes and trims only the finished output).
+
+Tool calls (`serving_chat.py` `_process_tool_calls` / `_process_tool_call_stream`; the
+`ToolCall`, `FunctionResponse`, `DeltaMessage` models of `protocol.py`): the body's message
+gets `"content":""` and `"tool_calls":[{"id":"call_<24 hex>","index":0,"type":"function",
+"function":{"name":N,"arguments":"<JSON text>"}}]` after `reasoning_content`; `finish_reason`
+`tool_calls`, `matched_stop` null. A stream sends pydantic chunks (every delta key, nulls
+kept, `"usage":null` last): first the call's id, index, type and name with `"arguments":""`
+(the parser names the function before its arguments), then `{"id":null,…,"name":null,
+"arguments":"<part>"}` per step with new arguments, then the usual finish chunk with
+`finish_reason` `tool_calls` and the engine's own `matched_stop`. Ids are made here, one per
+call, as SGLang's `_process_tool_call_id` does at serving time (`call_` + `uuid4().hex[:24]`).
 """
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
 from typing import Any
 
 from emulator.chat_template import EOS
 from emulator.schema import ApiError
-from emulator.wire import Choice, Head, TokenLogprob, Usage, dumps, sse, sse_spaced
+from emulator.wire import Choice, Head, TokenLogprob, ToolCall, Usage, dumps, sse, sse_spaced
 from emulator.wire_vllm import completion_logprobs
 
 
@@ -35,6 +48,32 @@ def _matched(c: Choice) -> int | str | None:
     if c.stop_reason is not None:
         return c.stop_reason
     return EOS if c.stopped_on_eos else None
+
+
+def _call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def _tool_call(call_id: str | None, name: str | None, arguments: str) -> dict[str, Any]:
+    """protocol.py `ToolCall`: id, index, type, function (name, arguments)."""
+    return {
+        "id": call_id,
+        "index": 0,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def _message(c: Choice) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": c.text if c.tool_call is None else "",
+        "reasoning_content": None,
+    }
+    if c.tool_call is not None:
+        call = c.tool_call
+        message["tool_calls"] = [_tool_call(_call_id(), call.name, call.arguments)]
+    return message
 
 
 def _bytes(token: str) -> list[int]:
@@ -95,7 +134,7 @@ class SglangWire:
             cs: list[dict[str, Any]] = [
                 {
                     "index": c.index,
-                    "message": {"role": "assistant", "content": c.text, "reasoning_content": None},
+                    "message": _message(c),
                     "logprobs": _chat_logprobs(c.logprobs),
                     "finish_reason": c.finish_reason,
                     "matched_stop": _matched(c),
@@ -161,6 +200,8 @@ class SglangWire:
             chunk["usage"] = self._usage(head, usage) if head.continuous_usage else None
             return sse(chunk)
         out = b""
+        if choice.tool_call is not None:
+            out = self._tool_chunks(head, choice.index, choice.tool_call, usage)
         if choice.text:
             chunk = self._chunk(
                 head,
@@ -178,6 +219,9 @@ class SglangWire:
                 chunk["usage"] = self._usage(head, usage)
             out = sse(chunk)
         if choice.finish_reason is not None:
+            # a stream keeps the engine's matched stop when a call turns "stop" into
+            # "tool_calls" (the body drops it)
+            ended = replace(choice, finish_reason="stop") if choice.tool_call else choice
             out += sse(
                 self._chunk(
                     head,
@@ -187,11 +231,42 @@ class SglangWire:
                             "delta": {"reasoning_content": None},
                             "logprobs": None,
                             "finish_reason": choice.finish_reason,
-                            "matched_stop": _matched(choice),
+                            "matched_stop": _matched(ended),
                         }
                     ],
                 )
             )
+        return out
+
+    def _tool_chunks(self, head: Head, index: int, call: ToolCall, usage: Usage) -> bytes:
+        """One step of a call: its opening (id, name, no arguments yet) when it opens, and
+        the arguments this step added — pydantic `ChatCompletionStreamResponse` chunks."""
+        calls = []
+        if call.first:
+            calls.append(_tool_call(_call_id(), call.name, ""))
+        if call.arguments:
+            calls.append(_tool_call(None, None, call.arguments))
+        out = b""
+        for c in calls:
+            chunk = self._chunk(
+                head,
+                [
+                    {
+                        "index": index,
+                        "delta": {
+                            "role": None,
+                            "content": None,
+                            "reasoning_content": None,
+                            "tool_calls": [c],
+                        },
+                        "logprobs": None,
+                        "finish_reason": None,
+                        "matched_stop": None,
+                    }
+                ],
+            )
+            chunk["usage"] = self._usage(head, usage) if head.continuous_usage else None
+            out += sse(chunk)
         return out
 
     def usage_chunk(self, head: Head, usage: Usage) -> bytes:

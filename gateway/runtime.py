@@ -167,6 +167,7 @@ class Gateway:
         self.tenancy = Tenancy.of(cfg, self.driver.core.admitter, REPLICA_ID)
         self.keys = self.tenancy.keys
         self.tenancy.fleet_counts = self.fleet.active_counts
+        self.tenancy.fleet_listed = self.fleet.listed_counts
         await self.tenancy.start()
         if self.tenancy.active:
             self.driver.tenancy = self.tenancy

@@ -17,9 +17,13 @@ Redis unreachable — a per-class posture, never a hang, and a stated bound:
   (Redis restarted: every pooled connection is dead) drops the idle pooled connections
   and is sent once more on a fresh one before anything falls back — while Redis answers,
   no request is admitted outside it;
-- a circuit breaker opens after `failures` consecutive errors and for `cooldown_s` sends
-  nothing to Redis (no latency spent on a dead server), then lets one probe through;
-- while it is open (or a call fails) a request of a class that *fails open* is admitted
+- a deadline does not count time this process did not run (`RedisDeadline`): a replica
+  held up past a call's timeout takes the answer waiting in its socket;
+- a circuit breaker opens after `failures` consecutive errors (calls in flight together
+  count once) and for `cooldown_s` sends nothing to Redis (no latency spent on a dead
+  server), then lets one probe through; a call that fails while it is closed is refused
+  (429 `store_unavailable`), never admitted outside Redis: Redis is not judged away;
+- while it is open a request of a class that *fails open* is admitted
   against a local ledger whose pools and entitlements are the shared ones divided by n =
   the larger of the replica count the heartbeat last saw and `expected_replicas` (the
   configured count: all a replica has when it never saw Redis). That local ledger mirrors
@@ -94,6 +98,49 @@ FAIL_OPEN_DEFAULT: Mapping[ServiceClass, bool] = {
 }
 
 
+class RedisDeadline:
+    """`asyncio.timeout(timeout_s)` around one Redis call, except that time in which this
+    process did not run does not count as Redis's.
+
+    A replica whose event loop was held up (a CPU-starved host, a long callback) runs its
+    timers late: when it runs again, Redis's answer may be waiting in the socket, and a
+    plain timeout would cancel the call anyway — the store would then treat a Redis that
+    answered as away and admit on its local share (over the limit: the other replicas
+    admit up to it in Redis meanwhile). So the deadline expires only when it is checked on
+    time: a check that runs more than `late_s` after it was due gives the call another
+    `timeout_s / 4` (the loop reads what arrived first), up to `cap` timeouts in all. A
+    stalled Redis still times out after `timeout_s` on a loop that runs on time."""
+
+    __slots__ = ("_cap", "_cm", "_handle", "_late", "_loop", "_timeout", "_until")
+
+    def __init__(self, timeout_s: float, late_s: float = 0.02, cap: float = 4.0) -> None:
+        self._timeout = timeout_s
+        self._late = late_s
+        self._cap = cap
+
+    async def __aenter__(self) -> RedisDeadline:
+        self._loop = asyncio.get_running_loop()
+        self._cm = asyncio.timeout(None)
+        await self._cm.__aenter__()
+        now = self._loop.time()
+        due = now + self._timeout
+        self._until = now + self._timeout * self._cap
+        self._handle = self._loop.call_at(due, self._check, due)
+        return self
+
+    def _check(self, due: float) -> None:
+        now = self._loop.time()
+        if now - due > self._late and now < self._until:  # this process was not running
+            again = now + self._timeout / 4
+            self._handle = self._loop.call_at(again, self._check, again)
+        else:
+            self._cm.reschedule(now)  # expired: the call is cancelled (TimeoutError)
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._handle.cancel()
+        await self._cm.__aexit__(*exc)
+
+
 class StoreUnavailable(Exception):
     """Redis did not answer (timeout, connection, script error) or the breaker is open.
     `sent`: the call may have reached Redis (it may still run it)."""
@@ -111,12 +158,18 @@ class _Live:
     in_redis: bool  # Redis granted it, or a registration of it was acknowledged
     since: float  # when it was granted (local clock): past the hold TTL it is forgotten
     sending: bool = False  # a registration of it is on its way
+    # a registration of it went out unanswered (a timeout): Redis may hold it, so its
+    # completion goes to Redis too (a release of a hold Redis lacks marks its id gone)
+    sent: bool = False
 
 
 @dataclass(slots=True)
 class CircuitBreaker:
     """closed → (`failures` consecutive errors) → open for `cooldown_s` → half-open: one
-    probe; its success closes, its failure opens again."""
+    probe; its success closes, its failure opens again. Calls that were in flight together
+    when one failed count as that one failure: a single hiccup (Redis or this host held up
+    for a moment) fails every call in flight at once, and is not an outage; `failures`
+    calls failing one after another are."""
 
     failures: int = 3
     cooldown_s: float = 2.0
@@ -124,6 +177,7 @@ class CircuitBreaker:
     errors: int = 0
     open_until: float = 0.0
     transitions: int = 0
+    last_failed: float = float("-inf")  # when the last counted failure was seen
 
     def allow(self, now: float) -> bool:
         if self.state == "closed":
@@ -138,7 +192,11 @@ class CircuitBreaker:
         if self.state != "closed":
             self._move("closed", "Redis answers again")
 
-    def failed(self, now: float, why: str) -> None:
+    def failed(self, now: float, why: str, since: float | None = None) -> None:
+        """A call started at `since` failed at `now`."""
+        if since is not None and since < self.last_failed and self.state == "closed":
+            return  # in flight when the last failure was counted: the same observation
+        self.last_failed = now
         self.errors += 1
         if self.state == "half_open" or (self.state == "closed" and self.errors >= self.failures):
             self.open_until = now + self.cooldown_s
@@ -280,17 +338,17 @@ class RedisStore:
             raise StoreUnavailable("the entitlement store's breaker is open")
         for attempt in (1, 2):
             try:
-                # asyncio.timeout, not wait_for: no task per call on the hot path
-                async with asyncio.timeout(self.timeout_s):
+                # a timeout, not wait_for: no task per call on the hot path
+                async with RedisDeadline(self.timeout_s):
                     result = await script(keys=self.keys(pool), args=[self._now_arg(), *args])
             except RedisConnectionError as exc:
                 if attempt == 1:  # a pooled connection Redis has forgotten: a fresh one
                     await self._drop_idle_connections()
                     continue
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc), sent=True) from exc
             except (RedisError, OSError, TimeoutError) as exc:
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
             self.breaker.succeeded()
             return result
@@ -471,9 +529,20 @@ class RedisStore:
             self.on_evict(tuple(holds))
 
     def _fallback(self, claim: Claim, why: str) -> Verdict:
-        """Redis is away: fail open at this replica's share, or fail closed."""
+        """Redis is away (the breaker is open): fail open at this replica's share, or fail
+        closed. A call that failed while the breaker is closed — Redis answered just before
+        and is not judged away — is refused (429, retry after one timeout), never admitted
+        outside Redis: the other replicas admit up to the limit in Redis meanwhile, so a
+        local grant then is over the limit."""
         known = self.definitions.get((claim.pool, claim.entitlement))
         now = self._local_now()
+        if self.breaker.state == "closed":
+            return Denied(
+                Check.STORE_UNAVAILABLE,
+                self.timeout_s,
+                f"the entitlement store did not answer ({why}); Redis is not judged away "
+                "(its breaker is closed), so nothing is admitted outside it",
+            )
         if known is None or not self.fail_open.get(known[0].service_class, False):
             return Denied(
                 Check.STORE_UNAVAILABLE,
@@ -512,7 +581,7 @@ class RedisStore:
         settled = used is not None and self.local.settle(pool, hold, used, latency, now)
         released = release and self.local.release(pool, hold)
         entry = self.live.pop(hold, None) if release else self.live.get(hold)
-        to_redis = entry is None or entry.in_redis or entry.sending
+        to_redis = entry is None or entry.in_redis or entry.sending or entry.sent
         return settled, released, to_redis
 
     async def _finish_call(
@@ -587,16 +656,16 @@ class RedisStore:
                     "" if latency is None else repr(float(latency)), "1", gone_us,
                 )  # fmt: skip
             try:
-                async with asyncio.timeout(self.timeout_s):
+                async with RedisDeadline(self.timeout_s):
                     results = await pipe.execute(raise_on_error=False)
             except RedisConnectionError as exc:
                 if attempt == 1:
                     await self._drop_idle_connections()
                     continue
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc), sent=True) from exc
             except (RedisError, OSError, TimeoutError) as exc:
-                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}")
+                self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
             break
         self.breaker.succeeded()
@@ -638,11 +707,15 @@ class RedisStore:
                     e.sending = True
                 try:
                     got = int(await self._call(self._register, p, *args))
+                except StoreUnavailable as exc:
+                    for e in batch:
+                        e.sent = e.sent or exc.sent
+                    raise
                 finally:
                     for e in batch:
                         e.sending = False
-                if got < 0:
-                    raise StoreUnavailable(f"Redis has lost pool {p!r}")
+                if got < 0:  # nothing made: Redis lacks the pool or an entitlement
+                    raise StoreUnavailable(f"Redis has lost pool {p!r} or its entitlements")
                 for e in batch:
                     if self.live.get(e.claim.hold) is e:  # not ended meanwhile
                         e.in_redis = True

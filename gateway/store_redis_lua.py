@@ -394,16 +394,21 @@ return notices(ARGV[2], {redis.call('ZCOUNT', K_REP, '(' .. now, '+inf'), lapsed
 )
 
 # ARGV: now_us|'', replica, hold_ttl_us, grace_us, then per hold: id, entitlement, request,
-# tokens, slots → holds made (-1: no such pool). A replica's requests in flight that Redis
-# does not hold (it restarted empty, reaped them, or never saw them: granted by the
-# replica's fallback): held again without the checks — they are running — unless held
-# already or gone (released meanwhile). Not admissions: `adm` is kept.
+# tokens, slots → holds made (-1: no such pool, or no such entitlement — nothing made: a
+# Redis that lost its state, being published again, must not answer "held" for holds it
+# skipped). A replica's requests in flight that Redis does not hold (it restarted empty,
+# reaped them, or never saw them: granted by the replica's fallback): held again without
+# the checks — they are running — unless held already or gone (released meanwhile). Not
+# admissions: `adm` is kept.
 REGISTER = (
     PRELUDE
     + r"""
 local now = clock(ARGV[1])
 local pool = get('pool')
 if not pool then return -1 end
+for i = 5, #ARGV, 5 do
+  if redis.call('HEXISTS', K_STATE, 'e:' .. ARGV[i + 1]) == 0 then return -1 end
+end
 touch(now, tonumber(ARGV[4]))
 refill(pool, now)
 local replica, ttl, made = ARGV[2], tonumber(ARGV[3]), 0

@@ -10,7 +10,8 @@ changes, and what the metrics read (the policy itself is policies/tenancy/).
             other replicas, reap expired holds, view each pool, apply one control step
             (Eq. 1–3; with N replicas the store keeps one step per interval).
             With `follow_workers` (memory only): a task every 0.1 s resizing each such
-            token pool to its fleet pool's workers in service (`follow_fleet`).
+            token pool to its fleet pool's workers in service, discovered ones included
+            (`follow_fleet`).
     stop    the loops cancelled, queued completions flushed (bounded), the store closed.
 
 Run-time changes (`/admin/entitlements`) go to the admitter's definitions and ledger, and
@@ -134,8 +135,10 @@ class Tenancy:
     on_evict: Callable[[tuple[str, ...]], object] | None = None
     _version: int = -1  # the registry's version last read
     # the fleet's workers in service per pool (gateway/workers.py `Fleet.active_counts`),
-    # for token pools whose capacity follows them (`follow_workers`)
+    # for token pools whose capacity follows them (`follow_workers`), and the workers the
+    # running configuration lists (`Fleet.listed_counts`: a reload may change them)
     fleet_counts: Callable[[], Mapping[str, int]] | None = None
+    fleet_listed: Callable[[], Mapping[str, int]] | None = None
     _followed: dict[str, float] = field(default_factory=dict)  # token pool → fraction applied
     _follower: asyncio.Task[None] | None = None
     _task: asyncio.Task[None] | None = None
@@ -281,16 +284,24 @@ class Tenancy:
 
     def follow_fleet(self, now: float) -> None:
         """Token pools that follow a fleet pool (`follow_workers`) take the configured
-        capacity × its workers in service / its configured workers (§3.1: Λ_p, χ_p and r_p
-        are replica count × one replica's). Holds are kept (`scale_pool`)."""
+        capacity × its workers in service / its listed workers (§3.1: Λ_p, χ_p and r_p
+        are replica count × one replica's). In service counts every worker taking requests
+        — listed, discovered (Kubernetes) or added through the admin API; a pool that
+        lists none (its workers all discovered or added) has its configured capacity as
+        one worker's. Holds are kept (`scale_pool`)."""
         adm, counts = self.admitter, self.fleet_counts
         follow = self.config.admission.store_settings().follow_workers
         if adm is None or counts is None or not follow:
             return
         active = counts()
+        listed = (
+            self.fleet_listed()
+            if self.fleet_listed is not None
+            else {p: len(c.workers) for p, c in self.config.pools.items()}
+        )
         for token_pool, fleet_pool in follow.items():
-            configured = len(self.config.pools[fleet_pool].workers)
-            fraction = active.get(fleet_pool, 0) / configured if configured else 1.0
+            configured = listed.get(fleet_pool, 0) or 1
+            fraction = active.get(fleet_pool, 0) / configured
             if self._followed.get(token_pool, 1.0) != fraction:
                 adm.scale_pool(token_pool, fraction, now)
                 self._followed[token_pool] = fraction

@@ -215,8 +215,13 @@ class Fleet:
         return any(w.proven and _serving(w, now) for w in self.workers.values())
 
     def active_counts(self) -> dict[str, int]:
-        """Workers taking new requests, per configured pool."""
+        """Workers taking new requests, per configured pool (listed, discovered and added
+        at run time alike)."""
         return {p: sum(not w.draining for w in self.pools.get(p, ())) for p in self.pool_configs}
+
+    def listed_counts(self) -> dict[str, int]:
+        """Workers the running configuration lists, per pool (not those discovered)."""
+        return {p: len(c.workers) for p, c in self.pool_configs.items()}
 
     # --- changing --------------------------------------------------------------------------
     def add_worker(self, pool: str, worker: Worker) -> WorkerState:

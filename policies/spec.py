@@ -132,7 +132,9 @@ class EntitlementStoreSettings(Section):
     redis_url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "fg"  # Redis keys: <prefix>:{<pool>}:…
     timeout_s: float = Field(0.25, gt=0)  # every Redis call; never a hang
-    breaker_failures: int = Field(3, ge=1)  # consecutive errors that open the breaker
+    # failed calls one after another (those in flight together count once) that open the
+    # breaker; until it is open a failed call is a 429 store_unavailable, never admitted
+    breaker_failures: int = Field(3, ge=1)
     breaker_cooldown_s: float = Field(2.0, gt=0)  # open this long, then one probe
     # Redis unreachable: a class that fails open is admitted against local limits / live
     # replicas, one that fails closed gets 429 store_unavailable. Defaults: dedicated,
@@ -144,9 +146,10 @@ class EntitlementStoreSettings(Section):
     # that starts without Redis admits the whole limit by itself
     expected_replicas: int = Field(1, ge=1, le=10_000)
     # token pool → fleet pool: the token pool's capacity follows that pool's workers in
-    # service (configured × active / configured workers, within 0.1 s), so a
-    # worker drained or added through /admin/workers or a reload resizes it (§3.1).
-    # In-memory store only (with Redis every replica would write the capacity)
+    # service, discovered ones included (configured × active / listed workers, within
+    # 0.1 s; a pool listing none has the configured capacity as one worker's), so a
+    # worker drained, discovered or added through /admin/workers or a reload resizes it
+    # (§3.1). In-memory store only (with Redis every replica would write the capacity)
     follow_workers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("redis_url")

@@ -273,3 +273,121 @@ def test_stop_and_logprobs_are_not_capped(emu: Proc) -> None:
     r = post(emu.url, CHAT, {**body, "logprobs": True, "top_logprobs": 25})
     assert r.status_code == 200
     assert len(r.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == 25
+
+
+# -- tool calls (SGLang serving_chat.py _process_tool_calls / _process_tool_call_stream) ----
+# the tools and the schema check (jsonschema, independent of the emulator's generator) are
+# the vLLM personality's
+from tests.contract.test_emulator_wire_vllm import (  # noqa: E402
+    CLOCK,
+    NAMED,
+    TOOL_MSG,
+    WEATHER,
+    _valid_arguments,
+)
+
+CALL_ID = r"call_[0-9a-f]{24}"
+ASKS = [{"role": "user", "content": "Please use get_weather for Paris."}]
+
+
+def _tools(choice: Any, stream: bool = False, **kw: Any) -> dict[str, Any]:
+    return {"messages": ASKS, "tools": [CLOCK, WEATHER], "tool_choice": choice,
+            "max_tokens": 64, "stream": stream} | kw  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("choice", "name"),
+    [(NAMED, "get_weather"), ("required", "get_time"), ("auto", "get_weather")],
+    ids=["named", "required", "auto"],
+)
+def test_tool_choice_answers_a_tool_call(emu: Proc, choice: Any, name: str) -> None:
+    """Was: SGLang answered text whatever `tool_choice` said. Now as SGLang with a tool-call
+    parser: content "", one `ToolCall` (id, index, type, function) after reasoning_content,
+    finish_reason "tool_calls" for every call (a named one too), matched_stop null."""
+    r = post(emu.url, CHAT, _tools(choice))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert r.content == compact(body)
+    (c,) = body["choices"]
+    assert list(c) == ["index", "message", "logprobs", "finish_reason", "matched_stop"]
+    assert list(c["message"]) == ["role", "content", "reasoning_content", "tool_calls"]
+    assert c["message"]["content"] == "" and c["message"]["reasoning_content"] is None
+    (call,) = c["message"]["tool_calls"]
+    assert list(call) == ["id", "index", "type", "function"]
+    assert re.fullmatch(CALL_ID, call["id"]) and call["index"] == 0
+    assert call["type"] == "function" and list(call["function"]) == ["name", "arguments"]
+    assert call["function"]["name"] == name
+    _valid_arguments(name, call["function"]["arguments"])
+    assert (c["finish_reason"], c["matched_stop"]) == ("tool_calls", None)
+
+
+def test_no_tool_call_without_one_asked_and_sglang_s_refusals(emu: Proc) -> None:
+    for choice, messages in (("none", ASKS), ("auto", MSG)):
+        (c,) = post(emu.url, CHAT, _tools(choice, messages=messages)).json()["choices"]
+        assert list(c["message"]) == ["role", "content", "reasoning_content"]
+        assert c["message"]["content"] and c["finish_reason"] in ("stop", "length")
+    e = _flat_err(post(emu.url, CHAT, _tools({"type": "function", "function": {"name": "x"}})), 400)
+    assert e["message"] == "Tool 'x' not found in tools list."
+    e = _flat_err(post(emu.url, CHAT, {"messages": MSG, "tool_choice": "required"}), 400)
+    assert e["message"] == "Tools cannot be empty if tool choice is set to required."
+
+
+@pytest.mark.parametrize("choice", [NAMED, "required"], ids=["named", "required"])
+def test_tool_call_stream_chunks(emu: Proc, choice: Any) -> None:
+    """The role chunk (msgspec); the call's opening — id, index, type, name, arguments ""
+    — then argument parts (id and name null), pydantic chunks with every delta key and
+    "usage":null; the finish chunk (msgspec) says tool_calls."""
+    r, raw = stream_raw(emu.url, CHAT, _tools(choice, True))
+    assert r.status_code == 200
+    events = sse_events(raw)
+    assert events[0]["choices"][0]["delta"] == {
+        "reasoning_content": None,
+        "role": "assistant",
+        "content": "",
+    }
+    calls = [e for e in events[1:-1] if e["choices"] and "tool_calls" in e["choices"][0]["delta"]]
+    for e in calls:
+        assert list(e) == ["id", "object", "created", "model", "choices", "usage"]
+        assert e["usage"] is None
+        (ch,) = e["choices"]
+        assert list(ch) == ["index", "delta", "logprobs", "finish_reason", "matched_stop"]
+        assert list(ch["delta"]) == ["role", "content", "reasoning_content", "tool_calls"]
+        assert ch["delta"]["content"] is None and ch["finish_reason"] is None
+    opening = calls[0]["choices"][0]["delta"]["tool_calls"][0]
+    assert re.fullmatch(CALL_ID, opening["id"]) and opening["index"] == 0
+    assert opening["function"] == {"name": opening["function"]["name"], "arguments": ""}
+    parts = [e["choices"][0]["delta"]["tool_calls"][0] for e in calls[1:]]
+    assert parts and all(p["id"] is None and p["function"]["name"] is None for p in parts)
+    _valid_arguments(
+        opening["function"]["name"], "".join(p["function"]["arguments"] for p in parts)
+    )
+    last = events[-1]["choices"][0]
+    assert last["delta"] == {"reasoning_content": None} and last["finish_reason"] == "tool_calls"
+    assert raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_tool_calls_through_the_openai_sdk(emu: Proc) -> None:
+    c = openai.OpenAI(base_url=emu.url + "/v1", api_key="x", max_retries=0)
+    r = c.chat.completions.create(model="default", messages=TOOL_MSG,  # type: ignore[arg-type]
+                                  tools=[WEATHER], tool_choice=NAMED, max_tokens=64)  # type: ignore[list-item]  # fmt: skip
+    assert r.choices[0].finish_reason == "tool_calls"
+    (call,) = r.choices[0].message.tool_calls or []
+    assert call.type == "function" and call.function.name == "get_weather"
+    _valid_arguments("get_weather", call.function.arguments)
+    # streamed: the SDK's chunks put together give one call with valid arguments
+    ids, names, parts, finish = set(), set(), [], None
+    with c.chat.completions.create(model="default", messages=TOOL_MSG, tools=[WEATHER],  # type: ignore[arg-type,list-item]
+                                   tool_choice="required", max_tokens=64, stream=True) as s:  # fmt: skip
+        for chunk in s:
+            for ch in chunk.choices:
+                for tc in ch.delta.tool_calls or []:
+                    assert tc.index == 0
+                    if tc.id:
+                        ids.add(tc.id)
+                    if tc.function and tc.function.name:
+                        names.add(tc.function.name)
+                    if tc.function and tc.function.arguments:
+                        parts.append(tc.function.arguments)
+                finish = ch.finish_reason or finish
+    assert len(ids) == 1 and names == {"get_weather"} and finish == "tool_calls"
+    _valid_arguments("get_weather", "".join(parts))

@@ -94,3 +94,19 @@ def test_which_requests_get_a_call() -> None:
     with pytest.raises(ApiError) as e:
         plan_tool(_body({"type": "function", "function": {"name": "missing"}}))
     assert e.value.status == 400
+
+
+def test_sglang_s_rules() -> None:
+    """SGLang (with a tool-call parser): the same calls, every one finishing "tool_calls"
+    (a named one too), and its own refusals."""
+    named = plan_tool(_body({"type": "function", "function": {"name": "other"}}), vllm=False)
+    assert named is not None and (named.name, named.finish) == ("other", "tool_calls")
+    assert plan_tool(_body("required"), vllm=False).finish == "tool_calls"  # type: ignore[union-attr]
+    assert plan_tool(_body("auto", "use lookup"), vllm=False).name == "lookup"  # type: ignore[union-attr]
+    assert plan_tool(_body("none", "use lookup"), vllm=False) is None
+    with pytest.raises(ApiError) as e:
+        plan_tool(_body({"type": "function", "function": {"name": "missing"}}), vllm=False)
+    assert (e.value.status, e.value.message) == (400, "Tool 'missing' not found in tools list.")
+    with pytest.raises(ApiError) as e:
+        plan_tool({"messages": [], "tool_choice": "required"}, vllm=False)
+    assert e.value.message == "Tools cannot be empty if tool choice is set to required."

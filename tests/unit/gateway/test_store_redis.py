@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from gateway.store_redis import RedisStore, StoreUnavailable
+from gateway.store_redis import CircuitBreaker, RedisStore, StoreUnavailable
 from policies.clock import ManualClock
 from policies.tenancy.capacity import PoolCapacity
 from policies.tenancy.classes import ServiceClass as C
@@ -28,6 +28,12 @@ async def _store(url, **kw):
     await s.put_entitlement(G, 333.0)
     await s.put_entitlement(S, 0.3)
     return s
+
+
+def _away(s: RedisStore) -> None:
+    """The store judges Redis away (its breaker open): fail-open classes admit locally."""
+    s.breaker = CircuitBreaker(failures=1, cooldown_s=s.breaker.cooldown_s)
+    s.breaker.failed(s._local_now(), "Redis away")
 
 
 def _claim(i, name="g", replica="r1"):
@@ -230,7 +236,7 @@ async def test_a_stalled_redis_leaves_no_hold_of_a_timed_out_reserve():
     try:
         proc = ps.redis()
         url = f"redis://127.0.0.1:{proc.port}/0"
-        s = await _store(url)
+        s = await _store(url, breaker=CircuitBreaker(failures=1))  # one timeout: Redis away
         s.timeout_s = 0.2
         proc.kill(signal.SIGSTOP)
         try:
@@ -261,7 +267,10 @@ async def test_the_fallback_counts_what_redis_granted_and_admits_a_share():
     ps = Procs()
     try:
         proc = ps.redis()
-        s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=2)
+        s = await _store(
+            f"redis://127.0.0.1:{proc.port}/0", expected_replicas=2,
+            breaker=CircuitBreaker(failures=1),  # one failure: Redis away
+        )  # fmt: skip
         s.timeout_s = 0.2
         held = [await s.reserve(_own(i)) for i in range(3)]
         assert all(isinstance(v, Granted) for v in held)
@@ -298,3 +307,182 @@ async def test_a_replica_redis_forgot_registers_its_requests_before_it_is_grante
     finally:
         await other.close()
         await s.close()
+
+
+# --- issue 23: the limit after a fault — a replica that did not run is not a Redis away ----
+async def test_a_reserve_redis_answered_while_this_process_did_not_run_is_granted_by_redis(
+    redis_url, monkeypatch
+):
+    """The replica's event loop is held up (a CPU-starved host) from the moment its reserve
+    is sent until well past the call's timeout; Redis answers meanwhile. The answer waits
+    in the socket: the reserve is Redis's grant. (A plain timeout cancelled the call when
+    the loop ran again, and the reserve went to the local fallback while Redis answered —
+    admitted on this replica's share while the others admitted up to the limit in Redis:
+    9–10 against 8 after a fault.)"""
+    import time
+
+    import redis as sync_redis
+    from redis.asyncio.connection import AbstractConnection
+
+    s = await _store(redis_url, expected_replicas=1)
+    s.timeout_s = 0.2
+    probe = sync_redis.Redis.from_url(redis_url)
+    holds = s.keys("p")[1]
+    try:
+        assert isinstance(await s.reserve(_own(1)), Granted)  # a pooled connection, warm
+        claim = _own(2)
+        loop = asyncio.get_running_loop()
+        sent = asyncio.Event()
+        send = AbstractConnection.send_packed_command
+
+        async def send_and_mark(self, command, check_health=True):
+            await send(self, command, check_health)
+            sent.set()
+
+        monkeypatch.setattr(AbstractConnection, "send_packed_command", send_and_mark)
+        # Redis holds write commands back 150 ms: the answer comes while the loop is held
+        probe.execute_command("CLIENT", "PAUSE", 150, "WRITE")
+        started = loop.time()
+
+        def not_running() -> None:
+            if not sent.is_set():  # the reserve is not on the wire yet: let it go out
+                loop.call_soon(not_running)
+                return
+            deadline = time.monotonic() + 10
+            while not probe.hexists(holds, claim.hold):  # Redis ran it: the answer is sent
+                assert time.monotonic() < deadline, "Redis never ran the reserve"
+                time.sleep(0.005)
+            # …and this process runs again only well after the call's deadline
+            while loop.time() < started + 2 * s.timeout_s:
+                time.sleep(0.005)
+
+        task = asyncio.ensure_future(s.reserve(claim))
+        loop.call_soon(not_running)
+        verdict = await task
+        assert isinstance(verdict, Granted) and verdict.reservation == claim.hold
+        assert s.degraded_admissions == 0 and s.breaker.errors == 0
+        view = await s.view("p")
+        assert view.holds == 2 and view.in_flight == 2
+    finally:
+        probe.close()
+        await s.close()
+
+
+async def test_a_stalled_redis_still_times_out_on_time():
+    """The deadline stretches only for time this process did not run: with Redis
+    SIGSTOPped and the loop running, a reserve goes to the fallback after about one
+    timeout, not `cap` of them."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0", breaker=CircuitBreaker(failures=1))
+        s.timeout_s = 0.2
+        proc.kill(signal.SIGSTOP)
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            v = await s.reserve(_own(1))
+            took = loop.time() - started
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert isinstance(v, Granted) and s.degraded_admissions == 1
+        assert took < 2 * s.timeout_s, took  # one timeout, not `cap` of them
+        await s.close()
+    finally:
+        ps.close()
+
+
+async def test_a_registration_into_a_pool_without_the_entitlement_yet_is_not_counted_done(
+    redis_url,
+):
+    """Redis came back empty and another replica is publishing the definitions again: the
+    pool is there, the entitlement not yet. This replica's registration of what its
+    fallback admitted must not be taken as done (Redis skipped the holds): it is sent
+    again once the entitlement is there, so Redis counts them before it grants more."""
+    s = await _store(redis_url, expected_replicas=1)
+    try:
+        _away(s)
+        local = s._fallback(_own(1), "Redis away")  # admitted on the local share
+        assert isinstance(local, Granted) and s._pending_local
+        s.breaker.succeeded()  # Redis back
+        await s.client.hdel(s.keys("p")[0], "e:g")  # the pool is back, the entitlement not
+        with pytest.raises(StoreUnavailable):
+            await s.register_live(only_local=True)
+        assert not s.live["r1#1"].in_redis
+        await s.put_entitlement(G, 333.0)
+        assert await s.register_live(only_local=True) == 1
+        view = await s.view("p")
+        assert view.holds == 1 and view.in_flight == 1
+    finally:
+        await s.close()
+
+
+async def test_a_registration_whose_answer_was_lost_is_released_in_redis_too():
+    """A registration that went out but timed out (Redis stalled) may still be run: the
+    request's completion is sent to Redis as well, which marks its id gone, so that the
+    late registration, when Redis runs it, leaves no hold behind."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=1)
+        s.timeout_s = 0.2
+        _away(s)
+        assert isinstance(s._fallback(_own(1), "Redis away"), Granted)
+        s.breaker.succeeded()
+        proc.kill(signal.SIGSTOP)
+        try:
+            with pytest.raises(StoreUnavailable):
+                await s.register_live(only_local=True)  # sent, unanswered
+        finally:
+            proc.kill(signal.SIGCONT)
+        s.breaker.succeeded()
+        s.finish_soon("p", "r1#1", 10, None)  # the request ends
+        await s.drained()
+        # the registration Redis runs late (here: sent again by hand, as it was)
+        args = ["", "r1", 10**9, 10**6, "r1#1", "g", "q1", 100, 1]
+        assert await s._register(keys=s.keys("p"), args=args) == 0
+        assert (await s.view("p")).holds == 0
+        await s.close()
+    finally:
+        ps.close()
+
+
+async def test_a_hiccup_is_refused_not_admitted_outside_redis():
+    """Redis held up for a moment (SIGSTOP): the reserves in flight time out together —
+    one observation, not an outage: each is refused (429 store_unavailable, retry after a
+    timeout), none admitted on the local share (the other replicas admit up to the limit
+    in Redis meanwhile), the breaker stays closed. Failures one after another are an
+    outage: the breaker opens and the fallback admits."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    try:
+        proc = ps.redis()
+        s = await _store(f"redis://127.0.0.1:{proc.port}/0", expected_replicas=2)
+        s.timeout_s = 0.2
+        proc.kill(signal.SIGSTOP)
+        try:
+            together = await asyncio.gather(*(s.reserve(_own(i)) for i in range(4)))
+            assert all(
+                isinstance(v, Denied) and v.check is Check.STORE_UNAVAILABLE for v in together
+            )
+            assert s.degraded_admissions == 0 and s.breaker.state == "closed"
+            assert s.breaker.errors == 1
+            one_after_another = [await s.reserve(_own(10 + i)) for i in range(2)]
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert isinstance(one_after_another[0], Denied) and s.breaker.state == "open"
+        assert isinstance(one_after_another[1], Granted) and s.degraded_admissions == 1
+        await s.close()
+    finally:
+        ps.close()

@@ -97,3 +97,35 @@ def test_a_token_pool_follows_the_workers_in_service_of_its_fleet_pool():
     active["short"] = 2  # back in service
     tenancy.follow_fleet(3.0)
     assert slots() == 4
+
+
+def test_a_token_pool_follows_discovered_workers_too():
+    """Was: a fleet pool whose workers are all discovered (Kubernetes) lists none, so the
+    token pool kept its configured capacity whatever ran — all of it with no worker in
+    service. Now capacity follows the live fleet: the configured capacity is one
+    worker's, × the workers in service (the gateway's own Fleet, changed as discovery
+    changes it)."""
+    from gateway.config import Worker
+    from gateway.workers import Fleet
+
+    discovered = {"short": {"max_model_len": 8192, "models": ["m"], "discovery": {
+        "kind": "kubernetes", "namespace": "llm", "selector": "app=vllm", "port": "http"}}}  # fmt: skip
+    params = TP | {"follow_workers": {"p": "short"}}
+    c = load_config(data={"pools": discovered,
+                          "admission": {"policy": "token_pools", "params": params}},
+                    environ={})  # fmt: skip
+    admitter = ADMITTERS.make("token_pools", c.admission.policy_params())
+    tenancy = Tenancy.of(c, admitter, "r1")
+    fleet = Fleet(c)
+    tenancy.fleet_counts, tenancy.fleet_listed = fleet.active_counts, fleet.listed_counts
+    slots = lambda: admitter.ledger.pools["p"].capacity.slots  # noqa: E731
+    pods = tuple(Worker(url=f"http://10.0.0.{i}:8000") for i in (1, 2, 3))
+    fleet.set_discovered("short", pods)
+    tenancy.follow_fleet(1.0)
+    assert slots() == 12 and admitter.ledger.pools["p"].capacity.tokens_per_s == 30
+    fleet.set_discovered("short", pods[:1])  # two pods left
+    tenancy.follow_fleet(2.0)
+    assert slots() == 4
+    fleet.set_discovered("short", ())  # none in service: nothing admitted beyond a slot
+    tenancy.follow_fleet(3.0)
+    assert slots() == 1
