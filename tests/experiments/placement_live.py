@@ -313,18 +313,22 @@ def offline(corpus: list[Any], templates: dict[str, Any]) -> None:
             n += 1
             counted += bool(getattr(taken, "placement", None) and taken.placement.uncertain)
         print(f"interval asks for a count at {scale}x the corpus: {counted} of {n}")
-    short_chat = [{"role": "user", "content": "What does the GPL say about linking? " * 30}]
-    p = Prompt(CHAT, "m", measure_chat(short_chat), 256, messages=short_chat)
-    for bounds in (False, True):
-        i = intake(bounds)
-        runs = []
-        for _ in range(5):
-            t0 = time.perf_counter_ns()
-            for _ in range(20000):
-                i.take(p, "r", 0.0, pools)
-            runs.append((time.perf_counter_ns() - t0) / 20000)
-        print(f"Intake.take, a 1 KB chat, bounds {'on ' if bounds else 'off'}: "
-              f"{statistics.median(runs) / 1000:.2f} µs (median of 5 × 20,000)")  # fmt: skip
+    # the fast path: a 1 KB chat (every variant's ASCII floor), and 20 KB of prose, which
+    # the logs' floor cannot place but prose's can (its script, a few µs, and no classifier)
+    sentence = "What does the GPL say about linking? "
+    for label, times in (("1 KB", 30), ("20 KB", 540)):
+        chat = [{"role": "user", "content": sentence * times}]
+        p = Prompt(CHAT, "m", measure_chat(chat), 256, messages=chat)
+        for bounds in (False, True):
+            i = intake(bounds)
+            runs = []
+            for _ in range(5):
+                t0 = time.perf_counter_ns()
+                for _ in range(20000):
+                    i.take(p, "r", 0.0, pools)
+                runs.append((time.perf_counter_ns() - t0) / 20000)
+            print(f"Intake.take, a {label} chat, bounds {'on ' if bounds else 'off'}: "
+                  f"{statistics.median(runs) / 1000:.2f} µs (median of 5 × 20,000)")  # fmt: skip
 
 
 def _scaled(content: object, scale: float) -> object:
