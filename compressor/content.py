@@ -107,7 +107,11 @@ def is_log(text: str, sample: int = _SAMPLE) -> bool:
     so the code score takes them for code, but they are records, not a program: each
     line stands alone and dropping some is what extractive summarisation of a log does."""
     s = _sample(text, sample)
-    return len(_LOG_LINE.findall(s)) >= LOG_SHARE * (s.count("\n") + 1)
+    need = LOG_SHARE * (s.count("\n") + 1)
+    # every timestamp above holds a ":" (on its own line): with fewer colons than the
+    # lines needed it is not a log, found by one C-speed count instead of the regex
+    # (which Python's re tries at every position of the sample: ~0.1 ms for prose)
+    return s.count(":") >= need and len(_LOG_LINE.findall(s)) >= need
 
 
 def unfenced(text: str) -> str:

@@ -17,8 +17,8 @@ layout, the default template) as with `tokenizer: cl100k`, and the context-lengt
 safety net (the core's, policies/core.py) is what remains if that count was wrong.
 
 Calibration (the compressor stays pure: it only ever counts cl100k): the engine's count
-E of the original request and the local count L of it, taken at the same time, give the
-request's ratio r = E / L. A request with E ≤ T_c fits as it is. Otherwise the compressor
+E of the original request and the local count L of it give the request's ratio r = E / L.
+A request with E ≤ T_c fits as it is (and is not counted locally). Otherwise the compressor
 shortens it to ⌊T_c / r⌋ local tokens, and the result is counted by the engine once more:
 at most T_c, it is sent with that count (exact: Eq. 15 holds in the engine's tokens);
 over, the local target is lowered by the excess, converted to local tokens at the rate the
@@ -205,13 +205,16 @@ async def fit_with_engine(
             return None
         detail = "" if first <= target else "may not be compressed"
         return Compression(target, first, first, prompt, sent_messages, detail=detail)
-    first, local = await asyncio.gather(ask(messages, prompt), local_count())
+    first = await ask(messages, prompt)
     if first is None:
         return None
     if first <= target:
         return Compression(target, first, first, prompt, sent_messages)
     if compress_within is not None and first > compress_within:
         return Compression(target, first, first, prompt, sent_messages, detail="above the band")
+    # the local count only when a compression follows: most counted requests fit as they
+    # are (a counted placement's interval is wide), and those pay no local count (~1 ms CPU)
+    local = await local_count()
     ratio = first / max(local, 1)
     aim = math.floor(target / ratio)
     unchanged = Compression(target, first, first, prompt, sent_messages)

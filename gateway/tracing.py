@@ -214,7 +214,7 @@ def end(engine_id: str, att: Any) -> None:
 
 # --- the steps, timed by wrapping (installed only when on) --------------------------------
 def install(pipeline: Any) -> None:
-    """Time the steps of `pipeline` (gateway/proxy.py's Pipeline) for the request spans."""
+    """Time the steps of `pipeline` (gateway/proxy.py's GatewayDriver) for the request spans."""
     if not ON:
         return
     core, shaper, forwarder = pipeline.core, pipeline.shaper, pipeline.forwarder

@@ -148,14 +148,27 @@ class Intake:
             if category is None:
                 floor = self.floor_bytes_per_token if prompt.ascii else 1.0
                 upper = math.ceil(size.content_bytes / floor) + max_tokens + 16
+                if (
+                    upper > self._fast_limit
+                    and prompt.ascii
+                    and self.bounds is not None
+                    and self.classify is not None
+                ):
+                    # the floor above is a log's or JSON's; prose packs ~1.5× more bytes a
+                    # token: its script (a few µs on a sample) gives its own floor, so ASCII
+                    # text far from both boundaries is still placed without the classifier
+                    script = self._script(prompt)
+                    upper = math.ceil(size.content_bytes / self.bounds.floor(script))
+                    upper += max_tokens + 16
                 if upper <= self._fast_limit or self.classify is None:
                     category = Category.CHAT if prompt.endpoint == CHAT else Category.PROSE
+                    script = None  # placed alike whatever it holds: no interval to look at
                 else:
                     category = self.classify(prompt)
                     classified = True
             else:
                 classified = True
-            if classified and self.bounds is not None:
+            if classified and self.bounds is not None and script is None:
                 script = self._script(prompt)
             prompt_tokens = self.estimator.estimate(size, category, max_tokens).prompt_tokens
         info = RequestInfo(

@@ -77,6 +77,7 @@ class ByteBounds:
     min_tokens: int = 64  # fewer content tokens than this measure the template, not the text
     counts: int = 0  # requests whose placement needed an exact count (`straddles` true)
     _seen: dict[tuple[Category, Script], Interval] = field(default_factory=dict)
+    _floors: dict[Script, float] = field(default_factory=dict)  # `floor`'s, until a widen
 
     def interval(self, category: Category, script: Script) -> Interval:
         key = (category, script)
@@ -84,6 +85,17 @@ class ByteBounds:
         if held is not None:
             return held
         return self.category_priors.get(key) or self.priors[script]
+
+    def floor(self, script: Script) -> float:
+        """The fewest bytes per token a request of `script` is expected to pack, whatever
+        its category (the lowest `lo` of its intervals, learnt ones included): bytes / floor
+        bounds its tokens before it is classified (policies/intake.py's fast path)."""
+        held = self._floors.get(script)
+        if held is None:
+            keys = {k for k in (*self.category_priors, *self._seen) if k[1] is script}
+            held = min([self.priors[script].lo, *(self.interval(*k).lo for k in keys)])
+            self._floors[script] = held
+        return held
 
     def widen(self, category: Category, script: Script, content_bytes: int, tokens: int) -> bool:
         """Learn from one counted request (engine or exact local count of its content);
@@ -95,6 +107,7 @@ class ByteBounds:
             return False
         key = (category, script)
         self._seen[key] = self.interval(category, script).widened(ratio)
+        self._floors.pop(script, None)
         return True
 
     def snapshot(self) -> dict[str, tuple[float, float]]:

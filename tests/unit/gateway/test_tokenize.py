@@ -174,6 +174,33 @@ async def test_fits_as_it_is_or_only_counted(served: Any) -> None:
     assert _results(metrics)["ok"] == 1 and _results(metrics)["cached"] == 1
 
 
+async def test_a_request_the_engine_fits_or_puts_above_the_band_is_not_counted_locally(
+    served: Any,
+) -> None:
+    # the local count only sets the compressor's aim: a request that is not compressed
+    # (counted placements are mostly such) must not pay for it
+    engine, _ = await served(_skewed(1.1, 0))
+    n = round(request_tokens(messages=MESSAGES) * 1.1)
+    local_counts = 0
+
+    async def counted_locally() -> int:
+        nonlocal local_counts
+        local_counts += 1
+        return request_tokens(messages=MESSAGES)
+
+    out = await fit_with_engine(engine, "m", n, True, _local, counted_locally, messages=MESSAGES)
+    assert out is not None and out.fits and not out.changed
+    out = await fit_with_engine(
+        engine, "m", n // 2, True, _local, counted_locally, messages=MESSAGES,
+        compress_within=n - 1,
+    )  # fmt: skip
+    assert out is not None and not out.fits and out.detail == "above the band"
+    assert local_counts == 0
+    out = await fit_with_engine(engine, "m", int(n * 0.8), True, _local, counted_locally,
+                                messages=MESSAGES)  # fmt: skip
+    assert out is not None and out.fits and out.changed and local_counts == 1
+
+
 # --- tokenizer: auto — the start-up probe (gateway/tokenizer_probe.py) ---------------------
 
 

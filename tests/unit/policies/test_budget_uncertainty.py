@@ -10,14 +10,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from compressor import content
 from compressor.compress import Compression
+from compressor.content import is_log
 from compressor.script import Script, script_of, script_of_prompt
 from policies.budget import BudgetConfig, BudgetEstimator, measure_chat
 from policies.intake import CHAT, Intake, Placed, Prompt
 from policies.pools import CompressAndRoute
 from policies.types import Category, PoolSpec
-from policies.uncertainty import ByteBounds, Interval, straddles, total_range
+from policies.uncertainty import SCRIPT_PRIORS, ByteBounds, Interval, straddles, total_range
 
 POOLS = [PoolSpec("short", 8192, frozenset({"m"})), PoolSpec("long", 65536, frozenset({"m"}))]
 PLACER = CompressAndRoute("short", 8192, 1.5)
@@ -114,6 +118,59 @@ def test_far_from_both_boundaries_there_is_no_count_and_no_classifier_below():
     huge = i.take(user("Plain English prose sentence here. " * 6000), "b", 0.0, POOLS)
     assert isinstance(huge, Placed) and huge.fit_target is None and huge.pools == ("long",)
     assert bounds.counts == 0
+
+
+def test_prose_far_below_b_short_skips_the_classifier_a_log_of_its_size_is_counted():
+    # ~20 KB: under the logs' floor (2 bytes a token) it could be 10,000 tokens, so the
+    # ASCII fast path cannot wave it through; its script is prose, whose floor (2.9) bounds
+    # it under 7,000: placed short with no classifier and no count, as before issue 24
+    seen: list[Prompt] = []
+
+    def classify(p: Prompt) -> Category:
+        seen.append(p)
+        return Category.PROSE
+
+    i = intake(classify)
+    prose = i.take(user("Plain English prose sentence here. " * 570), "a", 0.0, POOLS)
+    assert isinstance(prose, Placed) and prose.pools[0] == "short"
+    assert prose.fit_target is None and prose.script is None and not seen
+    log = i.take(user(json_lines(20_000)), "b", 0.0, POOLS)
+    assert isinstance(log, Placed) and log.script is Script.RECORDS and len(seen) == 1
+    assert log.fit_target == 8192 - 256 and log.placement.uncertain
+
+
+def test_the_floor_is_the_lowest_of_a_scripts_intervals_learnt_ones_included():
+    bounds = ByteBounds()
+    assert bounds.floor(Script.TEXT) == SCRIPT_PRIORS[Script.TEXT].lo
+    assert bounds.floor(Script.RECORDS) == SCRIPT_PRIORS[Script.RECORDS].lo
+    assert bounds.widen(Category.CHAT, Script.TEXT, 2_500, 1_000)  # 2.5 bytes a token
+    assert bounds.floor(Script.TEXT) == 2.5
+    assert bounds.floor(Script.RECORDS) == SCRIPT_PRIORS[Script.RECORDS].lo
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "2024-05-01T10:00:00Z GET /x 200",
+                "Mar  3 10:11:12 host sshd[1]: ok",
+                "[10:11:12] worker started",
+                "  12:00:01 indented",
+                "plain words: a colon",
+                "no colon at all here",
+                "",
+                "12:3 almost",
+            ]
+        ),
+        max_size=40,
+    )
+)
+def test_is_logs_colon_precheck_never_changes_its_answer(lines):
+    text = "\n".join(lines)
+    s = content._sample(text)
+    plain = len(content._LOG_LINE.findall(s)) >= content.LOG_SHARE * (s.count("\n") + 1)
+    assert is_log(text) == plain
 
 
 def test_a_count_above_the_band_is_not_compressed_but_sent_long():
