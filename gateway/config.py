@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
+from gateway.config_dp import DpGroup
 from policies.registry import ParamError
 
 ENV_PREFIX = "FLEETGATE_"
@@ -325,6 +326,10 @@ class Pool(_Section):
     # this pool's own routing policy (as the simulator's scenario pools have); None: the
     # top-level `routing`
     routing: Routing | None = None
+    # workers: per-request routing; dp_group: G data-parallel ranks fed from a holding pool
+    # by an assignment policy (`dp_group`, gateway/config_dp.py; docs/BFIO.md)
+    kind: Literal["workers", "dp_group"] = "workers"
+    dp_group: DpGroup | None = None
 
     @field_validator("tokenizer")
     @classmethod
@@ -336,6 +341,24 @@ class Pool(_Section):
     def _has_workers(self) -> Pool:
         if not self.workers and self.discovery is None:
             raise ValueError("workers: list at least one worker, or find them with `discovery`")
+        return self
+
+    @model_validator(mode="after")
+    def _dp_group(self) -> Pool:
+        if self.kind != "dp_group":
+            if self.dp_group is not None:
+                raise ValueError("dp_group: only for kind: dp_group")
+            return self
+        g = self.dp_group
+        if g is None:
+            raise ValueError("dp_group: kind: dp_group needs its ranks, slots and assigner")
+        if self.discovery is not None:
+            raise ValueError("discovery: a dp_group lists its endpoints in `workers`")
+        if len(self.workers) not in (1, g.ranks):
+            raise ValueError(
+                f"workers: a dp_group lists one endpoint (the engine's rank selector) or one"
+                f" per rank ({g.ranks}, in rank order), not {len(self.workers)}"
+            )
         return self
 
 

@@ -43,6 +43,7 @@ from policies.events import (
     FIRST_TOKEN,
     WHOLE_ANSWER,
     ContextRefused,
+    Streamed,
     UpstreamFailed,
 )
 from policies.quantile.predictor import Predictor
@@ -128,9 +129,12 @@ class Forwarder:
             else:
                 raise self._refused(action, last_error, att)
             worker: WorkerState = action.load  # type: ignore[assignment]
+            sent_headers, sent_body = headers + worker.extra_headers, body
+            if action.rank is not None and worker.rank_selector:
+                sent_headers, sent_body = with_rank(sent_headers, sent_body, worker, action.rank)
             try:
                 up = await self.client.request(
-                    worker.endpoint, b"POST", path, headers + worker.extra_headers, body
+                    worker.endpoint, b"POST", path, sent_headers, sent_body
                 )
             except UpstreamError as exc:
                 last_error = exc
@@ -310,6 +314,8 @@ class Forwarder:
         )
         att.status = 200
         scanner = att.stream = StreamScanner(strip_usage)
+        ranked = att.ticket is not None and att.ticket.rank is not None
+        events = 0
         try:
             while (chunk := await up.next_chunk()) is not None:
                 if att.ttft is None:
@@ -318,6 +324,9 @@ class Forwarder:
                 out = scanner.feed(chunk)
                 if not out:
                     continue
+                if ranked:  # a dp_group rank's load follows its streamed tokens
+                    events += out.count(b"data: {")
+                    self.core.on(att.ticket, Streamed(events), 0.0)  # type: ignore[arg-type]
                 if source.client_blocked():
                     # waiting on our client, not on the engine: the engine's idle timer
                     # pauses, and a client that reads nothing for the write timeout is cut
@@ -356,6 +365,21 @@ class Forwarder:
 
 def _nothing() -> None:
     pass
+
+
+def with_rank(headers: bytes, body: bytes, worker: WorkerState, rank: int) -> tuple[bytes, bytes]:
+    """A dp_group request for the one endpoint of its group, pinned to `rank` (WIRE_SPEC
+    §10): vLLM reads the `X-data-parallel-rank` header; SGLang reads the same header in
+    its newer releases and the body field `data_parallel_rank` in the older ones, so an
+    SGLang body gets the field too — last in the object, so it wins over any the client
+    sent (JSON parsers keep the last duplicate)."""
+    headers += b"x-data-parallel-rank: %d\r\n" % rank
+    if worker.engine == "sglang":
+        end = body.rstrip()
+        if end.endswith(b"}"):
+            sep = b"" if end[:-1].rstrip().endswith(b"{") else b","
+            body = end[:-1] + sep + b'"data_parallel_rank":%d}' % rank
+    return headers, body
 
 
 def refusal(

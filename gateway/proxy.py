@@ -117,6 +117,11 @@ def core_spec(config: GatewayConfig) -> CoreSpec:
         ),
         prefill_room=d.prefill_room,
         breaker=Breaker(b.failures, b.open_s),
+        dp_groups={
+            name: pool.dp_group.spec()
+            for name, pool in config.pools.items()
+            if pool.dp_group is not None
+        },
     )
 
 

@@ -75,8 +75,8 @@ from typing import Any, TypeVar
 from compressor.compress import Compression
 from policies.actions import PROCEED, Action, Admit, Evict, Fail, Fit, Refuse, Send, Wait
 from policies.admission import AdmissionRefused, AdmitAll, Admitter, Reservation
-from policies.clock import Clock, ManualClock
 from policies.assign import PooledRequest
+from policies.clock import Clock, ManualClock
 from policies.dispatch import Dispatcher, FifoDispatcher, QueuePosition, Waiter
 from policies.dp_group import DpGroup, Pooled, Seat
 from policies.events import (
@@ -466,8 +466,10 @@ class Core:
         slot = ticket.slot
         if slot is not None and event.blames_worker and self.breaker is not None:
             self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
-        if slot is None or ticket.rank is not None or not self.retry.again(
-            ticket.retries, event.retryable, event.before_response
+        if (
+            slot is None
+            or ticket.rank is not None
+            or not self.retry.again(ticket.retries, event.retryable, event.before_response)
         ):
             return self._emit(ticket.info.id, Fail(ticket))
         ticket.retries += 1

@@ -68,7 +68,7 @@ def test_fcfs_fills_the_ranks_then_pools_then_assigns_on_completion():
 
 def test_per_rank_endpoints_and_bfio_levels_the_ranks():
     spec = DpGroupSpec(ranks=2, slots=2, assigner="bfio", params={"solver": "milp"})
-    core, seen, _, _ = _core(spec, endpoints=2)
+    core, _, _, _ = _core(spec, endpoints=2)
     sends = [core.start(_request(r, t), 0.0) for r, t in (("x", 1000), ("y", 900))]
     assert all(isinstance(s, Send) for s in sends)
     # a new small one goes beside the lighter rank's resident; the endpoint is the rank's
