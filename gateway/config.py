@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
-from gateway.config_dp import DpGroup
+from policies.dp_config import DpGroup
 from policies.registry import ParamError
 
 ENV_PREFIX = "FLEETGATE_"
@@ -327,7 +327,7 @@ class Pool(_Section):
     # top-level `routing`
     routing: Routing | None = None
     # workers: per-request routing; dp_group: G data-parallel ranks fed from a holding pool
-    # by an assignment policy (`dp_group`, gateway/config_dp.py; docs/BFIO.md)
+    # by an assignment policy (`dp_group`, policies/dp_config.py; docs/BFIO.md)
     kind: Literal["workers", "dp_group"] = "workers"
     dp_group: DpGroup | None = None
 

@@ -20,7 +20,7 @@ from policies.quantile.predictor import Predictor
 from policies.registry import config_from
 from policies.routing import Router, make_router
 from policies.types import PoolSpec
-from simulator.cluster import Cluster, EngineFactory, default_engine
+from simulator.cluster import Cluster, EngineFactory, default_engine, dp_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
 from simulator.driver import Driver
 from simulator.families import CdfFamily
@@ -164,6 +164,11 @@ def core_spec(scenario: Scenario) -> CoreSpec:
             d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
         ),
         prefill_room=d.prefill_room,
+        dp_groups={
+            pool.name: pool.dp_group.spec()
+            for pool in scenario.fleet.pools
+            if pool.dp_group is not None
+        },
     )
 
 
@@ -232,9 +237,9 @@ def run(
         predictor=predictor,
     )
     for p in scenario.fleet.pools:
-        cluster.add_pool(
-            p.name, p.workers, scenario.engine_config(p), kernel, gateway, engine_factory
-        )
+        dp = p.dp_config()
+        factory = engine_factory if dp is None else dp_engine(dp)
+        cluster.add_pool(p.name, p.workers, scenario.engine_config(p), kernel, gateway, factory)
         for w in cluster.pools[p.name][: p.refuse_connections]:
             w.refuses = True
     dispatch = scenario.policy.dispatch

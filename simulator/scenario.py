@@ -60,7 +60,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
+from policies.dp_config import DpGroup as DpGroupModel
 from policies.registry import ParamError
 from policies.types import Category
 from simulator import families as fam
@@ -92,11 +94,39 @@ class PoolModel(_Strict):
     # caught yet): an attempt there fails before a response, and the core's retry policy
     # sends the request to another worker
     refuse_connections: int = Field(default=0, ge=0)
+    # dp_group: one engine of G data-parallel ranks stepping in lockstep
+    # (emulator/dp_engine.py), fed from a holding pool by an assignment policy
+    # (`dp_group`, the gateway's model: policies/dp_config.py); `dp_step` its barrier's
+    # T_sync and per-context-token K (DpConfig's t_sync, k)
+    kind: Literal["workers", "dp_group"] = "workers"
+    dp_group: DpGroupModel | None = None
+    dp_step: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("engine")
     @classmethod
     def _engine_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _check_fields(EngineConfig, v, "engine")
+
+    @field_validator("dp_step")
+    @classmethod
+    def _dp_step_keys(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(v) - {"t_sync", "k"})
+        if unknown:
+            raise ValueError(f"unknown dp_step key(s) {', '.join(unknown)}; known: k, t_sync")
+        return v
+
+    @model_validator(mode="after")
+    def _dp_group(self) -> PoolModel:
+        if (self.kind == "dp_group") != (self.dp_group is not None):
+            raise ValueError("dp_group: given exactly when kind: dp_group")
+        if self.dp_group is not None and self.workers != 1:
+            raise ValueError("workers: a simulated dp_group is one engine of its G ranks (1)")
+        return self
+
+    def dp_config(self) -> DpConfig | None:
+        if self.dp_group is None:
+            return None
+        return DpConfig(self.dp_group.ranks, **self.dp_step)
 
 
 class FleetModel(_Strict):
@@ -375,7 +405,10 @@ class Scenario(_Strict):
         # a pool's `engine.max_model_len` may be shorter than the context the pool is
         # configured with (placement's): a misconfigured worker, whose refusals the
         # core's context-length safety net places again on longer pools
-        merged = {**self.fleet.engine, "max_model_len": pool.max_model_len, **pool.engine}
+        merged = {**self.fleet.engine, "max_model_len": pool.max_model_len}
+        if pool.dp_group is not None:  # a rank runs B requests at once
+            merged["max_num_seqs"] = pool.dp_group.slots
+        merged.update(pool.engine)
         return EngineConfig(**merged)
 
 

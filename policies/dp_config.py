@@ -1,4 +1,5 @@
-"""A `dp_group` pool's own settings (`pools.<name>.dp_group`): G data-parallel ranks of one
+"""A `dp_group` pool's own settings — the gateway's `pools.<name>.dp_group` and the
+simulator's `fleet.pools[].dp_group`, one model for both: G data-parallel ranks of one
 engine, B slots each, and the assignment policy that chooses each request's rank
 (policies/dp_group.py, policies/assign/; docs/BFIO.md).
 
