@@ -169,6 +169,8 @@ class Forwarder:
         att.pool, att.worker = send.pool, send.worker
         if send.spilled:
             self.metrics.spills.labels(send.pool).inc()
+        if send.rank is not None:
+            self.metrics.dp_pool_wait.labels(send.pool).observe(now - send.ticket.info.arrival)
         self.metrics.pool(send.pool).overhead.observe(now - att.t0)
         if self.predictor is not None:
             att.prediction = self.predictor.pending(send.ticket.info.id)

@@ -159,6 +159,7 @@ class Gateway:
             self.compress_pool,
         )
         self.metrics.watch_dispatch(self.pipeline.core.dispatcher)
+        self.metrics.watch_dp_groups(self.pipeline.core.groups)
         # tokenizer: auto — which counter each pool uses, probed once, exported and logged
         await tokenizer_probe.settle_fleet(
             cfg, self.client, self.fleet, self.metrics, now, self.pipeline.shaper.engine

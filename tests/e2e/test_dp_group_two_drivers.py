@@ -115,10 +115,16 @@ async def _live() -> tuple[list[tuple[str, str]], str]:
                 answers = [await t for t in tasks]
                 assert [a.status_code for a in answers] == [200] * len(TRACE)
                 emu_metrics = httpx.get(emu.url + "/metrics", timeout=5).text
+                gw_metrics = (await c.get("/metrics")).text
             assert worker.in_flight == worker.outstanding_tokens == 0
             assert group.loads() == [0] * G and not group.pooled
         finally:
             await app.gateway.stop()
+    # every assignment's pool wait was observed; the ranks are empty again
+    assert f'fleetgate_dp_pool_wait_seconds_count{{pool="short"}} {len(TRACE)}.0' in gw_metrics
+    for g in range(G):
+        assert f'fleetgate_dp_rank_load_tokens{{pool="short",rank="{g}"}} 0.0' in gw_metrics
+    assert 'fleetgate_dp_imbalance_tokens{pool="short"} 0.0' in gw_metrics
     return _decisions(log, ids), emu_metrics
 
 
