@@ -731,9 +731,9 @@ class GatewayMetrics:
         self._quartz_prefill.observe(prefill_s)
 
     def watch_dp_groups(self, groups: Mapping[str, DpGroup]) -> None:
-        """The dp_group pools' per-rank series (gateway/metrics_dp.py)."""
-        if groups:
-            self.registry.register(DpGroupCollector(groups))
+        """The dp_group pools' per-rank series (gateway/metrics_dp.py); declared, without
+        samples, when there is none."""
+        self.registry.register(DpGroupCollector(groups))
 
     def watch_budget(self, budget: TokenBudget) -> None:
         """Expose ĉ_k, the learnt bytes per token of each content category."""
