@@ -207,6 +207,10 @@ class SglangMetrics:
             if ranks is None
             else [((*self.sched, ("dp_rank", str(g))), s) for g, s in enumerate(ranks)]
         )
+        if ranks is not None:  # per rank only, as SGLang's DP schedulers each export theirs
+            for fam in (self.running, self.queue_reqs, self.used, self.usage, self.hit_rate,
+                        self.util, self.retracted_total):  # fmt: skip
+                fam.series.pop(self.sched, None)
         for lab, s in per_rank:
             self.running.set(lab, s.running)
             self.queue_reqs.set(lab, s.waiting)

@@ -32,6 +32,15 @@ predictor's settings (policies/quantile/config.py); with a predictor each record
                  params: {lam: 0.02, beta: 0.1}}          # or token_fair, fifo
       quartz: {alpha: 0.95, delta: 0.05}                  # {} : defaults (Table 3)
 
+A data-parallel group (issue 26, docs/BFIO.md): one engine of G ranks stepping in lockstep
+(emulator/dp_engine.py), its requests assigned to ranks from a holding pool by the core:
+
+    fleet:
+      pools:
+        - {name: dp, workers: 1, max_model_len: 8192, kind: dp_group,
+           dp_group: {ranks: 4, slots: 8, assigner: {policy: bfio}},
+           dp_step: {t_sync: 0.002, k: 2.5e-6}}
+
 Multi-tenant workloads (the token-pools experiments, scenarios/token-pools-*.yaml) list
 tenants instead of one arrival process; a tenant's name is its requests' client, which
 is their entitlement at admission:

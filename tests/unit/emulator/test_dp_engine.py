@@ -64,3 +64,16 @@ def test_the_rank_a_request_names():
     assert requested_rank({}, {"data_parallel_rank": 0}, vllm=False) == 0
     with pytest.raises(ValueError, match="must be an integer"):
         requested_rank({"X-Data-Parallel-Rank": "x"}, {}, vllm=False)
+
+
+def test_per_rank_series_as_the_engines_export_them():
+    from emulator.engine import EngineStats
+    from emulator.metrics_sglang import SglangMetrics
+    from emulator.metrics_vllm import VllmMetrics
+
+    ranks = [EngineStats(running=1), EngineStats(running=2)]
+    vllm, _ = VllmMetrics("m", CFG).render(EngineStats(running=3), "", 0.0, ranks)
+    assert b'vllm:num_requests_running{engine="1",model_name="m"} 2.0' in vllm
+    sgl, _ = SglangMetrics("m", CFG).render(EngineStats(running=3), "", 0.0, ranks)
+    running = [line for line in sgl.splitlines() if line.startswith(b"sglang:num_running_reqs{")]
+    assert len(running) == 2 and all(b'dp_rank="' in line for line in running)
