@@ -19,6 +19,8 @@ when exchanging them would lower the maximum.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 import numpy.typing as npt
 
@@ -79,20 +81,23 @@ def _greedy(inst: Instance, level: float | None) -> _State:
     where = np.full(n_pool, -1, dtype=np.int64)
 
     # sizes ascending; `left` are the pooled requests not yet placed (a sorted index list)
+    # and `left_sizes` their sizes (plain floats: bisect, no array built per placement)
     by_size = np.argsort(inst.sizes, kind="stable")
-    sorted_sizes = sizes[by_size]
+    left_sizes: list[float] = sizes[by_size].tolist()
     left = list(range(n_pool))
+    top = loads.max(axis=0)
+    ceiling = top if level is None else np.maximum(top, level)
+    # room_g: the largest request rank g takes without raising any step's ceiling (kept
+    # up to date: a placement changes its rank's row, and every row only if a ceiling rose)
+    room = (ceiling - loads - hs).min(axis=1)
+    room[free <= 0] = -np.inf
     for placed in range(u):
         need = u - placed
-        top = loads.max(axis=0)
-        ceiling = top if level is None else np.maximum(top, level)
-        # room_g: the largest request rank g takes without raising any step's ceiling
-        room = (ceiling - loads - hs).min(axis=1)
-        room[free <= 0] = -np.inf
-        fit_at = int(np.searchsorted(sorted_sizes[left], room.max(), side="right"))
+        fit_at = bisect_right(left_sizes, float(room.max()))
         # the largest request that fits somewhere; when none does, the largest of the `need`
         # smallest (a larger one would be passed over while smaller ones can still fill U)
         k = fit_at - 1 if fit_at > 0 else need - 1
+        left_sizes.pop(k)
         i = int(by_size[left.pop(k)])
         w = sizes[i] + hs
         rise = np.maximum(loads + w - ceiling, 0.0).sum(axis=1)
@@ -106,6 +111,16 @@ def _greedy(inst: Instance, level: float | None) -> _State:
         where[i] = g
         loads[g] += w
         free[g] -= 1
+        risen = np.maximum(top, loads[g])
+        if (risen != top).any():
+            top = risen
+            raised = top if level is None else np.maximum(top, level)
+            if (raised != ceiling).any():
+                ceiling = raised
+                room = (ceiling - loads - hs).min(axis=1)
+                room[free <= 0] = -np.inf
+                continue
+        room[g] = (ceiling - loads[g] - hs).min() if free[g] > 0 else -np.inf
     return loads, free, where
 
 
