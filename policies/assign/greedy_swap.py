@@ -42,13 +42,11 @@ def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
     levels: list[float | None] = [None]
     if inst.horizon > 1:
         levels += sorted({float(q) for q in np.quantile(top, (1.0, 0.75, 0.5, 0.25))}, reverse=True)
-    # every start's greedy is cheap; only the best one is polished by the swap search
-    # (from its greedy state, kept: the greedy is not run twice)
-    starts = []
-    for n, level in enumerate(levels):
-        state = _greedy(inst, level)
-        starts.append((objective(inst, _decision(state[2])), n, state))
-    _, _, (loads, free, where) = min(starts, key=lambda s: (s[0], s[1]))
+    # every start's greedy is cheap (all run at once, one array per start); only the best
+    # one is polished by the swap search, from its greedy state
+    states = _greedy(inst, levels)
+    scored = [(objective(inst, _decision(st[2])), n) for n, st in enumerate(states)]
+    loads, free, where = states[min(scored)[1]]
     rounds = min(8 * u + 16, 64) if max_rounds is None else max_rounds
     plateau_left = 2 * u  # J-neutral steps allowed: they only set up the next improvement
     sizes = inst.sizes.astype(np.float64)
@@ -68,60 +66,59 @@ def _decision(where: npt.NDArray[np.int64]) -> Decision:
 _State = tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
-def _greedy(inst: Instance, level: float | None) -> _State:
-    """Phase 1 under a ceiling (`level`; None: the current per-step maxima): the loads, free
-    slots and each pooled request's rank (−1: still pooled) after placing U requests."""
+def _greedy(inst: Instance, levels: list[float | None]) -> list[_State]:
+    """Phase 1, once per ceiling in `levels` (None: the current per-step maxima), all
+    starts stepped together (one [start, rank, step] array): each start's loads, free
+    slots and pooled requests' ranks (−1: still pooled) after placing U requests. Every
+    start computes exactly what it would alone; batching only saves array calls."""
     u = inst.fillable
-    n_h = inst.horizon
-    hs = np.arange(n_h, dtype=np.float64)
+    hs = np.arange(inst.horizon, dtype=np.float64)
     sizes = inst.sizes.astype(np.float64)
-    n_pool = len(sizes)
-    loads = inst.base.copy()
-    free = inst.free.astype(np.int64).copy()
-    where = np.full(n_pool, -1, dtype=np.int64)
+    n_pool, n_starts = len(sizes), len(levels)
+    floor = np.array([-np.inf if lv is None else lv for lv in levels])[:, None]
+    loads = np.repeat(inst.base[None], n_starts, axis=0)
+    free = np.repeat(inst.free.astype(np.int64)[None], n_starts, axis=0)
+    where = np.full((n_starts, n_pool), -1, dtype=np.int64)
+    starts = np.arange(n_starts)
 
-    # sizes ascending; `left` are the pooled requests not yet placed (a sorted index list)
-    # and `left_sizes` their sizes (plain floats: bisect, no array built per placement)
+    # sizes ascending; per start, `left` are the pooled requests not yet placed (a sorted
+    # index list) and `left_sizes` their sizes (plain floats: bisected, no array built)
     by_size = np.argsort(inst.sizes, kind="stable")
-    left_sizes: list[float] = sizes[by_size].tolist()
-    left = list(range(n_pool))
-    top = loads.max(axis=0)
-    ceiling = top if level is None else np.maximum(top, level)
-    # room_g: the largest request rank g takes without raising any step's ceiling (kept
-    # up to date: a placement changes its rank's row, and every row only if a ceiling rose)
-    room = (ceiling - loads - hs).min(axis=1)
-    room[free <= 0] = -np.inf
+    ascending: list[float] = sizes[by_size].tolist()
+    left = [list(range(n_pool)) for _ in levels]
+    left_sizes = [list(ascending) for _ in levels]
+    chosen = np.empty(n_starts, dtype=np.int64)
     for placed in range(u):
         need = u - placed
-        fit_at = bisect_right(left_sizes, float(room.max()))
-        # the largest request that fits somewhere; when none does, the largest of the `need`
-        # smallest (a larger one would be passed over while smaller ones can still fill U)
-        k = fit_at - 1 if fit_at > 0 else need - 1
-        left_sizes.pop(k)
-        i = int(by_size[left.pop(k)])
-        w = sizes[i] + hs
-        rise = np.maximum(loads + w - ceiling, 0.0).sum(axis=1)
-        rise[free <= 0] = np.inf
-        ties = np.flatnonzero(rise <= float(rise.min()) + _EPS)
-        if len(ties) > 1:
-            headroom = (ceiling[0] - loads[ties, 0] - sizes[i]) / free[ties]
-            g = int(ties[int(np.argmax(headroom))])
-        else:
-            g = int(ties[0])
-        where[i] = g
-        loads[g] += w
-        free[g] -= 1
-        risen = np.maximum(top, loads[g])
-        if (risen != top).any():
-            top = risen
-            raised = top if level is None else np.maximum(top, level)
-            if (raised != ceiling).any():
-                ceiling = raised
-                room = (ceiling - loads - hs).min(axis=1)
-                room[free <= 0] = -np.inf
-                continue
-        room[g] = (ceiling - loads[g] - hs).min() if free[g] > 0 else -np.inf
-    return loads, free, where
+        ceiling = np.maximum(loads.max(axis=1), floor)  # [start, step]
+        # room_g: the largest request rank g takes without raising any step's ceiling
+        room = (ceiling[:, None, :] - loads - hs).min(axis=2)
+        full = free <= 0
+        room[full] = -np.inf
+        most = room.max(axis=1)
+        for n in range(n_starts):
+            fit_at = bisect_right(left_sizes[n], float(most[n]))
+            # the largest request that fits somewhere; when none does, the largest of the
+            # `need` smallest (a larger one would be passed over while smaller ones can
+            # still fill U)
+            k = fit_at - 1 if fit_at > 0 else need - 1
+            left_sizes[n].pop(k)
+            chosen[n] = by_size[left[n].pop(k)]
+        w = sizes[chosen][:, None] + hs  # [start, step]
+        rise = np.maximum(loads + w[:, None, :] - ceiling[:, None, :], 0.0).sum(axis=2)
+        rise[full] = np.inf
+        ties = rise <= (rise.min(axis=1) + _EPS)[:, None]
+        g = np.argmax(ties, axis=1)  # the only (or first) tie
+        several = ties.sum(axis=1) > 1
+        if several.any():  # the tie with the most headroom per free slot left
+            with np.errstate(divide="ignore", invalid="ignore"):
+                headroom = (ceiling[:, :1] - loads[:, :, 0] - sizes[chosen][:, None]) / free
+            best = np.argmax(np.where(ties, headroom, -np.inf), axis=1)
+            g = np.where(several, best, g)
+        where[starts, chosen] = g
+        loads[starts, g] += w
+        free[starts, g] -= 1
+    return [(loads[n], free[n], where[n]) for n in range(n_starts)]
 
 
 def _top3(loads: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
@@ -179,7 +176,9 @@ def _improve(
     d = sizes[admitted][:, None] - sizes[None, :]  # [U, P]: s_x − s_y
     # x ↔ pooled y: rank a sheds d; the new maximum is a's or the best outside a
     outside_a = _max_outside(idx, vals, ra, np.full(n_adm, -1, dtype=np.int64))
-    new_top = np.maximum(outside_a[:, None, :], la[:, None, :] - d[:, :, None])
+    # one [U, P, H+1] buffer, reused in place (a fresh one per pass costs page faults)
+    new_top = np.subtract(la[:, None, :], d[:, :, None])
+    np.maximum(new_top, outside_a[:, None, :], out=new_top)
     if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both
         pa, pb = np.repeat(ra, n_adm), np.tile(ra, n_adm)
         outside_ab = _max_outside(idx, vals, pa, pb).reshape(n_adm, n_adm, n_h)
@@ -187,7 +186,8 @@ def _improve(
         new_top[:, admitted, :] = np.maximum(
             np.maximum(outside_ab, la[:, None, :] - da), la[None, :, :] + da
         )
-    gain = n_ranks * (new_top - top).sum(axis=2) + np.where(pooled[None, :], d * n_h, 0.0)
+    np.subtract(new_top, top, out=new_top)
+    gain = n_ranks * new_top.sum(axis=2) + np.where(pooled[None, :], d * n_h, 0.0)
     same = ra[:, None] == where[None, :]  # y on x's own rank (x itself included): no exchange
     gain[same] = np.inf
     flat = gain.ravel()
