@@ -16,6 +16,7 @@ import logging
 import sys
 
 from emulator.config import DEFAULT_MODEL_PATH, EmulatorConfig, Faults
+from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
 
 
@@ -102,6 +103,30 @@ def parser() -> argparse.ArgumentParser:
         help="mean natural answer length (EOS model)",
     )
 
+    dp = p.add_argument_group("data parallel (emulator/dp_engine.py)")
+    dp.add_argument(
+        "--data-parallel-size",
+        "--dp-size",
+        "--dp",
+        dest="dp_size",
+        type=int,
+        default=1,
+        metavar="G",
+        help="G ranks stepping in lockstep; a request names its rank with"
+        " X-data-parallel-rank (SGLang: also routed_dp_rank / data_parallel_rank)",
+    )
+    dp.add_argument(
+        "--dp-t-sync",
+        type=float,
+        default=DpConfig().t_sync,
+        help="seconds per step at the ranks' barrier (T_sync)",
+    )
+    dp.add_argument(
+        "--dp-k",
+        type=float,
+        default=DpConfig().k,
+        help="seconds per step per context token a rank holds (K)",
+    )
     f = p.add_argument_group("fault injection")
     f.add_argument(
         "--error-rate", type=float, default=0.0, help="fraction of generation requests answered 500"
@@ -171,6 +196,7 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
         enable_request_id_headers=args.enable_request_id_headers,
         prompt_tokens_details=args.details,
         enable_metrics=args.enable_metrics,
+        dp=DpConfig(args.dp_size, args.dp_t_sync, args.dp_k),
         faults=Faults(
             error_rate=args.error_rate,
             added_latency_ms=args.added_latency_ms,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
 
 VLLM_VERSION = "0.33.0"
@@ -49,6 +50,7 @@ class EmulatorConfig:
     )
     enable_metrics: bool = True  # SGLang serves /metrics only with --enable-metrics
     faults: Faults = field(default_factory=Faults)
+    dp: DpConfig = field(default_factory=DpConfig)  # --data-parallel-size and its step model
 
     @property
     def version(self) -> str:

@@ -35,6 +35,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
+from emulator.dp_engine import DpConfig, DpEngine
 from emulator.engine import Engine, EngineConfig, EngineRequest, FinishedRequest, StepResult
 
 log = logging.getLogger("emulator.driver")
@@ -92,10 +93,20 @@ class _Sink:
 
 class Driver:
     def __init__(
-        self, config: EngineConfig, scale: float, recorder: Recorder, max_lag: float = 0.05
+        self,
+        config: EngineConfig,
+        scale: float,
+        recorder: Recorder,
+        max_lag: float = 0.05,
+        dp: DpConfig | None = None,
     ) -> None:
         self.clock = ScaledClock(scale)
-        self.engine = Engine(config, self.clock)
+        # --data-parallel-size G > 1: G ranks stepping in lockstep (emulator/dp_engine.py)
+        self.engine: Engine | DpEngine = (
+            DpEngine(config, self.clock, dp)
+            if dp is not None and dp.ranks > 1
+            else Engine(config, self.clock)
+        )
         self.recorder = recorder
         self.max_lag = max_lag  # wall seconds behind schedule before the cursor resyncs
         self._sinks: dict[str, _Sink] = {}

@@ -120,6 +120,9 @@ class EngineRequest:
     # Why it ends at output_tokens; None: "stop" if output_tokens < max_tokens else "length".
     # A stop string or stop token matched on the last allowed token is a "stop" (vLLM).
     finish_reason: str | None = None
+    # the data-parallel rank it is pinned to (emulator/dp_engine.py); None: the group's
+    # own balancer chooses (a single engine ignores it)
+    dp_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +379,12 @@ class Engine:
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
+
+    @property
+    def context_tokens(self) -> int:
+        """Σ over running requests of (prompt + generated): the KV a decode step reads
+        (a data-parallel group's per-rank load, emulator/dp_engine.py)."""
+        return sum(s.prompt + s.gen for s in self._running)
 
     @property
     def kv_usage(self) -> float:

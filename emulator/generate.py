@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from emulator.dp_engine import requested_rank
 from emulator.engine import EngineRequest, FinishedRequest
 from emulator.metrics import RequestTag
 from emulator.requests import GenPlan, SeqPlan, plan
@@ -63,6 +64,10 @@ async def generate(
     request: web.Request, emu: Emulator, kind: str, body: object
 ) -> web.StreamResponse:
     p = plan(kind, body, request.headers, emu.info)
+    try:
+        rank = requested_rank(request.headers, body, emu.vllm)
+    except ValueError as exc:
+        raise ApiError(400, str(exc), "BadRequestError") from None
     _faults_on_arrival(emu)
     if emu.cfg.faults.error_rate and emu.rng.random() < emu.cfg.faults.error_rate:
         raise INTERNAL
@@ -97,6 +102,7 @@ async def generate(
                         s.output_tokens,
                         s.block_hashes,
                         finish_reason=s.outcome.finish_reason,
+                        dp_rank=rank,
                     ),
                     queue,
                     s.index,

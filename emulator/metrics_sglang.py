@@ -191,16 +191,33 @@ class SglangMetrics:
 
     # -- scrape -------------------------------------------------------------------------
 
-    def render(self, stats: EngineStats, accept: str, now: float) -> tuple[bytes, str]:
-        lab = self.sched
+    def render(
+        self,
+        stats: EngineStats,
+        accept: str,
+        now: float,
+        ranks: list[EngineStats] | None = None,
+    ) -> tuple[bytes, str]:
+        """With data parallelism (`ranks`: one snapshot per DP rank) the scheduler's
+        gauges are per rank, labelled `dp_rank` as SGLang's schedulers label theirs."""
         cfg = self.config
-        self.running.set(lab, stats.running)
-        self.queue_reqs.set(lab, stats.waiting)
-        self.used.set(lab, stats.kv_blocks_used * cfg.block_size)
-        self.usage.set(lab, stats.kv_usage)
-        q = stats.prefix_queries_tokens
-        self.hit_rate.set(lab, stats.prefix_hits_tokens / q if q else 0.0)
-        self.gen_tp.set(lab, self.throughput.rate(now))
-        self.util.set(lab, stats.running / cfg.max_num_seqs)
-        self.retracted_total.set(lab, stats.preemptions)
+        self.gen_tp.set(self.sched, self.throughput.rate(now))
+        per_rank = (
+            [(self.sched, stats)]
+            if ranks is None
+            else [((*self.sched, ("dp_rank", str(g))), s) for g, s in enumerate(ranks)]
+        )
+        if ranks is not None:  # per rank only, as SGLang's DP schedulers each export theirs
+            for fam in (self.running, self.queue_reqs, self.used, self.usage, self.hit_rate,
+                        self.util, self.retracted_total):  # fmt: skip
+                fam.series.pop(self.sched, None)
+        for lab, s in per_rank:
+            self.running.set(lab, s.running)
+            self.queue_reqs.set(lab, s.waiting)
+            self.used.set(lab, s.kv_blocks_used * cfg.block_size)
+            self.usage.set(lab, s.kv_usage)
+            q = s.prefix_queries_tokens
+            self.hit_rate.set(lab, s.prefix_hits_tokens / q if q else 0.0)
+            self.util.set(lab, s.running / cfg.max_num_seqs)
+            self.retracted_total.set(lab, s.preemptions)
         return self.exposition.render(accept)

@@ -321,17 +321,26 @@ class VllmMetrics:
 
     # -- scrape -------------------------------------------------------------------------
 
-    def render(self, stats: EngineStats, accept: str, now: float) -> tuple[bytes, str]:
-        lab = self.labels
-        self.running.set(lab, stats.running)
-        self.waiting.set(lab, stats.waiting)
-        self.waiting_by.set((*lab, ("reason", "capacity")), stats.waiting)
-        self.kv.set(lab, stats.kv_usage)
-        self.pq.set(lab, stats.prefix_queries_tokens)
-        self.ph.set(lab, stats.prefix_hits_tokens)
-        self.preempt.set(lab, stats.preemptions)
-        self.prompt.set(lab, stats.prompt_tokens)
-        self.gen.set(lab, stats.generation_tokens)
+    def render(
+        self,
+        stats: EngineStats,
+        accept: str,
+        now: float,
+        ranks: list[EngineStats] | None = None,
+    ) -> tuple[bytes, str]:
+        """With data parallelism (`ranks`: one snapshot per DP rank) the engine series are
+        per engine core, `engine="<rank>"`, as vLLM's DP deployments export them."""
+        for g, s in enumerate(ranks or (stats,)):
+            lab: Labels = (("engine", str(g)), self.labels[1])
+            self.running.set(lab, s.running)
+            self.waiting.set(lab, s.waiting)
+            self.waiting_by.set((*lab, ("reason", "capacity")), s.waiting)
+            self.kv.set(lab, s.kv_usage)
+            self.pq.set(lab, s.prefix_queries_tokens)
+            self.ph.set(lab, s.prefix_hits_tokens)
+            self.preempt.set(lab, s.preemptions)
+            self.prompt.set(lab, s.prompt_tokens)
+            self.gen.set(lab, s.generation_tokens)
         return self.exposition.render(accept)
 
 

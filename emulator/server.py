@@ -30,6 +30,7 @@ from aiohttp import web
 
 from emulator.chat_template import decode, render_chat, render_completion
 from emulator.config import EmulatorConfig
+from emulator.dp_engine import DpEngine
 from emulator.engine import EngineRequest
 from emulator.generate import generate
 from emulator.metrics import RequestTag
@@ -234,9 +235,12 @@ async def _metrics(request: web.Request) -> web.Response:
     emu = request.app[EMU]
     if not emu.vllm and not emu.cfg.enable_metrics:
         return _json({"detail": "Not Found"}, 404)
-    stats = emu.driver.engine.stats
+    engine = emu.driver.engine
+    ranks = None
+    if isinstance(engine, DpEngine):  # per-rank series, as the real engines export them
+        ranks = [engine.rank_stats(g) for g in range(len(engine.ranks))]
     body, ctype = emu.metrics.render(
-        stats, request.headers.get("Accept", ""), emu.driver.clock.wall_now()
+        engine.stats, request.headers.get("Accept", ""), emu.driver.clock.wall_now(), ranks
     )
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = ctype

@@ -71,7 +71,7 @@ def build_state(cfg: EmulatorConfig) -> Emulator:
         info=info,
         wire=wire_for(cfg.personality, fingerprint(cfg)),
         metrics=metrics,
-        driver=Driver(cfg.engine, cfg.time_scale, metrics, cfg.max_lag),
+        driver=Driver(cfg.engine, cfg.time_scale, metrics, cfg.max_lag, cfg.dp),
         fail_health=cfg.faults.fail_health,
         rng=random.Random(cfg.seed),
     )

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
 from policies.build import CoreSpec
+from policies.dp_config import DpGroup
 from policies.spec import PolicySpec, RoutingSpec, core_spec, describe_errors
 
 ENV_PREFIX = "FLEETGATE_"
@@ -326,6 +327,10 @@ class Pool(_Section):
     # this pool's own routing policy (as the simulator's scenario pools have); None: the
     # top-level `routing`
     routing: RoutingSpec | None = None
+    # workers: per-request routing; dp_group: G data-parallel ranks fed from a holding pool
+    # by an assignment policy (`dp_group`, policies/dp_config.py; docs/BFIO.md)
+    kind: Literal["workers", "dp_group"] = "workers"
+    dp_group: DpGroup | None = None
 
     @field_validator("tokenizer")
     @classmethod
@@ -337,6 +342,24 @@ class Pool(_Section):
     def _has_workers(self) -> Pool:
         if not self.workers and self.discovery is None:
             raise ValueError("workers: list at least one worker, or find them with `discovery`")
+        return self
+
+    @model_validator(mode="after")
+    def _dp_group(self) -> Pool:
+        if self.kind != "dp_group":
+            if self.dp_group is not None:
+                raise ValueError("dp_group: only for kind: dp_group")
+            return self
+        g = self.dp_group
+        if g is None:
+            raise ValueError("dp_group: kind: dp_group needs its ranks, slots and assigner")
+        if self.discovery is not None:
+            raise ValueError("discovery: a dp_group lists its endpoints in `workers`")
+        if len(self.workers) not in (1, g.ranks):
+            raise ValueError(
+                f"workers: a dp_group lists one endpoint (the engine's rank selector) or one"
+                f" per rank ({g.ranks}, in rank order), not {len(self.workers)}"
+            )
         return self
 
 
@@ -538,6 +561,7 @@ class GatewayConfig(PolicySpec):
             self,
             {n: p.max_model_len for n, p in self.pools.items()},
             {n: p.routing for n, p in self.pools.items()},
+            {n: p.dp_group.spec() for n, p in self.pools.items() if p.dp_group is not None},
         )
 
     @property

@@ -44,6 +44,7 @@ from policies.events import (
     FIRST_TOKEN,
     WHOLE_ANSWER,
     ContextRefused,
+    Streamed,
     UpstreamFailed,
 )
 from policies.quantile.predictor import Predictor
@@ -129,11 +130,15 @@ class Forwarder:
             else:
                 raise self._refused(action, last_error, att)
             worker: WorkerState = action.load  # type: ignore[assignment]
-            head = headers + worker.extra_headers
+            sent_headers, sent_body = headers + worker.extra_headers, body
+            if action.rank is not None and worker.rank_selector:
+                sent_headers, sent_body = with_rank(sent_headers, sent_body, worker, action.rank)
             if tracing.ON:  # the attempt's span; the engine continues the trace
-                head += tracing.upstream(ticket.info.id, worker.id, worker.pool)
+                sent_headers += tracing.upstream(ticket.info.id, worker.id, worker.pool)
             try:
-                up = await self.client.request(worker.endpoint, b"POST", path, head, body)
+                up = await self.client.request(
+                    worker.endpoint, b"POST", path, sent_headers, sent_body
+                )
             except UpstreamError as exc:
                 last_error = exc
                 action = self._failed(worker, att, exc, before_response=True)
@@ -167,6 +172,8 @@ class Forwarder:
         att.pool, att.worker = send.pool, send.worker
         if send.spilled:
             self.metrics.spills.labels(send.pool).inc()
+        if send.rank is not None:
+            self.metrics.dp_pool_wait.labels(send.pool).observe(now - send.ticket.info.arrival)
         self.metrics.pool(send.pool).overhead.observe(now - att.t0)
         if self.predictor is not None:
             att.prediction = self.predictor.pending(send.ticket.info.id)
@@ -312,6 +319,8 @@ class Forwarder:
         )
         att.status = 200
         scanner = att.stream = StreamScanner(strip_usage)
+        ranked = att.ticket is not None and att.ticket.rank is not None
+        events = 0
         try:
             while (chunk := await up.next_chunk()) is not None:
                 if att.ttft is None:
@@ -320,6 +329,9 @@ class Forwarder:
                 out = scanner.feed(chunk)
                 if not out:
                     continue
+                if ranked:  # a dp_group rank's load follows its streamed tokens
+                    events += out.count(b"data: {")
+                    self.core.on(att.ticket, Streamed(events), 0.0)  # type: ignore[arg-type]
                 if source.client_blocked():
                     # waiting on our client, not on the engine: the engine's idle timer
                     # pauses, and a client that reads nothing for the write timeout is cut
@@ -358,6 +370,21 @@ class Forwarder:
 
 def _nothing() -> None:
     pass
+
+
+def with_rank(headers: bytes, body: bytes, worker: WorkerState, rank: int) -> tuple[bytes, bytes]:
+    """A dp_group request for the one endpoint of its group, pinned to `rank` (WIRE_SPEC
+    §10): vLLM reads the `X-data-parallel-rank` header; SGLang reads the same header in
+    its newer releases and the body field `data_parallel_rank` in the older ones, so an
+    SGLang body gets the field too — last in the object, so it wins over any the client
+    sent (JSON parsers keep the last duplicate)."""
+    headers += b"x-data-parallel-rank: %d\r\n" % rank
+    if worker.engine == "sglang":
+        end = body.rstrip()
+        if end.endswith(b"}"):
+            sep = b"" if end[:-1].rstrip().endswith(b"{") else b","
+            body = end[:-1] + sep + b'"data_parallel_rank":%d}' % rank
+    return headers, body
 
 
 def refusal(

@@ -27,8 +27,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from gateway.metrics_dp import POOL_WAIT_BUCKETS, DpGroupCollector
 from gateway.workers import Fleet, WorkerState
 from policies.budget import BudgetEstimator
+from policies.dp_group import DpGroup
 from policies.quantile.features import Quantiles
 from policies.quantile.predictor import Predictor
 from policies.tenancy.control import PoolView
@@ -493,6 +495,14 @@ class GatewayMetrics:
             "Requests that found every worker of their pools at capacity and waited for room.",
             registry=r,
         )
+        self.dp_pool_wait = Histogram(
+            "fleetgate_dp_pool_wait_seconds",
+            "Arrival to assignment of a request to a data-parallel rank (its wait in the"
+            " dp_group's holding pool, admission included).",
+            ["pool"],
+            buckets=POOL_WAIT_BUCKETS,
+            registry=r,
+        )
         self.queue_wait_seconds = Histogram(
             "fleetgate_dispatch_wait_seconds",
             "How long a request waited for a worker with room.",
@@ -764,6 +774,11 @@ class GatewayMetrics:
         if q > 0:
             self._quartz_ratio.observe(prefill_s / q)
         self._quartz_prefill.observe(prefill_s)
+
+    def watch_dp_groups(self, groups: Mapping[str, DpGroup]) -> None:
+        """The dp_group pools' per-rank series (gateway/metrics_dp.py); declared, without
+        samples, when there is none."""
+        self.registry.register(DpGroupCollector(groups))
 
     def watch_budget(self, estimator: BudgetEstimator) -> None:
         """Expose ĉ_k, the learnt bytes per token of each content category."""

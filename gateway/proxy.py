@@ -146,6 +146,8 @@ class GatewayDriver:
                 client, fleet, p.short_pool, short.tokenize_timeout_s, metrics, loop.time
             )
         self.traffic = traffic
+        # placement's entry, an attribute so that tracing (gateway/tracing.py) can time it
+        self.start_request = start_request
         self.fitter = PromptFitter(
             core, metrics, traffic, compress_executor, served, compressor, engine
         )
@@ -205,7 +207,7 @@ class GatewayDriver:
             tenancy = self.settler.tenancy  # (`self.tenancy`, read once)
             if att.entitlement or tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
-            action = start_request(
+            action = self.start_request(
                 self.core, self.traffic, parsed, request, att.t0, self.fleet.models
             )
             ticket = att.ticket = action.ticket  # type: ignore[union-attr]

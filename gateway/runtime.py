@@ -159,6 +159,7 @@ class Gateway:
             self.compress_pool,
         )
         self.metrics.watch_dispatch(self.driver.core.dispatcher)
+        self.metrics.watch_dp_groups(self.driver.core.groups)
         # tokenizer: auto — which counter each pool uses, probed once, exported and logged
         await tokenizer_probe.settle_fleet(
             cfg, self.client, self.fleet, self.metrics, now, self.driver.fitter.engine
@@ -177,7 +178,7 @@ class Gateway:
         # after everything that holds them (the token pools hold the core's admitter)
         if cfg.tracing.enabled and not tracing.ON:
             tracing.configure(cfg.tracing)
-        tracing.install(self.pipeline)
+        tracing.install(self.driver)
         # The cyclic collector, tuned for a request server (measured with wrk at 64
         # connections: 8.9 % of the CPU in collections before, < 1 % after, +14 % req/s):
         # - everything built so far (FastAPI, pydantic, compressor tables) lives as long as

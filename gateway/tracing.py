@@ -217,15 +217,17 @@ def install(pipeline: Any) -> None:
     """Time the steps of `pipeline` (gateway/proxy.py's GatewayDriver) for the request spans."""
     if not ON:
         return
-    core, shaper, forwarder = pipeline.core, pipeline.shaper, pipeline.forwarder
-    start, fit, first_token = shaper.start, shaper.fit, forwarder._first_token
+    core, fitter, forwarder = pipeline.core, pipeline.fitter, pipeline.forwarder
+    start, fit, first_token = pipeline.start_request, fitter.fit, forwarder._first_token
 
-    def traced_start(parsed: Any, request: Any, now: float, known: Any) -> Any:
+    def traced_start(
+        core: Any, traffic: Any, parsed: Any, request: Any, now: float, known: Any
+    ) -> Any:
         trace = _live.get(request.id)
         if trace is not None:
             trace.step = trace.child("estimate", time.time_ns())
         try:
-            return start(parsed, request, now, known)
+            return start(core, traffic, parsed, request, now, known)
         finally:
             if trace is not None:  # refused at placement (else ended already)
                 trace.end_step()
@@ -248,7 +250,7 @@ def install(pipeline: Any) -> None:
         if trace is not None and trace.upstream is not None:
             trace.upstream.add_event("first_token", {"fleetgate.ttft_s": att.ttft})
 
-    shaper.start, shaper.fit = traced_start, traced_fit
+    pipeline.start_request, fitter.fit = traced_start, traced_fit
     forwarder._first_token = traced_first_token
     core.__class__ = _TracedCore  # the same object and fields (slots), its steps timed
     core.admitter = _TracedAdmitter(core.admitter)

@@ -79,6 +79,9 @@ class WorkerState:
     draining: bool = False
     api_key: str | None = None
     own_max_model_len: int | None = None  # the worker's own, else the pool's applies
+    # the one endpoint of a dp_group pool: each request names its rank (the engine's
+    # per-request rank selector, docs/WIRE_SPEC.md §10)
+    rank_selector: bool = False
 
     def breaker_open(self, now: float) -> bool:
         return now < self.open_until
@@ -399,6 +402,7 @@ class Fleet:
             capacity=w.max_num_seqs or pool.max_num_seqs,
             kv_overcommit=self.config.dispatch.kv_overcommit,
             prefill_capacity=self.config.dispatch.prefill_room,
+            rank_selector=pool.kind == "dp_group" and len(pool.workers) == 1,
         )
 
     def _insert(self, state: WorkerState) -> None:

@@ -4,7 +4,9 @@
                           then report `Fitted`
     Admit                 ask the shared admission store (one round trip), then report
                           `Admitted` (an admitter without a store is asked by the core)
-    Send(worker, slot)    forward the request to `worker`; its slot is taken already
+    Send(worker, slot)    forward the request to `worker`; its slot is taken already;
+                          `rank`: the data-parallel rank a dp_group pool assigned (the
+                          rank's own endpoint, or the engine's per-request rank selector)
     Wait(waiter)          hold the request until the core gives it another action (a
                           wake, through `Core.on_action`) or `waiter.deadline` (`DEADLINE`)
     Refuse(status, code)  answer the client with this refusal (no engine was asked, or no
@@ -49,6 +51,7 @@ class Send:
     slot: WorkerSlot
     spilled: bool = False  # not the placement's first pool
     attempt: int = 0  # 0 the first; 1 a retry on another worker or a re-placement
+    rank: int | None = None  # a dp_group pool's rank for it (None: not a dp_group)
 
 
 @dataclass(slots=True, eq=False)

@@ -5,7 +5,7 @@ into a `Core`, for the gateway (gateway/proxy.py, from its YAML) and the simulat
 `CoreSpec` is what the two configurations have in common, by the names configuration
 uses: placement (`placement.policy` and its bounds), the budget's prior, routing (one
 policy for every pool, or one per pool), admission, dispatch (and its prefill room),
-the circuit breaker and the retry policy. Each driver translates its schema to it; the
+the circuit breaker, the retry policy and the dp_group pools' assignment. Each driver translates its schema to it; the
 policies themselves are looked up in their registries here.
 """
 
@@ -21,6 +21,7 @@ from policies.budget import BudgetConfig, BudgetEstimator
 from policies.clock import Clock
 from policies.core import Core
 from policies.dispatch import attach_clock, make_dispatcher
+from policies.dp_group import DpGroup, DpGroupSpec
 from policies.health import Breaker
 from policies.hooks import Hook
 from policies.intake import Classifier, Intake, Prompt
@@ -56,6 +57,8 @@ class CoreSpec:
     prefill_room: int | None = None  # dispatch.prefill_room: tokens; None: not considered
     breaker: Breaker | None = None  # None: workers keep no breaker (the simulator's)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # dp_group pools (policies/dp_group.py): pool name → its ranks, slots and policy
+    dp_groups: Mapping[str, DpGroupSpec] = field(default_factory=dict)
 
 
 def build_core(
@@ -104,6 +107,7 @@ def build_core(
         breaker=spec.breaker,
     )
     core.routers.update(routers or {})
+    core.groups.update({name: DpGroup(name, g) for name, g in spec.dp_groups.items()})
     # a dispatcher that reads the time between events (QUARTZ's wait bound) gets the clock
     attach_clock(core.dispatcher, clock)
     predictor = predictor_for(core) if predictor_for is not None else None

@@ -41,6 +41,23 @@ the simulator (simulator/driver.py) over its kernel and engine model in virtual 
     on Finished(outcome)           settle: ĉ_k learns, the admitter settles, every lease is
                                    released once               … hooks.on_complete
 
+A `dp_group` pool (policies/dp_group.py: G data-parallel ranks stepping in lockstep) is
+decided differently after admission: the request waits in the group's holding pool, and
+the group's assignment policy (policies/assign/) chooses which pooled requests fill which
+free slots, on every arrival and every completion (a seat given back):
+
+    admitted, dp_group pool        into the holding pool; the policy decides
+                                     → Send(worker, rank=g)     it was assigned now (log:
+                                                                 send pool/worker#g)
+                                     → Wait(deadline)           still pooled
+                                   other requests it assigned → Send, through `on_action`
+                                   pool full → Refuse(429 queue_full)
+    a seat given back (Finished)   the policy decides again → Send through `on_action`
+    on Streamed(generated)         the rank's load L_g follows the streamed tokens
+    on DEADLINE (still pooled)       → Refuse(503 queue_timeout)
+    on UpstreamFailed              → Fail (a rank is never retried elsewhere: the
+                                   decision was the group's)
+
 Nobody counts a worker's load, a queue position or a reservation by hand: everything a
 request takes is a lease in `Ticket.leases`, and `Finished` releases them all, exactly once,
 on every path (an answer, an engine error, a client gone, a retry, a timeout, an eviction).
@@ -60,8 +77,10 @@ from typing import Any, TypeVar
 from compressor.compress import Compression
 from policies.actions import PROCEED, Action, Admit, Evict, Fail, Fit, Refuse, Send, Wait
 from policies.admission import AdmissionRefused, AdmitAll, Admitter, Reservation
+from policies.assign import PooledRequest
 from policies.clock import Clock, ManualClock
 from policies.dispatch import Dispatcher, FifoDispatcher, QueuePosition, Waiter
+from policies.dp_group import DpGroup, Pooled, Seat
 from policies.events import (
     ANSWERED,
     FIRST_TOKEN,
@@ -73,6 +92,7 @@ from policies.events import (
     Finished,
     Fitted,
     Request,
+    Streamed,
     UpstreamFailed,
 )
 from policies.health import Breaker
@@ -147,6 +167,8 @@ class Core:
     track_prefill: bool = False
     # a first token frees room (`dispatch.prefill_room`): wake a waiter of the pool then
     prefill_room: bool = False
+    # dp_group pools by name (policies/dp_group.py): their requests are assigned to ranks
+    groups: dict[str, DpGroup] = field(default_factory=dict)
     _evictable: dict[str, Ticket] = field(default_factory=dict)  # by hold
 
     # === the state machine ===========================================================
@@ -169,6 +191,11 @@ class Core:
 
     def on(self, ticket: Ticket, event: Event, now: float) -> Action:
         """What the driver observed; the next thing to do."""
+        if isinstance(event, Streamed):
+            seat = ticket.dp
+            if isinstance(seat, Seat):
+                seat.group.progress(seat.key, seat.rank, event.generated, event.prompt_tokens)
+            return PROCEED
         if event is FIRST_TOKEN:
             self.first_token(ticket, now)
             return PROCEED
@@ -203,7 +230,7 @@ class Core:
             waiter = ticket.waiter
             if waiter is None or waiter.done:
                 return PROCEED  # woken just before: the wake's action stands
-            self.dispatcher.cancel(waiter)
+            self._unqueue(ticket, waiter)
             return self._refuse(
                 ticket,
                 503,
@@ -223,7 +250,7 @@ class Core:
                 continue
             waiter = ticket.waiter
             if waiter is not None and not waiter.done:
-                self.dispatcher.cancel(waiter)
+                self._unqueue(ticket, waiter)
             self.on_action(self._emit(ticket.info.id, Evict(ticket)))
 
     def prompt_sent(self, ticket: Ticket) -> int:
@@ -277,9 +304,93 @@ class Core:
                 self._evictable[hold] = ticket
             if evict:
                 self.evict(evict)
+        if self.groups:
+            group = self.groups.get(ticket.pools[0])
+            if group is not None:
+                return self._pool(ticket, group, now)
         if self.queued_behind(ticket):
             return self._wait(ticket, now)  # first come, first served
         return self._place(ticket, now)
+
+    # --- dp_group pools ---------------------------------------------------------------
+    def _pool(self, ticket: Ticket, group: DpGroup, now: float) -> Action:
+        """Into the group's holding pool; the policy decides at once (this request, and
+        any others it assigns now: those through `on_action`)."""
+        info = ticket.info
+        pooled = PooledRequest(info.id, self.prompt_sent(ticket), now, info.max_tokens)
+        if not group.hold(pooled, ticket):
+            return self._refuse(
+                ticket,
+                429,
+                "queue_full",
+                "the data-parallel group's holding pool is full",
+                retry_after=1.0,
+            )
+        ticket.dp = ticket.leases.take(Pooled(group, info.id))
+        ticket.waiter = Waiter(
+            info.id, (group.pool,), now, now + group.spec.timeout_s, token=ticket, request=info
+        )
+        mine: Action | None = None
+        for action in self._assign(group, now):
+            if action.ticket is ticket:
+                mine = action
+            else:
+                self.on_action(action)
+        if mine is not None:
+            return mine
+        return self._emit(info.id, Wait(ticket, ticket.waiter))
+
+    def _seat_freed(self, group: DpGroup) -> None:
+        """A request left its rank: the policy decides again, for requests that wait."""
+        if group.pooled:
+            for action in self._assign(group, self.clock.now()):
+                self.on_action(action)
+
+    def _assign(self, group: DpGroup, now: float) -> list[Send | Refuse]:
+        """The policy's decision as actions: each assigned request's slot is taken on
+        the worker serving its rank (the rank's own endpoint when the pool lists one per
+        rank, else the one endpoint with the engine's rank selector)."""
+        decided = group.decide(now)
+        if not decided:
+            return []
+        workers = self.views(group.pool)
+        per_rank = len(workers) == group.spec.ranks
+        out: list[Send | Refuse] = []
+        for a in decided:
+            ticket = a.token
+            assert isinstance(ticket, Ticket)
+            info = ticket.info
+            waiter = ticket.waiter
+            if waiter is not None:
+                waiter.done = True
+            pooled = ticket.dp
+            if isinstance(pooled, Pooled):
+                pooled.released = True  # the group took it out of the pool itself
+            if not workers:
+                group.leave(info.id, a.rank)
+                out.append(
+                    self._refuse(ticket, 503, "no_healthy_worker", "the group has no endpoint")
+                )
+                continue
+            worker = (workers[a.rank] if per_rank else workers[0]).id
+            load = self.load_of(worker)
+            tokens = self.prompt_sent(ticket) + info.max_tokens
+            slot = self.dispatch(ticket, worker, load, now, tokens)
+            ticket.slot, ticket.worker, ticket.pool, ticket.rank = slot, worker, group.pool, a.rank
+            ticket.dp = ticket.leases.take(Seat(group, info.id, a.rank, self._seat_freed))
+            if self.log is not None:
+                self.log(info.id, "send", f"{group.pool}/{worker}#{a.rank}")
+            out.append(Send(ticket, worker, group.pool, load, slot, rank=a.rank))
+        return out
+
+    def _unqueue(self, ticket: Ticket, waiter: Waiter) -> None:
+        """Out of the wait queue, or out of a dp_group's holding pool."""
+        pooled = ticket.dp
+        if isinstance(pooled, Pooled):
+            waiter.done = True
+            pooled.release()
+        else:
+            self.dispatcher.cancel(waiter)
 
     def _place(self, ticket: Ticket, now: float) -> Action:
         """Route; or wait for room when every healthy worker is full; or refuse."""
@@ -346,8 +457,10 @@ class Core:
             opened = self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
             if opened and self.log is not None:
                 self.log(ticket.info.id, "open", ticket.worker)
-        if slot is None or not self.retry.again(
-            ticket.retries, event.retryable, event.before_response
+        if (
+            slot is None
+            or ticket.rank is not None
+            or not self.retry.again(ticket.retries, event.retryable, event.before_response)
         ):
             return self._emit(ticket.info.id, Fail(ticket))
         ticket.retries += 1
@@ -364,7 +477,7 @@ class Core:
         it fit (a compressed or short-pool request whose count was off for this engine):
         the first time, place it again — the original text, on the pools serving its
         model with a longer context — instead of passing the refusal on."""
-        if ticket.context_retried or ticket.request is None:
+        if ticket.context_retried or ticket.request is None or ticket.rank is not None:
             return PROCEED
         replaced = self.intake.replace(ticket.placed, ticket.request.pools, max_model_len)
         if replaced is None:
@@ -497,6 +610,8 @@ class Core:
 def _described(action: object) -> tuple[str, str]:
     """An action as the log's (what, detail): what both drivers must agree on."""
     if isinstance(action, Send):
+        if action.rank is not None:
+            return "send", f"{action.pool}/{action.worker}#{action.rank}"
         return "send", f"{action.pool}/{action.worker}"
     if isinstance(action, Wait):
         return "wait", ""

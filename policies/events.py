@@ -17,6 +17,9 @@ Events that carry nothing are singletons (`FIRST_TOKEN`, `WHOLE_ANSWER`, `ANSWER
     ContextRefused(len)   the engine refused the prompt as too long for its context
     DEADLINE              a `Wait`'s deadline passed
     Finished(outcome)     the request is over, whatever the outcome (ok, error, gone)
+    Streamed(generated)   tokens generated so far on a data-parallel rank (a dp_group
+                          pool's load accounting), with the engine's exact prompt count
+                          when it reported one
 """
 
 from __future__ import annotations
@@ -93,6 +96,12 @@ class Finished:
     outcome: Outcome
 
 
+@dataclass(slots=True)
+class Streamed:
+    generated: int  # output tokens so far (the streamed count)
+    prompt_tokens: int | None = None  # the engine's count, when it reported one
+
+
 FIRST_TOKEN = FirstToken()
 WHOLE_ANSWER = WholeAnswer()
 ANSWERED = Answered()
@@ -108,4 +117,5 @@ Event = (
     | Deadline
     | UpstreamFailed
     | Finished
+    | Streamed
 )

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from policies.budget import BudgetConfig
 from policies.build import Choice, CoreSpec
+from policies.dp_group import DpGroupSpec
 from policies.health import Breaker
 from policies.registry import ParamError
 from policies.retry import RetryPolicy
@@ -343,10 +344,12 @@ def core_spec(
     policy: PolicySpec,
     contexts: Mapping[str, int],
     pool_routing: Mapping[str, RoutingSpec | None],
+    dp_groups: Mapping[str, DpGroupSpec] | None = None,
 ) -> CoreSpec:
     """`policy` in the composition root's terms (policies/build.py), for a fleet whose
-    pools serve `contexts` (name → max_model_len: B_short defaults to the short pool's)
-    and route with their own `pool_routing` (None: `policy.routing`)."""
+    pools serve `contexts` (name → max_model_len: B_short defaults to the short pool's),
+    route with their own `pool_routing` (None: `policy.routing`) and, for `dp_group`
+    pools, assign ranks by `dp_groups`."""
     p, d, b = policy.placement, policy.dispatch, policy.breaker
     return CoreSpec(
         placement=p.policy,
@@ -368,6 +371,7 @@ def core_spec(
         prefill_room=d.prefill_room,
         breaker=Breaker(b.failures, b.open_s),
         retry=RetryPolicy(policy.retry.max_retries),
+        dp_groups=dict(dp_groups or {}),
     )
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from policies.admission import Reservation
 from policies.dispatch import Waiter
+from policies.dp_group import Pooled, Seat
 from policies.events import Request
 from policies.intake import Placed
 from policies.leases import Leases, PrefillWork, WorkerSlot
@@ -37,6 +38,10 @@ class Ticket:
     hold: str | None = None  # its reservation's hold, when it may be evicted
     completed: bool = False
     token: object = None  # the driver's handle for this request
+    # a dp_group pool (policies/dp_group.py): its place in the holding pool, then its seat
+    # on a rank (also in `leases`); `rank` once assigned
+    dp: Pooled | Seat | None = None
+    rank: int | None = None
 
     @property
     def info(self) -> RequestInfo:

@@ -26,11 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from emulator.dp_engine import DpConfig, DpEngine
 from emulator.engine import Engine, EngineConfig, EngineRequest, FinishedRequest, StepResult
 from policies.types import WorkerView
 from simulator.kernel import PRIO_STEP, Kernel
 
-EngineFactory = Callable[[EngineConfig, Kernel], Engine]
+EngineFactory = Callable[[EngineConfig, Kernel], Engine | DpEngine]
 
 
 @dataclass(slots=True)
@@ -53,12 +54,24 @@ def default_engine(config: EngineConfig, kernel: Kernel) -> Engine:
     return Engine(config, kernel.clock)
 
 
+def dp_engine(dp: DpConfig) -> EngineFactory:
+    """A dp_group pool's engine: G ranks stepping in lockstep (emulator/dp_engine.py)."""
+
+    def build(config: EngineConfig, kernel: Kernel) -> DpEngine:
+        return DpEngine(config, kernel.clock, dp)
+
+    return build
+
+
 class Listener(Protocol):
     """Who hears about a worker's outputs (the simulated gateway)."""
 
     def first_token(self, worker: Worker, request_id: str) -> None: ...
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None: ...
+
+    def streamed(self, worker: Worker, tokens: tuple[str, ...]) -> None:
+        """A data-parallel worker's step made these tokens (its ranks' loads follow)."""
 
 
 class Worker:
@@ -74,6 +87,7 @@ class Worker:
         "busy_time",
         "config",
         "dirty",
+        "dp",
         "engine",
         "hashed",
         "id",
@@ -115,6 +129,7 @@ class Worker:
         # the gateway's attempt fails before a response (scenario pool `refuse_connections`,
         # or a `fault` event for a period)
         self.refuses = False
+        self.dp = isinstance(self.engine, DpEngine)
 
     def submit(self, request: EngineRequest, order: int) -> None:
         self.engine.submit(request)
@@ -154,6 +169,8 @@ class Worker:
                 for rid in sorted(hits, key=awaiting.__getitem__):
                     del awaiting[rid]
                     self._listener.first_token(self, rid)
+        if self.dp and result.tokens:
+            self._listener.streamed(self, result.tokens)
         for done in result.finished:
             awaiting.pop(done.id, None)
             self._listener.finished(self, done)

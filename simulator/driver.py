@@ -75,6 +75,7 @@ from policies.events import (
     Finished,
     Fitted,
     Request,
+    Streamed,
     UpstreamFailed,
 )
 from policies.intake import CHAT, Prompt
@@ -147,6 +148,7 @@ class Driver:
         self._retrying = 0  # retries scheduled, not yet arrived (they keep the run alive)
         # on an engine: its ticket, by request id
         self._live: dict[str, Ticket] = {}
+        self._streamed: dict[str, int] = {}  # dp_group requests: tokens streamed so far
         self.evictions = 0
         self.arrivals_left = 0  # set by whoever feeds the workload; keeps timers alive
         self._order = 0
@@ -339,6 +341,7 @@ class Driver:
             max_tokens=spec.max_tokens,
             output_tokens=spec.output_tokens,
             block_hashes=spec.prefix_hashes,
+            dp_rank=send.rank,  # a dp_group's rank (the one engine's rank selector)
         )
         if worker.refuses:  # the connection dropped before any answer
             self.act(self.core.on(ticket, UpstreamFailed("reset", retryable=True), now))
@@ -376,9 +379,20 @@ class Driver:
             record.prefill_s = now - record.dispatch
         self.core.on(ticket, FIRST_TOKEN, now)
 
+    def streamed(self, worker: Worker, tokens: tuple[str, ...]) -> None:
+        """A dp_group's step: each request's streamed count, as the gateway reports it."""
+        now = self.kernel.now()
+        counts = self._streamed
+        for rid in tokens:
+            ticket = self._live.get(rid)
+            if ticket is not None:
+                n = counts[rid] = counts.get(rid, 0) + 1
+                self.core.on(ticket, Streamed(n), now)
+
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
         now = self.kernel.now()
         ticket = self._live.pop(done.id, None)
+        self._streamed.pop(done.id, None)
         if ticket is None:
             return  # evicted during the step that finished it
         record = ticket.token.record  # type: ignore[attr-defined]

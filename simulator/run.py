@@ -19,7 +19,7 @@ from policies.quantile.predictor import Predictor
 from policies.routing import Router, make_router
 from policies.spec import core_spec as spec_core_spec
 from policies.types import PoolSpec
-from simulator.cluster import Cluster, EngineFactory, Worker, default_engine
+from simulator.cluster import Cluster, EngineFactory, Worker, default_engine, dp_engine
 from simulator.compression import DEFAULT_SHORTENABLE, CompressionModel, Shortenable
 from simulator.driver import Driver
 from simulator.families import CdfFamily
@@ -148,6 +148,7 @@ def core_spec(scenario: Scenario) -> CoreSpec:
         scenario.policy,
         {p.name: p.max_model_len for p in pools},
         {p.name: p.routing for p in pools},
+        {p.name: p.dp_group.spec() for p in pools if p.dp_group is not None},
     )
 
 
@@ -214,9 +215,9 @@ def run(
         predictor=predictor,
     )
     for p in scenario.fleet.pools:
-        cluster.add_pool(
-            p.name, p.workers, scenario.engine_config(p), kernel, gateway, engine_factory
-        )
+        dp = p.dp_config()
+        factory = engine_factory if dp is None else dp_engine(dp)
+        cluster.add_pool(p.name, p.workers, scenario.engine_config(p), kernel, gateway, factory)
         for w in cluster.pools[p.name][: p.refuse_connections]:
             w.refuses = True
     dispatch = scenario.policy.dispatch

@@ -34,6 +34,15 @@ predictor's settings (policies/quantile/config.py); with a predictor each record
                  params: {lam: 0.02, beta: 0.1}}          # or token_fair, fifo
       quartz: {alpha: 0.95, delta: 0.05}                  # {} : defaults (Table 3)
 
+A data-parallel group (issue 26, docs/BFIO.md): one engine of G ranks stepping in lockstep
+(emulator/dp_engine.py), its requests assigned to ranks from a holding pool by the core:
+
+    fleet:
+      pools:
+        - {name: dp, workers: 1, max_model_len: 8192, kind: dp_group,
+           dp_group: {ranks: 4, slots: 8, assigner: {policy: bfio}},
+           dp_step: {t_sync: 0.002, k: 2.5e-6}}
+
 Multi-tenant workloads (the token-pools experiments, scenarios/token-pools-*.yaml) list
 tenants instead of one arrival process; a tenant's name is its requests' client, which
 is their entitlement at admission:
@@ -74,7 +83,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
+from policies.dp_config import DpGroup as DpGroupModel
 from policies.spec import PolicySpec, RoutingSpec, describe_errors
 from policies.types import Category
 from simulator import families as fam
@@ -106,11 +117,39 @@ class PoolModel(_Strict):
     # caught yet): an attempt there fails before a response, and the core's retry policy
     # sends the request to another worker
     refuse_connections: int = Field(default=0, ge=0)
+    # dp_group: one engine of G data-parallel ranks stepping in lockstep
+    # (emulator/dp_engine.py), fed from a holding pool by an assignment policy
+    # (`dp_group`, the gateway's model: policies/dp_config.py); `dp_step` its barrier's
+    # T_sync and per-context-token K (DpConfig's t_sync, k)
+    kind: Literal["workers", "dp_group"] = "workers"
+    dp_group: DpGroupModel | None = None
+    dp_step: dict[str, float] = Field(default_factory=dict)
 
     @field_validator("engine")
     @classmethod
     def _engine_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _check_fields(EngineConfig, v, "engine")
+
+    @field_validator("dp_step")
+    @classmethod
+    def _dp_step_keys(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(v) - {"t_sync", "k"})
+        if unknown:
+            raise ValueError(f"unknown dp_step key(s) {', '.join(unknown)}; known: k, t_sync")
+        return v
+
+    @model_validator(mode="after")
+    def _dp_group(self) -> PoolModel:
+        if (self.kind == "dp_group") != (self.dp_group is not None):
+            raise ValueError("dp_group: given exactly when kind: dp_group")
+        if self.dp_group is not None and self.workers != 1:
+            raise ValueError("workers: a simulated dp_group is one engine of its G ranks (1)")
+        return self
+
+    def dp_config(self) -> DpConfig | None:
+        if self.dp_group is None:
+            return None
+        return DpConfig(self.dp_group.ranks, **self.dp_step)
 
 
 class FleetModel(_Strict):
@@ -371,7 +410,10 @@ class Scenario(_Strict):
         # a pool's `engine.max_model_len` may be shorter than the context the pool is
         # configured with (placement's): a misconfigured worker, whose refusals the
         # core's context-length safety net places again on longer pools
-        merged = {**self.fleet.engine, "max_model_len": pool.max_model_len, **pool.engine}
+        merged = {**self.fleet.engine, "max_model_len": pool.max_model_len}
+        if pool.dp_group is not None:  # a rank runs B requests at once
+            merged["max_num_seqs"] = pool.dp_group.slots
+        merged.update(pool.engine)
         return EngineConfig(**merged)
 
 

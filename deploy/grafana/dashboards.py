@@ -16,8 +16,9 @@ Four dashboards, the ones a person opens first:
                     circuit breakers).
 - `control.json`    Admission, queue and QUARTZ: token pools (admitted, refused by reason,
                     fairness debt, capacity promised / demanded, the Redis breaker), the request
-                    queue (length, wait, refusals) and QUARTZ (coverage, fallback, observed over
-                    predicted prefill, backlog).
+                    queue (length, wait, refusals), data-parallel groups (load per rank,
+                    imbalance, estimated barrier idle, holding pool and its wait) and QUARTZ
+                    (coverage, fallback, observed over predicted prefill, backlog).
 
 Every query reads the `${datasource}` variable (a Prometheus data source) and sums over
 gateway replicas, so one dashboard serves one process or N pods. Do not edit the JSON by
@@ -813,6 +814,63 @@ def control() -> db.Dashboard:
                 "refused {{reason}}",
             ),
             width=8,
+        )
+    )
+    d.with_row(db.Row("Data-parallel groups (pools of kind dp_group)"))
+    rank_load = f"sum by (pool, rank) (fleetgate_dp_rank_load_tokens{{{POOL}}})"
+    imbalance = (
+        f"count by (pool) ({rank_load}) * max by (pool) ({rank_load}) - sum by (pool) ({rank_load})"
+    )
+    d.with_panel(
+        timeseries(
+            "Load per rank",
+            "fleetgate_dp_rank_load_tokens: each rank's L_g, Σ over the requests in flight on "
+            "it of prompt tokens + tokens streamed so far (summed over gateway replicas).",
+            "short",
+            (rank_load, "{{pool}} rank {{rank}}"),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Imbalance",
+            "G·max_g L_g − Σ_g L_g over each group's ranks: the assignment policy's objective "
+            "at lookahead 0 (BF-IO's imbalance).",
+            "short",
+            (imbalance, "{{pool}}"),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Barrier idle (estimate)",
+            "The share of rank time the imbalance would leave idle at the barrier were a "
+            "rank's step proportional to its load: imbalance / (G·max_g L_g).",
+            "percentunit",
+            (
+                f"({imbalance}) / (count by (pool) ({rank_load}) * max by (pool) ({rank_load}))",
+                "{{pool}}",
+            ),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Holding pool",
+            "fleetgate_dp_pool_length: requests waiting in the gateway for a rank.",
+            "short",
+            (f"sum by (pool) (fleetgate_dp_pool_length{{{POOL}}})", "{{pool}}"),
+            width=12,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Pool wait P50 / P99",
+            "fleetgate_dp_pool_wait_seconds: arrival to assignment to a rank (the price of "
+            "choosing which request fills a slot rather than the oldest).",
+            "s",
+            *quantiles("fleetgate_dp_pool_wait_seconds"),
+            width=12,
         )
     )
     d.with_row(db.Row("QUARTZ (tail-aware routing and queueing)"))

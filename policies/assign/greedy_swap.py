@@ -19,6 +19,8 @@ when exchanging them would lower the maximum.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 import numpy as np
 import numpy.typing as npt
 
@@ -40,68 +42,83 @@ def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
     levels: list[float | None] = [None]
     if inst.horizon > 1:
         levels += sorted({float(q) for q in np.quantile(top, (1.0, 0.75, 0.5, 0.25))}, reverse=True)
-    # every start's greedy is cheap; only the best two are polished by the swap search
-    starts = sorted(
-        (objective(inst, _search(inst, level, 0)), n, level) for n, level in enumerate(levels)
-    )
-    best: tuple[float, Decision] | None = None
-    for _, _, level in starts[:1]:
-        decision = _search(inst, level, max_rounds)
-        score = objective(inst, decision)
-        if best is None or score < best[0] - _EPS:
-            best = (score, decision)
-    assert best is not None
-    return best[1]
-
-
-def _search(inst: Instance, level: float | None, max_rounds: int | None) -> Decision:
-    u = inst.fillable
-    n_ranks, n_h = inst.base.shape
-    hs = np.arange(n_h, dtype=np.float64)
-    sizes = inst.sizes.astype(np.float64)
-    n_pool = len(sizes)
-    loads = inst.base.copy()
-    free = inst.free.astype(np.int64).copy()
-    where = np.full(n_pool, -1, dtype=np.int64)
-
-    # sizes ascending; `left` are the pooled requests not yet placed (a sorted index list)
-    by_size = np.argsort(inst.sizes, kind="stable")
-    sorted_sizes = sizes[by_size]
-    left = list(range(n_pool))
-    for placed in range(u):
-        need = u - placed
-        top = loads.max(axis=0)
-        ceiling = top if level is None else np.maximum(top, level)
-        # room_g: the largest request rank g takes without raising any step's ceiling
-        room = (ceiling - loads - hs).min(axis=1)
-        room[free <= 0] = -np.inf
-        fit_at = int(np.searchsorted(sorted_sizes[left], room.max(), side="right"))
-        # the largest request that fits somewhere; when none does, the largest of the `need`
-        # smallest (a larger one would be passed over while smaller ones can still fill U)
-        k = fit_at - 1 if fit_at > 0 else need - 1
-        i = int(by_size[left.pop(k)])
-        w = sizes[i] + hs
-        rise = np.maximum(loads + w - ceiling, 0.0).sum(axis=1)
-        rise[free <= 0] = np.inf
-        ties = np.flatnonzero(rise <= float(rise.min()) + _EPS)
-        if len(ties) > 1:
-            headroom = (ceiling[0] - loads[ties, 0] - sizes[i]) / free[ties]
-            g = int(ties[int(np.argmax(headroom))])
-        else:
-            g = int(ties[0])
-        where[i] = g
-        loads[g] += w
-        free[g] -= 1
-
+    # every start's greedy is cheap (all run at once, one array per start); only the best
+    # one is polished by the swap search, from its greedy state
+    states = _greedy(inst, levels)
+    scored = [(objective(inst, _decision(st[2])), n) for n, st in enumerate(states)]
+    loads, free, where = states[min(scored)[1]]
     rounds = min(8 * u + 16, 64) if max_rounds is None else max_rounds
     plateau_left = 2 * u  # J-neutral steps allowed: they only set up the next improvement
+    sizes = inst.sizes.astype(np.float64)
+    hs = np.arange(inst.horizon, dtype=np.float64)
     for _ in range(rounds):
-        step = _improve(loads, free, where, sizes, hs, n_ranks, plateau_left > 0)
+        step = _improve(loads, free, where, sizes, hs, inst.ranks, plateau_left > 0)
         if step == 0:
             break
         plateau_left -= step == 2
-    chosen = np.flatnonzero(where >= 0)
-    return [(int(i), int(where[i])) for i in chosen]
+    return _decision(where)
+
+
+def _decision(where: npt.NDArray[np.int64]) -> Decision:
+    return [(int(i), int(where[i])) for i in np.flatnonzero(where >= 0)]
+
+
+_State = tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+def _greedy(inst: Instance, levels: list[float | None]) -> list[_State]:
+    """Phase 1, once per ceiling in `levels` (None: the current per-step maxima), all
+    starts stepped together (one [start, rank, step] array): each start's loads, free
+    slots and pooled requests' ranks (−1: still pooled) after placing U requests. Every
+    start computes exactly what it would alone; batching only saves array calls."""
+    u = inst.fillable
+    hs = np.arange(inst.horizon, dtype=np.float64)
+    sizes = inst.sizes.astype(np.float64)
+    n_pool, n_starts = len(sizes), len(levels)
+    floor = np.array([-np.inf if lv is None else lv for lv in levels])[:, None]
+    loads = np.repeat(inst.base[None], n_starts, axis=0)
+    free = np.repeat(inst.free.astype(np.int64)[None], n_starts, axis=0)
+    where = np.full((n_starts, n_pool), -1, dtype=np.int64)
+    starts = np.arange(n_starts)
+
+    # sizes ascending; per start, `left` are the pooled requests not yet placed (a sorted
+    # index list) and `left_sizes` their sizes (plain floats: bisected, no array built)
+    by_size = np.argsort(inst.sizes, kind="stable")
+    ascending: list[float] = sizes[by_size].tolist()
+    left = [list(range(n_pool)) for _ in levels]
+    left_sizes = [list(ascending) for _ in levels]
+    chosen = np.empty(n_starts, dtype=np.int64)
+    for placed in range(u):
+        need = u - placed
+        ceiling = np.maximum(loads.max(axis=1), floor)  # [start, step]
+        # room_g: the largest request rank g takes without raising any step's ceiling
+        room = (ceiling[:, None, :] - loads - hs).min(axis=2)
+        full = free <= 0
+        room[full] = -np.inf
+        most = room.max(axis=1)
+        for n in range(n_starts):
+            fit_at = bisect_right(left_sizes[n], float(most[n]))
+            # the largest request that fits somewhere; when none does, the largest of the
+            # `need` smallest (a larger one would be passed over while smaller ones can
+            # still fill U)
+            k = fit_at - 1 if fit_at > 0 else need - 1
+            left_sizes[n].pop(k)
+            chosen[n] = by_size[left[n].pop(k)]
+        w = sizes[chosen][:, None] + hs  # [start, step]
+        rise = np.maximum(loads + w[:, None, :] - ceiling[:, None, :], 0.0).sum(axis=2)
+        rise[full] = np.inf
+        ties = rise <= (rise.min(axis=1) + _EPS)[:, None]
+        g = np.argmax(ties, axis=1)  # the only (or first) tie
+        several = ties.sum(axis=1) > 1
+        if several.any():  # the tie with the most headroom per free slot left
+            with np.errstate(divide="ignore", invalid="ignore"):
+                headroom = (ceiling[:, :1] - loads[:, :, 0] - sizes[chosen][:, None]) / free
+            best = np.argmax(np.where(ties, headroom, -np.inf), axis=1)
+            g = np.where(several, best, g)
+        where[starts, chosen] = g
+        loads[starts, g] += w
+        free[starts, g] -= 1
+    return [(loads[n], free[n], where[n]) for n in range(n_starts)]
 
 
 def _top3(loads: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
@@ -142,40 +159,58 @@ def _improve(
     plateau: bool = True,
 ) -> int:
     """Apply the single best improving move (1), else a J-neutral one that spreads the load
-    less (2, when `plateau`); 0 when there is none."""
+    less (2, when `plateau`); 0 when there is none.
+
+    Exchanges are scored as one [admitted × pool × step] block: x admitted on rank a with
+    every y, pooled (b = −1: the maximum outside a is one row per x) or admitted on b ≠ a
+    (the maximum outside a and b: one row per pair of admitted requests); the same values,
+    in the same order, as scoring each pair on its own, with a third of the array passes."""
     top = loads.max(axis=0)
     idx, vals = _top3(loads)
     admitted = np.flatnonzero(where >= 0)
     n_pool, n_h = len(sizes), len(hs)
-
-    # exchanges: x admitted on a, y pooled (b = −1) or admitted on b ≠ a
-    x = np.repeat(admitted, n_pool)
-    y = np.tile(np.arange(n_pool), len(admitted))
-    a, b = where[x], where[y]
-    keep = a != b
-    x, y, a, b = x[keep], y[keep], a[keep], b[keep]
-    d = (sizes[x] - sizes[y])[:, None]
-    new_top = np.maximum(_max_outside(idx, vals, a, b), loads[a] - d)
-    pooled = b < 0
-    new_top = np.where(pooled[:, None], new_top, np.maximum(new_top, loads[np.maximum(b, 0)] + d))
-    gain = n_ranks * (new_top - top).sum(axis=1) + np.where(pooled, d[:, 0] * n_h, 0.0)
-    best_j = int(np.argmin(gain)) if len(gain) else -1
-    best = float(gain[best_j]) if best_j >= 0 else 0.0
+    n_adm = len(admitted)
+    ra = where[admitted]  # [U] each admitted request's rank
+    la = loads[ra]  # [U, H+1]
+    pooled = where < 0  # [P]
+    d = sizes[admitted][:, None] - sizes[None, :]  # [U, P]: s_x − s_y
+    # x ↔ pooled y: rank a sheds d; the new maximum is a's or the best outside a
+    outside_a = _max_outside(idx, vals, ra, np.full(n_adm, -1, dtype=np.int64))
+    # one [U, P, H+1] buffer, reused in place (a fresh one per pass costs page faults)
+    new_top = np.subtract(la[:, None, :], d[:, :, None])
+    np.maximum(new_top, outside_a[:, None, :], out=new_top)
+    if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both
+        pa, pb = np.repeat(ra, n_adm), np.tile(ra, n_adm)
+        outside_ab = _max_outside(idx, vals, pa, pb).reshape(n_adm, n_adm, n_h)
+        da = d[:, admitted][:, :, None]
+        new_top[:, admitted, :] = np.maximum(
+            np.maximum(outside_ab, la[:, None, :] - da), la[None, :, :] + da
+        )
+    np.subtract(new_top, top, out=new_top)
+    gain = n_ranks * new_top.sum(axis=2) + np.where(pooled[None, :], d * n_h, 0.0)
+    same = ra[:, None] == where[None, :]  # y on x's own rank (x itself included): no exchange
+    gain[same] = np.inf
+    flat = gain.ravel()
+    valid = n_adm * n_pool - int(same.sum())
+    best_j = int(np.argmin(flat)) if valid else -1
+    best = float(flat[best_j]) if best_j >= 0 else 0.0
     neutral_step = False
-    if best >= -_EPS and len(gain) and plateau:
+    if best >= -_EPS and valid and plateau:
         # a plateau (two ranks tie at a maximum: lowering one alone gains nothing): take the
         # J-neutral exchange that spreads the load least (Σ L² falls), so the next move can
         # lower the maximum; Σ L² strictly falls, so this cannot cycle
-        la = loads[a]
-        lb = np.where(pooled[:, None], 0.0, loads[np.maximum(b, 0)])
-        spread = ((la - d) ** 2 - la**2).sum(axis=1) + np.where(
-            pooled, 0.0, ((lb + d) ** 2 - lb**2).sum(axis=1)
-        )
-        neutral = np.flatnonzero(gain <= _EPS)
+        neutral = np.flatnonzero(flat <= _EPS)
         if len(neutral):
-            k = int(neutral[int(np.argmin(spread[neutral]))])
+            xs, ys = np.divmod(neutral, n_pool)
+            dn = d[xs, ys][:, None]
+            lx = la[xs]
+            lb = np.where(pooled[ys][:, None], 0.0, loads[np.maximum(where[ys], 0)])
+            spread = ((lx - dn) ** 2 - lx**2).sum(axis=1) + np.where(
+                pooled[ys], 0.0, ((lb + dn) ** 2 - lb**2).sum(axis=1)
+            )
+            k = int(np.argmin(spread))
             if float(spread[k]) < -1e-6:
-                best_j, best, neutral_step = k, -1.0, True  # apply it, as if it improved
+                best_j, best, neutral_step = int(neutral[k]), -1.0, True  # as if it improved
 
     # moves: x admitted on a to a rank c that still has an empty slot
     open_ranks = np.flatnonzero(free > 0)
@@ -206,10 +241,12 @@ def _improve(
         free[c] -= 1
         where[i] = c
         return 1
-    xi, yi, ra, rb = int(x[best_j]), int(y[best_j]), int(a[best_j]), int(b[best_j])
+    jx, yi = divmod(best_j, n_pool)
+    xi = int(admitted[jx])
+    rank_a, rank_b = int(where[xi]), int(where[yi])
     shift = sizes[xi] - sizes[yi]
-    loads[ra] -= shift
-    if rb >= 0:
-        loads[rb] += shift
-    where[xi], where[yi] = rb, ra
+    loads[rank_a] -= shift
+    if rank_b >= 0:
+        loads[rank_b] += shift
+    where[xi], where[yi] = rank_b, rank_a
     return 2 if neutral_step else 1

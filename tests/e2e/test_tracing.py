@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gateway import tracing
 from gateway.app import create_app
 from gateway.config import Tracing, load_config
+from gateway.placing import start_request
 from policies.core import Core
 from tests.e2e.fleet import MODEL, emulator, gateway_config, wait_until
 from tests.e2e.test_two_drivers import _chat
@@ -172,12 +173,13 @@ async def test_off_nothing_of_it_runs(engine: str, monkeypatch: pytest.MonkeyPat
     app = create_app(_config(engine))
     await app.gateway.start()
     try:
-        pipeline = app.gateway.pipeline
+        pipeline = app.gateway.driver
         assert pipeline is not None
         core = pipeline.core
         assert type(core) is Core  # not tracing's subclass
         assert tracing._parent.get() is None
-        assert {"start", "fit"}.isdisjoint(vars(pipeline.shaper))
+        assert pipeline.start_request is start_request
+        assert "fit" not in vars(pipeline.fitter)
         assert "_first_token" not in vars(pipeline.forwarder)
         assert type(core.admitter).__name__ != "_TracedAdmitter"
         transport = httpx.ASGITransport(app=app)

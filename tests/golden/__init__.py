@@ -107,6 +107,9 @@ def in_process_exposition() -> str:
     from policies.dispatch import make_dispatcher
 
     metrics.watch_dispatch(make_dispatcher("fifo"))
+    from policies.dp_group import DpGroup, DpGroupSpec
+
+    metrics.watch_dp_groups({"dp": DpGroup("dp", DpGroupSpec(ranks=2, slots=2))})
     for m in vars(metrics).values():
         if isinstance(m, MetricWrapperBase):
             names = m._labelnames  # prometheus_client keeps them private

@@ -20,6 +20,7 @@ from gateway.config import load_config
 from gateway.metrics import GatewayMetrics
 from gateway.workers import Fleet
 from policies.budget import BudgetEstimator
+from policies.dp_group import DpGroup, DpGroupSpec
 from tests.golden import quartz_series
 
 _SUFFIXES = {
@@ -57,6 +58,7 @@ def gateway_series() -> set[str]:
     )
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(BudgetEstimator())
+    metrics.watch_dp_groups({"dp": DpGroup("dp", DpGroupSpec(ranks=2, slots=2))})  # dp_group's
     return _sample_names(metrics.registry) | quartz_series()  # QUARTZ's: only when configured
 
 

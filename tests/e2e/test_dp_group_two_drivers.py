@@ -1,0 +1,142 @@
+"""A dp_group pool through both drivers of the core (policies/core.py): the gateway in
+front of an emulated data-parallel group (`fleetgate emulate --data-parallel-size 4`, one
+endpoint, the rank in `X-data-parallel-rank`) and the simulator (the same lockstep group
+model) take the same assignments, in the same order, and give everything back.
+
+The trace: G = 4 ranks of B = 2 slots, `fcfs_maxfree`. Eight requests fill the eight
+slots as they arrive (the group's rank with the most free slots, lowest index first);
+four more wait in the holding pool; each completion frees one slot and the oldest pooled
+request takes it. Output lengths are 25 steps apart, so completions come in one order in
+both drivers whatever the few steps over which the gateway's arrivals spread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.config import load_config
+from policies.actions import ActionLog
+from policies.types import Category
+from simulator.run import run
+from simulator.workloads import RequestSpec
+from tests.e2e.fleet import MODEL, emulator, gateway_config
+from tests.e2e.test_two_drivers import _client_ids
+from tests.unit.simulator.conftest import small
+
+pytestmark = pytest.mark.e2e
+
+G, B = 4, 2
+DP_GROUP = {"ranks": G, "slots": B, "assigner": {"policy": "fcfs_maxfree"}}
+# id → (prompt tokens, output tokens): the first eight fill the slots, the last four wait
+TRACE = {f"f{i}": (100 + 37 * i, 25 * (i + 1)) for i in range(8)}
+TRACE.update({f"p{i}": (150 + 11 * i, 10) for i in range(4)})
+
+
+def _simulated() -> list[tuple[str, str]]:
+    log = ActionLog()
+    pool = {"name": "short", "workers": 1, "max_model_len": 8192, "kind": "dp_group",
+            "dp_group": DP_GROUP}  # fmt: skip
+    sc = small(pools=[pool])
+    specs = [
+        RequestSpec(id=rid, arrival=0.0001 * i, prompt_tokens=p, output_tokens=n, max_tokens=n,
+                    client="default", model="model", category=Category.CODE)
+        for i, (rid, (p, n)) in enumerate(TRACE.items())
+    ]  # fmt: skip
+    res = run(sc, specs=specs, log=log)
+    assert {r.status for r in res.records} == {"ok"}
+    core = res.core
+    assert core is not None
+    group = core.groups["short"]
+    assert group.loads() == [0] * G and not group.pooled
+    assert all(v.in_flight == v.outstanding_tokens == 0 for v in core.views("short"))
+    return _decisions(log)
+
+
+def _decisions(log: ActionLog, ids: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    out = []
+    for rid, what, detail in log.entries:
+        rid = ids.get(rid, rid) if ids else rid
+        if what == "send":  # pool/worker#rank: the rank is what both must agree on
+            detail = detail.rsplit("#", 1)[1]
+        out.append((rid, f"{what} {detail}".rstrip()))
+    return out
+
+
+async def _live() -> tuple[list[tuple[str, str]], str]:
+    from tests.procs import procs
+
+    log = ActionLog()
+    with procs() as ps, _client_ids() as ids:
+        emu = emulator(
+            ps, "dp4", 8192, "--time-scale", "1.0", "--data-parallel-size", str(G),
+            "--max-num-seqs", str(B),
+        ).wait_ready()  # fmt: skip
+        cfg = gateway_config([emu.url], [])
+        cfg["pools"]["short"].update(kind="dp_group", dp_group=DP_GROUP)  # type: ignore[index]
+        app = create_app(load_config(data=cfg, environ={}))
+        await app.gateway.start()
+        try:
+            pipeline = app.gateway.pipeline
+            assert pipeline is not None
+            core = pipeline.core
+            core.log = log
+            group = core.groups["short"]
+            worker = next(iter(app.gateway.fleet.workers.values()))
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw",
+                                         timeout=60) as c:  # fmt: skip
+
+                def send(rid: str) -> asyncio.Task[httpx.Response]:
+                    prompt, n = TRACE[rid]
+                    body = {"model": MODEL, "prompt": list(range(1000, 1000 + prompt)),
+                            "max_tokens": n, "ignore_eos": True, "stream": True}  # fmt: skip
+                    return asyncio.create_task(
+                        c.post("/v1/completions", json=body, headers={"x-request-id": rid})
+                    )
+
+                async def until(check: object) -> None:
+                    deadline = time.monotonic() + 20
+                    while not check():  # type: ignore[operator]
+                        assert time.monotonic() < deadline, "the trace did not get there"
+                        await asyncio.sleep(0.001)
+
+                tasks = []
+                for i, rid in enumerate(TRACE):
+                    tasks.append(send(rid))
+                    if rid.startswith("f"):
+                        await until(lambda i=i: worker.in_flight == i + 1)
+                    else:
+                        await until(lambda i=i: len(group.pooled) == i - 7)
+                answers = [await t for t in tasks]
+                assert [a.status_code for a in answers] == [200] * len(TRACE)
+                emu_metrics = httpx.get(emu.url + "/metrics", timeout=5).text
+                gw_metrics = (await c.get("/metrics")).text
+            assert worker.in_flight == worker.outstanding_tokens == 0
+            assert group.loads() == [0] * G and not group.pooled
+        finally:
+            await app.gateway.stop()
+    # every assignment's pool wait was observed; the ranks are empty again
+    assert f'fleetgate_dp_pool_wait_seconds_count{{pool="short"}} {len(TRACE)}.0' in gw_metrics
+    for g in range(G):
+        assert f'fleetgate_dp_rank_load_tokens{{pool="short",rank="{g}"}} 0.0' in gw_metrics
+    assert 'fleetgate_dp_imbalance_tokens{pool="short"} 0.0' in gw_metrics
+    return _decisions(log, ids), emu_metrics
+
+
+async def test_both_drivers_assign_the_same_ranks_in_the_same_order():
+    sim = _simulated()
+    # the first eight fill the ranks in turn (most free slots, lowest index); each
+    # completion gives its rank to the oldest pooled request
+    sends = [(rid, what) for rid, what in sim if what.startswith("send")]
+    assert sends[:8] == [(f"f{i}", f"send {r}") for i, r in enumerate([0, 1, 2, 3, 0, 1, 2, 3])]
+    assert [what for rid, what in sim if rid == "p0"] == ["wait", "send 0", "done ok"]
+    live, emu_metrics = await _live()
+    assert live == sim, ("gateway", live)
+    # the emulated group exports its ranks as vLLM's DP engines do: one `engine` each
+    for g in range(G):
+        assert f'vllm:num_requests_running{{engine="{g}",model_name="{MODEL}"}}' in emu_metrics
