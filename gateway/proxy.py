@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from compressor.compress import CompressorConfig
 from compressor.script import script_of_prompt
 from compressor.served import AUTO, ENGINE, load_served
-from gateway import logs, quartz, request_ids
+from gateway import cache_routing, logs, quartz, request_ids
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
 from gateway.errors import AuthenticationFailed, GatewayError
@@ -53,7 +53,7 @@ from gateway.upstream import UpstreamClient
 from gateway.workers import Fleet, WorkerState
 from policies.actions import Action, Admit, Evict, Fit, Refuse, Send
 from policies.budget import BudgetConfig
-from policies.build import Choice, CoreSpec, build_core
+from policies.build import Choice, CoreSpec, build_core, request_fields, router_hooks
 from policies.events import Admitted
 from policies.health import Breaker
 from policies.hooks import Hook
@@ -105,9 +105,9 @@ def core_spec(config: GatewayConfig) -> CoreSpec:
             bytes_per_token=config.budget.bytes_per_token,
             default_max_tokens=config.budget.default_max_tokens,
         ),
-        routing=Choice(config.routing.policy, config.routing.params),
+        routing=_byte_chunks(Choice(config.routing.policy, config.routing.params)),
         pool_routing={
-            name: Choice(pool.routing.policy, pool.routing.params)
+            name: _byte_chunks(Choice(pool.routing.policy, pool.routing.params))
             for name, pool in config.pools.items()
             if pool.routing is not None
         },
@@ -118,6 +118,16 @@ def core_spec(config: GatewayConfig) -> CoreSpec:
         prefill_room=d.prefill_room,
         breaker=Breaker(b.failures, b.open_s),
     )
+
+
+def _byte_chunks(choice: Choice) -> Choice:
+    """A cache-aware router reads the gateway's byte-chunk hashes (gateway/cache_routing.py):
+    a hashed block stands for ~PREFIX_BLOCK_BYTES / 4 tokens unless configured."""
+    fields = request_fields(CoreSpec(routing=choice))
+    if "prefix_hashes" not in fields or "hash_block_tokens" in choice.params:
+        return choice
+    params = {**choice.params, "hash_block_tokens": cache_routing.HASH_BLOCK_TOKENS}
+    return Choice(choice.policy, params)
 
 
 class Pipeline:
@@ -137,8 +147,9 @@ class Pipeline:
         self.fleet = fleet
         self.metrics = metrics
         self.loop = loop = asyncio.get_running_loop()
+        spec = core_spec(config)
         core, predictor = build_core(
-            core_spec(config),
+            spec,
             _LoopClock(loop),
             classify=classify_prompt,
             # QUARTZ's predictor: None unless configured (then no predictor work per request)
@@ -148,6 +159,9 @@ class Pipeline:
             scripter=script_of_prompt,
         )
         self.core, self.predictor = core, predictor
+        # what the configured routers read of a request (the cache-aware ones: prefix
+        # hashes, session, a (τ, ω) override); empty by default, and then nothing is read
+        self.route_fields = request_fields(spec)
         self.budget = core.intake.budget
         metrics.watch_budget(self.budget)
         self._fallback_changes = 0  # the calibration's fallback flips already logged
@@ -200,8 +214,11 @@ class Pipeline:
     @hooks.setter
     def hooks(self, hooks: tuple[Hook, ...]) -> None:
         # QUARTZ's predictor, when configured, always hears the requests first
+        # and the routers' own hooks (the cache-aware routers' index) stay attached
         own = () if self.predictor is None else (self.predictor,)
-        self.core.hooks = (*own, *(h for h in hooks if h is not self.predictor))
+        kept = tuple(h for r in self.core.routers.values() for h in router_hooks(r))
+        given = tuple(h for h in hooks if h is not self.predictor and not _among(h, kept))
+        self.core.hooks = (*own, *kept, *given)
 
     # --- the pipeline -------------------------------------------------------------------
     async def handle(
@@ -211,7 +228,9 @@ class Pipeline:
         request_id: bytes | None,
         responder: Responder,
         endpoint: str,
+        routing: tuple[bytes | None, bytes | None, bytes | None] = (None, None, None),
     ) -> None:
+        """`routing`: the session and (τ, ω) override headers (gateway/cache_routing.py)."""
         loop = self.loop
         arrival = time.time()
         own = request_ids.new()  # the engine's id (gateway/request_ids.py)
@@ -226,6 +245,8 @@ class Pipeline:
             parsed = parse(raw, endpoint)
             raw = request_ids.scrub(parsed, raw)
             request = self.shaper.request(parsed, own, self.fleet, att.t0)
+            if self.route_fields:
+                cache_routing.describe(request, parsed, self.route_fields, *routing)
             if att.entitlement or self.tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
             action = self.shaper.start(parsed, request, att.t0, self.fleet.models)
@@ -389,6 +410,10 @@ class Pipeline:
             cal.alpha,
             cal.delta,
         )
+
+
+def _among(hook: Hook, hooks: tuple[Hook, ...]) -> bool:
+    return any(hook is h for h in hooks)
 
 
 class _LoopClock:

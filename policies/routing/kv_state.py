@@ -29,6 +29,10 @@ from policies.prefix_index import PrefixIndex
 from policies.routing.profile import Profile
 from policies.types import Outcome, RequestInfo, WorkerView
 
+# the request fields kv_cost reads besides the lengths: the prompt's block chain and the
+# per-request (τ, ω) override (a driver fills them before Core.start)
+PER_REQUEST = ("prefix_hashes", "router_temperature", "overlap_weight")
+
 
 def blocks_for(tokens: int, block_size: int) -> int:
     """KV blocks holding `tokens` tokens (a partial block is a block)."""
