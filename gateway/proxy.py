@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from compressor.compress import CompressorConfig
 from compressor.script import script_of_prompt
 from compressor.served import AUTO, ENGINE, load_served
-from gateway import cache_routing, logs, quartz, request_ids
+from gateway import cache_routing, logs, quartz, request_ids, routing_gauges
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
 from gateway.errors import AuthenticationFailed, GatewayError
@@ -162,6 +162,9 @@ class Pipeline:
         # what the configured routers read of a request (the cache-aware ones: prefix
         # hashes, session, a (τ, ω) override); empty by default, and then nothing is read
         self.route_fields = request_fields(spec)
+        if self.route_fields:  # cache-aware routing: its gauges, its decisions timed
+            core.router_for = routing_gauges.timed(core.router_for, metrics.registry)
+            metrics.registry.register(routing_gauges.RoutingCollector(core.routers))
         self.budget = core.intake.budget
         metrics.watch_budget(self.budget)
         self._fallback_changes = 0  # the calibration's fallback flips already logged

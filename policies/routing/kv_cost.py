@@ -109,6 +109,14 @@ class KvCostRouter:
         """What the composition root attaches to the core: the index and accounting."""
         return (self.state,)
 
+    @property
+    def temperature(self) -> float:
+        return self.picker.temperature
+
+    @property
+    def overlap_weight(self) -> float:
+        return self.cost.overlap_weight
+
     def set_params(self, temperature: float, overlap_weight: float) -> None:
         """Switch (τ, ω) (the regime controller's knob)."""
         self.picker.temperature = temperature

@@ -155,6 +155,11 @@ class RegimeAdaptiveRouter:
         return (self.inner.state, self.sampler)
 
     @property
+    def state(self) -> KvState:
+        """The kv_cost state (index, active blocks) the hooks keep."""
+        return self.inner.state
+
+    @property
     def regime(self) -> Regime:
         return self._applied
 

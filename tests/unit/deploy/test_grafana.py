@@ -20,7 +20,7 @@ from gateway.config import load_config
 from gateway.metrics import GatewayMetrics
 from gateway.workers import Fleet
 from policies.budget import TokenBudget
-from tests.golden import quartz_series
+from tests.golden import cache_routing_series, quartz_series
 
 _SUFFIXES = {
     "counter": ("_total",),
@@ -57,7 +57,8 @@ def gateway_series() -> set[str]:
     )
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(TokenBudget())
-    return _sample_names(metrics.registry) | quartz_series()  # QUARTZ's: only when configured
+    # QUARTZ's and the cache routers': only when configured
+    return _sample_names(metrics.registry) | quartz_series() | cache_routing_series()
 
 
 @pytest.fixture(scope="module")
