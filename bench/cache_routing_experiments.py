@@ -81,13 +81,13 @@ def spike(quick: bool) -> None:
 
 def hetero(quick: bool) -> None:
     hold = 30.0 if quick else 60.0
-    for c in (32, 128):
+    for c in (128, 256):
         rows = cr.heterogeneous(c, hold_s=hold)
-        print(f"## Sessions workload at C = {c} (4 workers), hold {hold:.0f} s\n")
+        print(f"## Sessions workload at C = {c} (4 workers, think {cr.THINK_S} s), hold {hold:.0f} s\n")
         print(table(rows, ("router", *METRICS)))
         print()
-    rows = cr.hetero_sweeps(128, hold_s=hold)
-    print(f"## Sessions workload at C = 128: kv_cost ω and τ, hold {hold:.0f} s\n")
+    rows = cr.hetero_sweeps(256, hold_s=hold)
+    print(f"## Sessions workload at C = 256 (the knee): kv_cost ω and τ, hold {hold:.0f} s\n")
     print(table(rows, ("tau", "omega", *METRICS)))
     print()
 

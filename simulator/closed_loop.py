@@ -179,9 +179,12 @@ class ClosedLoop:
     def _may_send(self, client: int, t: float) -> bool:
         cap = self.shape.requests
         spike = self.shape.spike
-        if spike is not None and client >= self.shape.clients - spike.clients:
-            if t >= spike.until_s:
-                return False
+        if (
+            spike is not None
+            and client >= self.shape.clients - spike.clients
+            and t >= spike.until_s
+        ):
+            return False
         return (
             t < self.stop_at
             and (cap is None or self.sent < cap)

@@ -50,7 +50,8 @@ def test_kv_cost_keeps_each_conversation_on_its_cached_prefix(fresh_procs):
     assert len(set().union(*workers.values())) >= 2  # different prefixes spread (tie-break)
     # the ~460-token system prompt and then the earlier turns come from the cache
     assert all(c >= 400 for c in cached_later), cached_later
-    assert all(b > a for a, b in zip(cached_later[::2], cached_later[1::2])), cached_later
+    pairs = zip(cached_later[::2], cached_later[1::2], strict=True)
+    assert all(b > a for a, b in pairs), cached_later
     text = httpx.get(gw.url + "/metrics", timeout=5).text
     assert metric(text, "fleetgate_routing_decision_seconds_count", pool="short") == requests
     assert metric(text, "fleetgate_routing_temperature", pool="short") == 0.0

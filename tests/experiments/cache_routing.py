@@ -21,6 +21,7 @@ The paper's workload (`paper`): 5 templates of 128 tokens, outputs of 256 (its �
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -101,7 +102,7 @@ def sessions(w: Workload, clients: int, per_client: int, seed: int) -> list[list
             turns = rng.randint(1, w.turns_max)
             prompt = system[t]
             chain: list[int] = []
-            for k in range(turns):
+            for _ in range(turns):
                 prompt += _lognormal(rng, w.user_median, w.user_sigma, 4, 2048)
                 out_tokens = _lognormal(rng, w.output_median, w.output_sigma, 4, w.output_max)
                 if prompt + w.output_max > w.context:
@@ -205,7 +206,9 @@ def metrics(result: RunResult, t0: float, t1: float) -> dict[str, float]:
     ]
     lat = [r.finish - r.arrival for r in rs if r.finish is not None]
     done = [
-        r for r in result.records if r.finish is not None and t0 <= r.finish < t1 and r.status == "ok"
+        r
+        for r in result.records
+        if r.finish is not None and t0 <= r.finish < t1 and r.status == "ok"
     ]
     rps = len(done) / (t1 - t0)
     mean = sum(lat) / len(lat) if lat else float("nan")
@@ -234,6 +237,7 @@ def run_one(
     kv_blocks: int = 4096,
     extra: dict[str, Any] | None = None,
     max_num_seqs: int = 64,
+    think_s: float = 0.0,
 ) -> tuple[dict[str, float], RunResult]:
     """One closed-loop run; metrics over the hold (after the ramp)."""
     w = workload or Workload()
@@ -241,7 +245,9 @@ def run_one(
     seqs = sessions(w, clients, per_client, seed)
     params = {**dict(router.params), **(extra or {})}
     sc = scenario({"policy": router.policy, "params": params}, workers, kv_blocks, max_num_seqs)
-    shape = LoadShape(clients, ramp_s=ramp_s, hold_s=hold_s, seed=seed, spike=spike)
+    shape = LoadShape(
+        clients, think_s=think_s, ramp_s=ramp_s, hold_s=hold_s, seed=seed, spike=spike
+    )
     result, _ = simulate(sc, shape, seqs, seed=seed)
     return metrics(result, ramp_s, ramp_s + hold_s), result
 
@@ -282,7 +288,9 @@ def grid(c: int, hold_s: float = 120.0, seed: int = 1) -> list[dict[str, Any]]:
     rows = []
     for tau in GRID:
         for omega in GRID:
-            r = Router(f"τ {tau} ω {omega}", "kv_cost", (("temperature", tau), ("overlap_weight", omega)))
+            r = Router(
+                f"τ {tau} ω {omega}", "kv_cost", (("temperature", tau), ("overlap_weight", omega))
+            )
             m, _ = run_one(r, c, seed, PAPER, hold_s=hold_s, **PAPER_POOL)
             rows.append({"tau": tau, "omega": omega, **m})
     return rows
@@ -328,7 +336,7 @@ def spike(
     }
     switched = [t for t, g in regimes if t >= at and g >= 1]
     out["switch_s"] = switched[0] - at if switched else None
-    out["regime_changes"] = sum(1 for a, b in zip(regimes, regimes[1:]) if a[1] != b[1])
+    out["regime_changes"] = sum(1 for a, b in itertools.pairwise(regimes) if a[1] != b[1])
     return out
 
 
@@ -342,11 +350,16 @@ HETERO_ROUTERS = (
 )
 
 
+# users read and type between turns: without a think time a closed loop makes least-loaded
+# sticky by accident (the worker a client's answer just left is the least loaded)
+THINK_S = 2.0
+
+
 def heterogeneous(c: int, hold_s: float = 40.0, seed: int = 1) -> list[dict[str, Any]]:
     """The workload the paper never ran (`sessions`) at concurrency `c`, every router."""
     rows = []
     for r in HETERO_ROUTERS:
-        m, _ = run_one(r, c, seed, Workload(), hold_s=hold_s)
+        m, _ = run_one(r, c, seed, Workload(), hold_s=hold_s, think_s=THINK_S)
         rows.append({"router": r.label, **m})
     return rows
 
@@ -356,10 +369,10 @@ def hetero_sweeps(c: int, hold_s: float = 40.0, seed: int = 1) -> list[dict[str,
     rows = []
     for omega in (0.0, 0.3, 1.0, 4.0):
         r = Router(f"ω {omega}", "kv_cost", (("overlap_weight", omega),))
-        m, _ = run_one(r, c, seed, Workload(), hold_s=hold_s)
+        m, _ = run_one(r, c, seed, Workload(), hold_s=hold_s, think_s=THINK_S)
         rows.append({"tau": 0.0, "omega": omega, **m})
     for tau in (0.3, 0.7, 1.0):
         r = Router(f"τ {tau}", "kv_cost", (("temperature", tau),))
-        m, _ = run_one(r, c, seed, Workload(), hold_s=hold_s)
+        m, _ = run_one(r, c, seed, Workload(), hold_s=hold_s, think_s=THINK_S)
         rows.append({"tau": tau, "omega": 1.0, **m})
     return rows

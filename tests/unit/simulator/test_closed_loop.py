@@ -179,8 +179,10 @@ def test_a_spike_adds_its_clients_only_between_its_bounds():
     assert all(min(r.arrival for r in by_client[c]) < 1.0 for c in base)
     for c in extra:
         arrivals = [r.arrival for r in by_client[c]]
-        assert 4.0 <= min(arrivals) and max(arrivals) < 8.0, (c, arrivals)
-    events = sorted([(r.arrival, 1) for r in records] + [(r.finish or r.arrival, -1) for r in records])
+        assert min(arrivals) >= 4.0 and max(arrivals) < 8.0, (c, arrivals)
+    events = sorted(
+        [(r.arrival, 1) for r in records] + [(r.finish or r.arrival, -1) for r in records]
+    )
     level = 0
     for t, step in events:
         level += step
