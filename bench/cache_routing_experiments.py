@@ -49,25 +49,31 @@ def sweep(quick: bool) -> None:
     print(f"\nknee (first C with TTFT P99 ≥ 10× C=1's, and the ratio): {cr.knee(rows)}\n")
 
 
-def grid(quick: bool) -> None:
+def grid(quick: bool, gateway_queue: bool = True) -> None:
     hold = 30.0 if quick else 120.0
+    where = "gateway queue" if gateway_queue else "engine queues (forward at arrival)"
     for c in (64, 128):
-        rows = cr.grid(c, hold_s=hold)
-        p99 = [r["ttft_p99"] for r in rows]
-        spread = (max(p99) - min(p99)) / min(p99)
-        print(f"## (τ, ω) grid at C = {c}, hold {hold:.0f} s: TTFT P99 spread {spread:.1%}\n")
+        rows = cr.grid(c, hold_s=hold, gateway_queue=gateway_queue)
+        spreads = []
+        for k in ("ttft_p99", "latency", "rps"):
+            xs = [r[k] for r in rows]
+            spreads.append(f"{k} {(max(xs) - min(xs)) / min(xs):.1%}")
+        print(
+            f"## (τ, ω) grid at C = {c}, {where}, hold {hold:.0f} s: spread {', '.join(spreads)}\n"
+        )
         print(table(rows, ("tau", "omega", *METRICS)))
         print()
 
 
-def spike(quick: bool) -> None:
+def spike(quick: bool, gateway_queue: bool = True) -> None:
     seeds = (1,) if quick else (1, 2, 3)
-    print("## Spike C = 32 → 128 → 32 (40 / 60 / 40 s), mean ± sd over seeds\n")
+    where = "gateway queue" if gateway_queue else "engine queues (forward at arrival)"
+    print(f"## Spike C = 32 → 128 → 32 (40 / 60 / 40 s), {where}, mean ± sd over seeds\n")
     print("| strategy | phase | TTFT P50 | TTFT P99 | ITL P99 | mean latency | rps | eff. C |")
     print("|---|---|---|---|---|---|---|---|")
     switches: dict[str, list[Any]] = {}
     for router in (cr.KV_COST, cr.ADAPTIVE):
-        runs = [cr.spike(router, s) for s in seeds]
+        runs = [cr.spike(router, s, gateway_queue=gateway_queue) for s in seeds]
         switches[router.label] = [r["switch_s"] for r in runs]
         for phase in ("below", "saturated", "recovery"):
             cells = []
@@ -83,7 +89,9 @@ def hetero(quick: bool) -> None:
     hold = 30.0 if quick else 60.0
     for c in (128, 256):
         rows = cr.heterogeneous(c, hold_s=hold)
-        print(f"## Sessions workload at C = {c} (4 workers, think {cr.THINK_S} s), hold {hold:.0f} s\n")
+        print(
+            f"## Sessions workload at C = {c} (4 workers, think {cr.THINK_S} s), hold {hold:.0f} s\n"
+        )
         print(table(rows, ("router", *METRICS)))
         print()
     rows = cr.hetero_sweeps(256, hold_s=hold)
@@ -92,13 +100,26 @@ def hetero(quick: bool) -> None:
     print()
 
 
-PARTS = {"sweep": sweep, "grid": grid, "spike": spike, "hetero": hetero}
+def engine_queues(quick: bool) -> None:
+    """The grid and the spike again, requests forwarded at arrival: the router then
+    chooses among every worker at saturation, not only the one with a free slot."""
+    grid(quick, gateway_queue=False)
+    spike(quick, gateway_queue=False)
+
+
+PARTS = {
+    "sweep": sweep,
+    "grid": grid,
+    "spike": spike,
+    "hetero": hetero,
+    "engine_queues": engine_queues,
+}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer points, shorter holds")
-    ap.add_argument("--only", default=",".join(PARTS))
+    ap.add_argument("--only", default=",".join(PARTS), help=", ".join(PARTS))
     a = ap.parse_args()
     for name in a.only.split(","):
         PARTS[name](a.quick)

@@ -133,9 +133,13 @@ def scenario(
     workers: int = 4,
     kv_blocks: int = 4096,
     max_num_seqs: int = 64,
+    gateway_queue: bool = True,
 ) -> Scenario:
     """An ordinary pool of `workers` engines with prefix caching and compute-bound prefill
-    (20k prompt tokens/s, 4,096 tokens per step): a cache hit saves real time."""
+    (20k prompt tokens/s, 4,096 tokens per step): a cache hit saves real time. With
+    `gateway_queue` a request waits in the gateway until a worker has a free sequence slot
+    (dispatch capacity: engine); without, it goes to its worker at arrival and waits in
+    that engine's queue."""
     return parse(
         {
             "name": "cache-routing",
@@ -162,7 +166,12 @@ def scenario(
                 "arrivals": {"kind": "poisson", "rate": 1.0},
                 "components": [{"family": "chat"}],
             },
-            "policy": {"dispatch": {"capacity": "engine", "max_waiting": 100_000}},
+            "policy": {
+                "dispatch": {
+                    "capacity": "engine" if gateway_queue else "none",
+                    "max_waiting": 100_000,
+                }
+            },
             "report": {"plots": False, "sample_interval": 1.0},
         }
     )
@@ -238,13 +247,16 @@ def run_one(
     extra: dict[str, Any] | None = None,
     max_num_seqs: int = 64,
     think_s: float = 0.0,
+    gateway_queue: bool = True,
 ) -> tuple[dict[str, float], RunResult]:
     """One closed-loop run; metrics over the hold (after the ramp)."""
     w = workload or Workload()
     per_client = max(8, int(hold_s + ramp_s))  # more than a client can send in the run
     seqs = sessions(w, clients, per_client, seed)
     params = {**dict(router.params), **(extra or {})}
-    sc = scenario({"policy": router.policy, "params": params}, workers, kv_blocks, max_num_seqs)
+    sc = scenario(
+        {"policy": router.policy, "params": params}, workers, kv_blocks, max_num_seqs, gateway_queue
+    )
     shape = LoadShape(
         clients, think_s=think_s, ramp_s=ramp_s, hold_s=hold_s, seed=seed, spike=spike
     )
@@ -283,7 +295,9 @@ def knee(rows: Sequence[dict[str, Any]]) -> tuple[int, float] | None:
     return None
 
 
-def grid(c: int, hold_s: float = 120.0, seed: int = 1) -> list[dict[str, Any]]:
+def grid(
+    c: int, hold_s: float = 120.0, seed: int = 1, gateway_queue: bool = True
+) -> list[dict[str, Any]]:
     """Exp. 4: the 4×4 (τ, ω) grid of static kv_cost at concurrency `c`."""
     rows = []
     for tau in GRID:
@@ -291,7 +305,9 @@ def grid(c: int, hold_s: float = 120.0, seed: int = 1) -> list[dict[str, Any]]:
             r = Router(
                 f"τ {tau} ω {omega}", "kv_cost", (("temperature", tau), ("overlap_weight", omega))
             )
-            m, _ = run_one(r, c, seed, PAPER, hold_s=hold_s, **PAPER_POOL)
+            m, _ = run_one(
+                r, c, seed, PAPER, hold_s=hold_s, gateway_queue=gateway_queue, **PAPER_POOL
+            )
             rows.append({"tau": tau, "omega": omega, **m})
     return rows
 
@@ -306,7 +322,11 @@ class SpikePlan:
 
 
 def spike(
-    router: Router, seed: int, plan: SpikePlan = SpikePlan(), workload: Workload = PAPER
+    router: Router,
+    seed: int,
+    plan: SpikePlan = SpikePlan(),
+    workload: Workload = PAPER,
+    gateway_queue: bool = True,
 ) -> dict[str, Any]:
     """Exp. 3: C = base → peak → base; metrics per phase, and when the regime first left
     Below after the spike began (regime_adaptive)."""
@@ -320,7 +340,11 @@ def spike(
             regimes.append((now, int(r.regime)))
 
     seqs = sessions(workload, plan.peak, int(end) + 8, seed)
-    sc = scenario({"policy": router.policy, "params": dict(router.params)}, **PAPER_POOL)
+    sc = scenario(
+        {"policy": router.policy, "params": dict(router.params)},
+        gateway_queue=gateway_queue,
+        **PAPER_POOL,
+    )
     shape = LoadShape(
         plan.peak,
         ramp_s=0.0,
