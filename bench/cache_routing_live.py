@@ -14,10 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.experiments.cache_routing_live import Setup, run_router
+from tests.experiments.cache_routing_live import ROUTERS, Setup, run_router
 from tests.procs import procs
-
-ROUTERS = ("least_loaded", "prefix_overlap", "kv_cost", "session_affinity")
 
 
 def main() -> None:
@@ -28,7 +26,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=d.workers)
     ap.add_argument("--scale", type=float, default=d.scale)
     ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--routers", default=",".join(ROUTERS))
+    ap.add_argument("--routers", default=",".join(ROUTERS), help=", ".join(ROUTERS))
     a = ap.parse_args()
     print("| router | rep | requests | hit rate | TTFT P50 s | TTFT P99 s | req/s | wall s |")
     print("|---|---|---|---|---|---|---|---|")

@@ -10,11 +10,14 @@ with prefix caching on loopback, multi-turn chats through the official openai SD
   .cached_tokens, as vLLM reports it), time-scaled (`--scale`: an engine second takes
   that many wall seconds). Engines and gateway restart for every router: cold caches.
 - the load: `--clients` closed-loop clients, each running `--conversations`
-  conversations back to back; a conversation opens with one of `--templates` shared
-  system prompts (Zipf 0.8, lognormal lengths of median 600 tokens) and has 1–4 turns of
-  a short user message; each answer (max_tokens 24) is appended to the conversation. The
-  conversation's id is the request's `user` field (session_affinity's key). Seeded: every
-  router gets the same conversations.
+  conversations back to back and thinking `think_s` (exponential) between turns; a
+  conversation opens with one of `--templates` shared system prompts (Zipf 0.8,
+  lognormal lengths of median 1,500 tokens: together about twice what one engine caches)
+  and has 1–4 turns of a short user message; each answer (max_tokens 24) is appended to
+  the conversation. Text is seeded random English words (~5 bytes a token, as prose: the
+  gateway's 512-byte chunks then stand for ~128 tokens as it assumes). The
+  conversation's id is the request's `user` field (session_affinity's key). Every router
+  gets the same conversations.
 - per request, from the stream: TTFT (first content chunk), prompt and cached tokens (the
   usage chunk, stream_options.include_usage). Hit rate = Σ cached / Σ prompt tokens.
   Times are engine seconds (wall ÷ scale).
@@ -46,11 +49,117 @@ class Setup:
     scale: float = 1.0
     max_num_seqs: int = 16
     kv_blocks: int = 1024
+    think_s: float = 0.5
     seed: int = 1
 
 
-def words(n: int) -> str:
-    return " a" * max(0, n)  # one cl100k token each
+_WORDS = [
+    "time",
+    "year",
+    "people",
+    "way",
+    "day",
+    "man",
+    "thing",
+    "woman",
+    "life",
+    "child",
+    "world",
+    "school",
+    "state",
+    "family",
+    "student",
+    "group",
+    "country",
+    "problem",
+    "hand",
+    "part",
+    "place",
+    "case",
+    "week",
+    "company",
+    "system",
+    "program",
+    "question",
+    "work",
+    "government",
+    "number",
+    "night",
+    "point",
+    "home",
+    "water",
+    "room",
+    "mother",
+    "area",
+    "money",
+    "story",
+    "fact",
+    "month",
+    "lot",
+    "right",
+    "study",
+    "book",
+    "eye",
+    "job",
+    "word",
+    "business",
+    "issue",
+    "side",
+    "kind",
+    "head",
+    "house",
+    "service",
+    "friend",
+    "father",
+    "power",
+    "hour",
+    "game",
+    "line",
+    "end",
+    "member",
+    "law",
+    "car",
+    "city",
+    "community",
+    "name",
+    "president",
+    "team",
+    "minute",
+    "idea",
+    "kid",
+    "body",
+    "information",
+    "back",
+    "parent",
+    "face",
+    "others",
+    "level",
+    "office",
+    "door",
+    "health",
+    "person",
+    "art",
+    "war",
+    "history",
+    "party",
+    "result",
+    "change",
+    "morning",
+    "reason",
+    "research",
+    "girl",
+    "guy",
+    "moment",
+    "air",
+    "teacher",
+    "force",
+    "education",
+]
+
+
+def words(n: int, rng: random.Random) -> str:
+    """About `n` tokens of prose-like text (one cl100k token a word)."""
+    return "".join(" " + rng.choice(_WORDS) for _ in range(max(0, n)))
 
 
 def conversations(setup: Setup) -> list[list[tuple[str, str, list[str]]]]:
@@ -59,7 +168,7 @@ def conversations(setup: Setup) -> list[list[tuple[str, str, list[str]]]]:
     lengths = random.Random(f"{setup.seed}:templates")
     system = [
         f"System prompt {t}:"
-        + words(max(64, min(2000, round(lengths.lognormvariate(math.log(600), 0.5)))))
+        + words(max(64, min(4000, round(lengths.lognormvariate(math.log(1500), 0.5)))), lengths)
         for t in range(setup.templates)
     ]
     weights = [1.0 / (k + 1) ** 0.8 for k in range(setup.templates)]
@@ -69,7 +178,7 @@ def conversations(setup: Setup) -> list[list[tuple[str, str, list[str]]]]:
         for k in range(setup.conversations):
             t = rng.choices(range(setup.templates), weights)[0]
             turns = [
-                f"Question {c}-{k}-{j}:" + words(rng.randint(10, 60))
+                f"Question {c}-{k}-{j}:" + words(rng.randint(10, 60), rng)
                 for j in range(rng.randint(1, 4))
             ]
             convs.append((f"conv-{c}-{k}", system[t], turns))
@@ -93,6 +202,16 @@ def start_engines(ps: Procs, setup: Setup) -> list[Proc]:
     return engines
 
 
+# a router as the live run names it: a policy and its parameters
+ROUTERS: dict[str, dict[str, Any]] = {
+    "least_loaded": {"policy": "least_loaded"},
+    "prefix_overlap": {"policy": "prefix_overlap"},
+    "kv_cost": {"policy": "kv_cost"},
+    "kv_cost_w4": {"policy": "kv_cost", "params": {"overlap_weight": 4.0}},
+    "session_affinity": {"policy": "session_affinity"},
+}
+
+
 def start_gateway(ps: Procs, engines: list[Proc], routing: str, name: str) -> Proc:
     cfg: dict[str, Any] = {
         "pools": {
@@ -100,7 +219,7 @@ def start_gateway(ps: Procs, engines: list[Proc], routing: str, name: str) -> Pr
                 "max_model_len": 8192,
                 "models": [MODEL],
                 "workers": [{"url": e.url, "name": e.name} for e in engines],
-                "routing": {"policy": routing},
+                "routing": ROUTERS[routing],
             }
         },
         "telemetry": {"scrape_interval_s": 0.1, "stale_after_s": 2.0},
@@ -155,7 +274,8 @@ async def drive(url: str, setup: Setup) -> list[Answer]:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=600)
     answers: list[Answer] = []
 
-    async def one(convs: list[tuple[str, str, list[str]]]) -> None:
+    async def one(c: int, convs: list[tuple[str, str, list[str]]]) -> None:
+        think = random.Random(f"{setup.seed}:think:{c}")
         for conv, system, turns in convs:
             messages = [{"role": "system", "content": system}]
             for turn in turns:
@@ -163,8 +283,10 @@ async def drive(url: str, setup: Setup) -> list[Answer]:
                 answer, reply = await chat(client, messages, conv)
                 answers.append(answer)
                 messages.append({"role": "assistant", "content": reply})
+                if setup.think_s > 0:
+                    await asyncio.sleep(think.expovariate(1.0 / setup.think_s) * setup.scale)
 
-    await asyncio.gather(*(one(c) for c in conversations(setup)))
+    await asyncio.gather(*(one(c, convs) for c, convs in enumerate(conversations(setup))))
     await client.close()
     return answers
 
