@@ -37,7 +37,7 @@ def table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> str:
     return "\n".join(out)
 
 
-METRICS = ("hit", "ttft_p50", "ttft_p99", "itl_p99", "latency", "rps", "concurrency")
+METRICS = ("hit", "ttft_p50", "ttft_p99", "itl_p99", "latency", "rps", "concurrency", "poa")
 
 
 def sweep(quick: bool) -> None:
@@ -55,7 +55,7 @@ def grid(quick: bool, gateway_queue: bool = True) -> None:
     for c in (64, 128):
         rows = cr.grid(c, hold_s=hold, gateway_queue=gateway_queue)
         spreads = []
-        for k in ("ttft_p99", "latency", "rps"):
+        for k in ("ttft_p99", "latency", "rps", "poa"):
             xs = [r[k] for r in rows]
             spreads.append(f"{k} {(max(xs) - min(xs)) / min(xs):.1%}")
         print(
@@ -69,15 +69,17 @@ def spike(quick: bool, gateway_queue: bool = True) -> None:
     seeds = (1,) if quick else (1, 2, 3)
     where = "gateway queue" if gateway_queue else "engine queues (forward at arrival)"
     print(f"## Spike C = 32 → 128 → 32 (40 / 60 / 40 s), {where}, mean ± sd over seeds\n")
-    print("| strategy | phase | TTFT P50 | TTFT P99 | ITL P99 | mean latency | rps | eff. C |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| strategy | phase | TTFT P50 | TTFT P99 | ITL P99 | mean latency | rps | eff. C | PoA^ |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     switches: dict[str, list[Any]] = {}
     for router in (cr.KV_COST, cr.ADAPTIVE):
         runs = [cr.spike(router, s, gateway_queue=gateway_queue) for s in seeds]
         switches[router.label] = [r["switch_s"] for r in runs]
         for phase in ("below", "saturated", "recovery"):
             cells = []
-            for k in ("ttft_p50", "ttft_p99", "itl_p99", "latency", "rps", "concurrency"):
+            for k in ("ttft_p50", "ttft_p99", "itl_p99", "latency", "rps", "concurrency", "poa"):
                 xs = [r[phase][k] for r in runs]
                 sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
                 cells.append(f"{statistics.mean(xs):.3f} ± {sd:.3f}")
@@ -107,12 +109,27 @@ def engine_queues(quick: bool) -> None:
     spike(quick, gateway_queue=False)
 
 
+def plateau(quick: bool) -> None:
+    """PoA^'s below-knee plateau with 2 and 5 workers (the paper's 1P/2D against 1P/5D)."""
+    hold = 30.0 if quick else 120.0
+    print(f"## PoA^ plateau, 2 against 5 workers, kv_cost, hold {hold:.0f} s\n")
+    rows = []
+    for workers in (2, 5):
+        for c in (16, 32, 64):
+            pool = {**cr.PAPER_POOL, "workers": workers}
+            m, _ = cr.run_one(cr.KV_COST, c, 1, cr.PAPER, hold_s=hold, poa_every_s=5.0, **pool)
+            rows.append({"workers": workers, "C": c, **m})
+    print(table(rows, ("workers", "C", *METRICS)))
+    print()
+
+
 PARTS = {
     "sweep": sweep,
     "grid": grid,
     "spike": spike,
     "hetero": hetero,
     "engine_queues": engine_queues,
+    "plateau": plateau,
 }
 
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from policies.poa_window import PoaWindow
 from simulator.closed_loop import LoadShape, Spike, simulate
 from simulator.families import mix64
 from simulator.run import RunResult
@@ -248,8 +249,11 @@ def run_one(
     max_num_seqs: int = 64,
     think_s: float = 0.0,
     gateway_queue: bool = True,
+    poa_every_s: float | None = None,
 ) -> tuple[dict[str, float], RunResult]:
-    """One closed-loop run; metrics over the hold (after the ramp)."""
+    """One closed-loop run; metrics over the hold (after the ramp). `poa_every_s`: also the
+    paper's PoA^ (eq. 12 over a 30 s window of completions, o_qj from the router's index
+    when it has one), estimated every that many seconds of the hold; `poa` is the mean."""
     w = workload or Workload()
     per_client = max(8, int(hold_s + ramp_s))  # more than a client can send in the run
     seqs = sessions(w, clients, per_client, seed)
@@ -260,8 +264,37 @@ def run_one(
     shape = LoadShape(
         clients, think_s=think_s, ramp_s=ramp_s, hold_s=hold_s, seed=seed, spike=spike
     )
-    result, _ = simulate(sc, shape, seqs, seed=seed)
-    return metrics(result, ramp_s, ramp_s + hold_s), result
+    window, probe, samples = poa_sampler(ramp_s, ramp_s + hold_s, poa_every_s)
+    hooks = () if window is None else (window,)
+    result, _ = simulate(sc, shape, seqs, seed=seed, hooks=hooks, probe=probe)
+    m = metrics(result, ramp_s, ramp_s + hold_s)
+    if samples:
+        m["poa"] = sum(r for _, r in samples) / len(samples)
+    return m, result
+
+
+def poa_sampler(
+    t0: float, t1: float, every_s: float | None
+) -> tuple[PoaWindow | None, Any, list[tuple[float, float]]]:
+    """A `PoaWindow` hook and a probe estimating eq. 12 every `every_s` in [t0, t1):
+    (time, PoA^) samples."""
+    samples: list[tuple[float, float]] = []
+    if every_s is None:
+        return None, None, samples
+    window = PoaWindow(window_s=30.0, max_requests=512)
+    due = [t0 + every_s]
+
+    def probe(core: Any, now: float) -> None:
+        if now < due[0] or now >= t1:
+            return
+        due[0] = now + every_s
+        state = getattr(core.routers.get("short"), "state", None)
+        window.index = getattr(state, "index", None)
+        est = window.paper(now)
+        if est is not None:
+            samples.append((now, est.ratio))
+
+    return window, probe, samples
 
 
 # --- the experiments ----------------------------------------------------------------------
@@ -281,7 +314,7 @@ def c_sweep(
     """Exp. 1: the paper's workload at each C (ramp 10 s, then the hold)."""
     rows = []
     for c in cs:
-        m, _ = run_one(router, c, seed, PAPER, hold_s=hold_s, **PAPER_POOL)
+        m, _ = run_one(router, c, seed, PAPER, hold_s=hold_s, poa_every_s=5.0, **PAPER_POOL)
         rows.append({"C": c, **m})
     return rows
 
@@ -306,7 +339,14 @@ def grid(
                 f"τ {tau} ω {omega}", "kv_cost", (("temperature", tau), ("overlap_weight", omega))
             )
             m, _ = run_one(
-                r, c, seed, PAPER, hold_s=hold_s, gateway_queue=gateway_queue, **PAPER_POOL
+                r,
+                c,
+                seed,
+                PAPER,
+                hold_s=hold_s,
+                gateway_queue=gateway_queue,
+                poa_every_s=5.0,
+                **PAPER_POOL,
             )
             rows.append({"tau": tau, "omega": omega, **m})
     return rows
@@ -334,10 +374,13 @@ def spike(
     end = until + plan.recovery_s
     regimes: list[tuple[float, int]] = []
 
+    window, poa_probe, poa = poa_sampler(10.0, end, 5.0)
+
     def probe(core: Any, now: float) -> None:
         r = core.routers.get("short")
         if r is not None and hasattr(r, "regime"):
             regimes.append((now, int(r.regime)))
+        poa_probe(core, now)
 
     seqs = sessions(workload, plan.peak, int(end) + 8, seed)
     sc = scenario(
@@ -352,12 +395,15 @@ def spike(
         seed=seed,
         spike=Spike(plan.peak - plan.base, at, until),
     )
-    result, _ = simulate(sc, shape, seqs, seed=seed, probe=probe)
-    out: dict[str, Any] = {
-        "below": metrics(result, 10.0, at),
-        "saturated": metrics(result, at, until),
-        "recovery": metrics(result, until + 10.0, end),
-    }
+    result, _ = simulate(sc, shape, seqs, seed=seed, probe=probe, hooks=(window,))
+    phases = {"below": (10.0, at), "saturated": (at, until), "recovery": (until + 10.0, end)}
+    out: dict[str, Any] = {}
+    for name, (t0, t1) in phases.items():
+        m = metrics(result, t0, t1)
+        # PoA^ over a 30 s window: estimates once the window lies inside the phase
+        xs = [r for t, r in poa if t0 + 30.0 <= t < t1] or [r for t, r in poa if t0 <= t < t1]
+        m["poa"] = sum(xs) / len(xs) if xs else float("nan")
+        out[name] = m
     switched = [t for t, g in regimes if t >= at and g >= 1]
     out["switch_s"] = switched[0] - at if switched else None
     out["regime_changes"] = sum(1 for a, b in itertools.pairwise(regimes) if a[1] != b[1])

@@ -96,3 +96,12 @@ def test_a_pools_configured_cache_router_is_fed_by_the_core_events():
     assert state.fed and not state._requests
     assert all(state.active_blocks(w) == 0 for w in state._known)
     assert result.engine_stats["short"]["prefix_hit_rate"] > 0.3
+
+
+def test_regime_adaptives_detector_hears_the_simulated_ttfts():
+    """Its TTFT sampler is among the hooks: the detector closes intervals with samples."""
+    routing = {"policy": "regime_adaptive", "params": {"detector": {"baseline_s": 0.05}}}
+    result = run(many_prefixes(300, rate=20.0, routing=routing))
+    detector = result.core.routers["short"].detector
+    assert detector.smoothed is not None and detector.last_p99 is not None
+    assert detector.theta1 == 4 * 0.05
