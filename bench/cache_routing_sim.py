@@ -6,7 +6,7 @@ engine prefix-hit rate and TTFT per router on a many-prefix workload.
 The workload is tests/unit/simulator/test_cache_routing.py's: 120 shared templates of
 1–3k tokens (Zipf 0.6) plus a unique suffix, over 4 workers whose KV caches (2,048 blocks
 of 16 tokens) hold ~16 templates each, Poisson arrivals. Each router runs the real
-pipeline core with its `hooks()` attached (what a composition root will do), so the
+pipeline core with its `hooks()` attached by the composition root (policies/build.py), so the
 prefix index and active blocks follow the core's dispatch and completion events. Virtual
 time: the figures do not depend on the machine.
 """
@@ -48,8 +48,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, params in ROUTERS:
         router = make_router(name, params)
-        hooks = router.hooks() if hasattr(router, "hooks") else ()
-        result = run(scenario, seed=a.seed, routers={"short": router}, hooks=hooks)
+        result = run(scenario, seed=a.seed, routers={"short": router})  # hooks: build_core
         ttft = sorted(r.first_token - r.arrival for r in result.records if r.first_token)
         hit = result.engine_stats["short"]["prefix_hit_rate"]
         p50, p99 = ttft[len(ttft) // 2], ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))]

@@ -209,6 +209,7 @@ class ProxyRoutes:
             await _refuse(send, gateway.draining)
             return
         auth = rid = length = encoding = None
+        session = temperature = overlap = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 auth = value
@@ -218,6 +219,13 @@ class ProxyRoutes:
                 length = value
             elif name == b"content-encoding":
                 encoding = value
+            elif name[:12] == b"x-fleetgate-":  # cache-aware routing (gateway/cache_routing.py)
+                if name == b"x-fleetgate-session":
+                    session = value
+                elif name == b"x-fleetgate-router-temperature":
+                    temperature = value
+                elif name == b"x-fleetgate-overlap-weight":
+                    overlap = value
         extensions = scope.get("extensions")
         link = extensions.get("fleetgate.link") if extensions else None
         responder = Responder(send, link)
@@ -228,7 +236,9 @@ class ProxyRoutes:
         if tracing.ON:  # the client's trace context, which the request's span continues
             tracing.incoming(scope["headers"])
         try:
-            await driver.handle(body, auth, rid, responder, endpoint)
+            await driver.handle(
+                body, auth, rid, responder, endpoint, (session, temperature, overlap)
+            )
         except (asyncio.CancelledError, ClientGone):
             if not body.gone:
                 raise

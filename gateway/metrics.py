@@ -156,6 +156,11 @@ class _FleetCollector(Collector):
             "KV-cache usage fraction the engine last reported.",
             labels=labels,
         )
+        hit_rate = GaugeMetricFamily(
+            "fleetgate_worker_engine_prefix_hit_rate",
+            "The engine's prefix-cache hit rate between its last two scrapes (tokens).",
+            labels=labels,
+        )
         for w in self.fleet.workers.values():
             lv = [w.pool, w.id]
             t = w.telemetry
@@ -168,7 +173,8 @@ class _FleetCollector(Collector):
             running.add_metric(lv, t.running)
             waiting.add_metric(lv, t.waiting)
             kv.add_metric(lv, t.kv_usage)
-        yield from (in_flight, healthy, breaker, stale, age, running, waiting, kv)
+            hit_rate.add_metric(lv, t.prefix_hit_rate)
+        yield from (in_flight, healthy, breaker, stale, age, running, waiting, kv, hit_rate)
 
 
 class _QuartzCollector(Collector):

@@ -30,12 +30,13 @@ import logging
 import time
 from collections.abc import Collection
 from concurrent.futures import Executor
+from dataclasses import replace
 from typing import Any, Protocol
 
 from compressor.compress import CompressorConfig
 from compressor.script import script_of_prompt
 from compressor.served import AUTO, ENGINE, load_served
-from gateway import logs, quartz, request_ids, tracing
+from gateway import cache_routing, logs, quartz, request_ids, routing_gauges, tracing
 from gateway.attempt import Attempt
 from gateway.config import GatewayConfig
 from gateway.errors import AuthenticationFailed, GatewayError
@@ -53,7 +54,7 @@ from gateway.traffic import TrafficHistogram
 from gateway.upstream import UpstreamClient
 from gateway.workers import Fleet, WorkerState
 from policies.actions import Action, Admit, Evict, Fit, Refuse, Send
-from policies.build import build_core
+from policies.build import Choice, CoreSpec, build_core, request_fields, router_hooks
 from policies.events import Admitted
 from policies.hooks import Hook
 from policies.leases import Load
@@ -89,6 +90,27 @@ class KeyCheck(Protocol):
         ...
 
 
+def _byte_chunks(choice: Choice) -> Choice:
+    """A cache-aware router reads the gateway's byte-chunk hashes (gateway/cache_routing.py):
+    a hashed block stands for ~PREFIX_BLOCK_BYTES / 4 tokens unless configured."""
+    fields = request_fields(CoreSpec(routing=choice))
+    if "prefix_hashes" not in fields or "hash_block_tokens" in choice.params:
+        return choice
+    params = {**choice.params, "hash_block_tokens": cache_routing.HASH_BLOCK_TOKENS}
+    return Choice(choice.policy, params)
+
+
+def gateway_core_spec(config: GatewayConfig) -> CoreSpec:
+    """The configuration's `CoreSpec` (the simulator's translation, policies/spec.py), its
+    cache-aware routers told the size of the gateway's hashed blocks."""
+    spec = config.core_spec()
+    return replace(
+        spec,
+        routing=_byte_chunks(spec.routing),
+        pool_routing={name: _byte_chunks(c) for name, c in spec.pool_routing.items()},
+    )
+
+
 class GatewayDriver:
     """The gateway's driver of the core (the simulator's is simulator/driver.py's `Driver`)."""
 
@@ -108,8 +130,9 @@ class GatewayDriver:
         self.fleet = fleet
         self.metrics = metrics
         self.loop = loop = asyncio.get_running_loop()
+        spec = gateway_core_spec(config)
         core, predictor = build_core(
-            config.core_spec(),
+            spec,
             _LoopClock(loop),
             classify=classify_prompt,
             # QUARTZ's predictor: None unless configured (then no predictor work per request)
@@ -119,6 +142,12 @@ class GatewayDriver:
             scripter=script_of_prompt,
         )
         self.core, self.predictor = core, predictor
+        # what the configured routers read of a request (the cache-aware ones: prefix
+        # hashes, session, a (τ, ω) override); empty by default, and then nothing is read
+        self.route_fields = request_fields(spec)
+        if self.route_fields:  # cache-aware routing: its gauges, its decisions timed
+            core.router_for = routing_gauges.timed(core.router_for, metrics.registry)
+            metrics.registry.register(routing_gauges.RoutingCollector(core.routers))
         self.estimator = core.intake.estimator
         metrics.watch_budget(self.estimator)
         self._fallback_changes = 0  # the calibration's fallback flips already logged
@@ -176,8 +205,11 @@ class GatewayDriver:
     @hooks.setter
     def hooks(self, hooks: tuple[Hook, ...]) -> None:
         # QUARTZ's predictor, when configured, always hears the requests first
+        # and the routers' own hooks (the cache-aware routers' index) stay attached
         own = () if self.predictor is None else (self.predictor,)
-        self.core.hooks = (*own, *(h for h in hooks if h is not self.predictor))
+        kept = tuple(h for r in self.core.routers.values() for h in router_hooks(r))
+        given = tuple(h for h in hooks if h is not self.predictor and not _among(h, kept))
+        self.core.hooks = (*own, *kept, *given)
 
     # --- the pipeline -------------------------------------------------------------------
     async def handle(
@@ -187,7 +219,9 @@ class GatewayDriver:
         request_id: bytes | None,
         responder: Responder,
         endpoint: str,
+        routing: tuple[bytes | None, bytes | None, bytes | None] = (None, None, None),
     ) -> None:
+        """`routing`: the session and (τ, ω) override headers (gateway/cache_routing.py)."""
         loop = self.loop
         arrival = time.time()
         own = request_ids.new()  # the engine's id (gateway/request_ids.py)
@@ -204,6 +238,8 @@ class GatewayDriver:
             parsed = parse(raw, endpoint)
             raw = request_ids.scrub(parsed, raw)
             request = core_request(parsed, own, self.fleet, att.t0)
+            if self.route_fields:
+                cache_routing.describe(request, parsed, self.route_fields, *routing)
             tenancy = self.settler.tenancy  # (`self.tenancy`, read once)
             if att.entitlement or tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
@@ -377,6 +413,10 @@ class GatewayDriver:
             cal.alpha,
             cal.delta,
         )
+
+
+def _among(hook: Hook, hooks: tuple[Hook, ...]) -> bool:
+    return any(hook is h for h in hooks)
 
 
 class _LoopClock:

@@ -10,10 +10,11 @@ here runs and the default path (least_loaded + fifo) does no predictor work at a
   pickle); without it the analytic model of the engine (W + H·n, chunked prefill) from
   `quartz.engine_w / engine_h / prefill_chunk` and the pool's max_num_seqs.
 - Prefix locality: the gateway does not see the engine's token blocks, so it hashes the
-  prompt itself — chained hashes of `PREFIX_BLOCK_BYTES`-byte blocks of the serialised
-  messages (or the completion prompt), one per ~128 tokens — and its prefix index works
-  on those blocks (stride 1, `block_tokens` = the block's bytes / 4 bytes per token).
-  Costs ~0.5 µs per block, only when QUARTZ is configured.
+  prompt itself — gateway/cache_routing.py's chained BLAKE2b hashes of
+  `PREFIX_BLOCK_BYTES`-byte blocks of the serialised messages (or the completion prompt),
+  one per ~128 tokens, the same in every replica — and its prefix index works on those
+  blocks (stride 1, `block_tokens` = the block's bytes / 4 bytes per token). Costs
+  ~0.5 µs per block, only when QUARTZ is configured.
 - Per request: temperature / top_p and the prefix hashes go into the core's `Request`
   before it starts (every hook sees them); the request log gets the feature vector at dispatch, the predicted quantiles
   and the observed prefill time (dispatch → first token).
@@ -25,10 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from gateway.cache_routing import PREFIX_BLOCK_BYTES as PREFIX_BLOCK_BYTES
+from gateway.cache_routing import prompt_hashes as prompt_hashes
 from gateway.config import GatewayConfig
-from gateway.openai_request import CHAT, ParsedRequest
+from gateway.openai_request import ParsedRequest
 from policies.events import Request
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
@@ -37,7 +38,6 @@ from policies.quantile.trees import loads as load_trees
 from policies.routing import make_router
 from policies.types import RequestInfo
 
-PREFIX_BLOCK_BYTES = 512  # one chained hash per this many prompt bytes (~128 tokens)
 _USES = ("quartz", "point_pred", "locality")
 
 
@@ -93,26 +93,6 @@ def _fields(s: QuartzSettings) -> dict[str, Any]:
     return {name: getattr(s, name) for name in s.__dataclass_fields__}
 
 
-def prompt_hashes(parsed: ParsedRequest) -> tuple[int, ...]:
-    """Chained hashes of the prompt's PREFIX_BLOCK_BYTES-byte blocks (full blocks only)."""
-    body = parsed.body
-    text: bytes
-    if parsed.endpoint == CHAT:
-        text = orjson.dumps(body.get("messages"))
-    else:
-        prompt = body.get("prompt")
-        text = prompt.encode("utf-8", "surrogatepass") if isinstance(prompt, str) else b""
-        if not text and isinstance(prompt, list):
-            text = orjson.dumps(prompt)
-    n = len(text) // PREFIX_BLOCK_BYTES
-    out = []
-    h = 0
-    for i in range(n):
-        h = hash((h, text[i * PREFIX_BLOCK_BYTES : (i + 1) * PREFIX_BLOCK_BYTES]))
-        out.append(h)
-    return tuple(out)
-
-
 def describe(request: Request | RequestInfo, parsed: ParsedRequest) -> None:
     """What QUARTZ reads of the request beyond the budget: decoding parameters, prefix
     (set before the core starts the request, so every hook sees them)."""
@@ -123,7 +103,8 @@ def describe(request: Request | RequestInfo, parsed: ParsedRequest) -> None:
     p = body.get("top_p")
     if isinstance(p, int | float) and not isinstance(p, bool):
         request.top_p = float(p)
-    request.prefix_hashes = prompt_hashes(parsed)
+    if not request.prefix_hashes:  # the cache routers may have hashed it already
+        request.prefix_hashes = prompt_hashes(parsed)
 
 
 def rounded(values: Sequence[float] | None, digits: int = 6) -> list[float] | None:

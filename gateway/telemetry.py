@@ -9,6 +9,7 @@ Reads the names both engines expose (docs/WIRE_SPEC.md §6–7):
 | kv_usage | vllm:kv_cache_usage_perc | vllm:gpu_cache_usage_perc | token_usage |
 | prefix hit rate | Δ prefix_cache_hits_total / Δ prefix_cache_queries_total | gpu_prefix_cache_* | cache_hit_rate |
 | KV cache tokens | vllm:cache_config_info labels num_gpu_blocks × block_size | | num_used_tokens / token_usage (while usage ≥ 1 %) |
+| KV block size | vllm:cache_config_info label block_size (the cache routers' unit) | | |
 
 The KV cache's size in tokens is the engine's own capacity figure: with
 `dispatch.kv_overcommit` set, a worker takes new requests only while this gateway's
@@ -125,6 +126,8 @@ def parse(text: str) -> Parsed:
                 size = _label(line[brace : close + 1], "block_size")
                 if blocks is not None and size is not None and math.isfinite(blocks * size):
                     sums["kv_tokens"] = sums.get("kv_tokens", 0.0) + blocks * size
+                    if size >= 1:  # the KV block size (tokens): the cache routers' unit
+                        out.fields["block_size"] = size
                 continue
         else:
             name = line[:space] if space != -1 else line
@@ -174,6 +177,8 @@ def apply(t: Telemetry, fields: dict[str, float], now: float) -> None:
     kv = fields.get("kv", fields.get("kv_legacy"))
     if kv is not None:
         t.kv_usage = kv
+    if "block_size" in fields:
+        t.block_size = int(fields["block_size"])
     if "kv_tokens" in fields:
         t.kv_tokens = int(fields["kv_tokens"])
     elif "used_tokens" in fields and kv is not None and kv >= 0.01:

@@ -42,6 +42,7 @@ class Telemetry:
     prefix_hit_rate: float = 0.0
     scraped_at: float | None = None  # monotonic time of the last good scrape
     kv_tokens: int | None = None  # the engine's KV cache in tokens, once it has said
+    block_size: int | None = None  # its KV block size in tokens (vllm:cache_config_info)
     # previous counter values, to turn vLLM's prefix-cache counters into a hit rate
     prefix_queries: float | None = None
     prefix_hits: float | None = None
@@ -111,6 +112,7 @@ class WorkerState:
             ),
             prefill_tokens=self.prefill_tokens,
             prefill_capacity=self.prefill_capacity,
+            block_size=t.block_size,
         )
 
     # the breaker (policies/health.py) is the core's, on every attempt's outcome

@@ -7,6 +7,12 @@ uses: placement (`placement.policy` and its bounds), the budget's prior, routing
 policy for every pool, or one per pool), admission, dispatch (and its prefill room),
 the circuit breaker, the retry policy and the dp_group pools' assignment. Each driver translates its schema to it; the
 policies themselves are looked up in their registries here.
+
+A router that keeps state from the request stream (the cache-aware routers' prefix index
+and active blocks, `regime_adaptive`'s TTFT sampler: docs/CACHE_ROUTING.md) offers it as
+`hooks()`; they join the core's hooks when the router is built (a pool's first decision,
+or `routers` given here), so the core's dispatch and completion events keep them current
+in both drivers alike. A router without `hooks` adds nothing to any request's path.
 """
 
 from __future__ import annotations
@@ -94,6 +100,7 @@ def build_core(
         router = make_router(choice.policy, dict(choice.params))
         if predictor is not None:
             attach(router, predictor)
+        attach_router_hooks(core, router)
         return router
 
     core = Core(
@@ -108,6 +115,8 @@ def build_core(
     )
     core.routers.update(routers or {})
     core.groups.update({name: DpGroup(name, g) for name, g in spec.dp_groups.items()})
+    for r in (routers or {}).values():
+        attach_router_hooks(core, r)
     # a dispatcher that reads the time between events (QUARTZ's wait bound) gets the clock
     attach_clock(core.dispatcher, clock)
     predictor = predictor_for(core) if predictor_for is not None else None
@@ -115,7 +124,33 @@ def build_core(
         attach(core.dispatcher, predictor)
         for r in core.routers.values():
             attach(r, predictor)
-        core.hooks = (predictor, *hooks)  # it hears every request first
+        core.hooks = (predictor, *core.hooks)  # it hears every request first
     core.track_prefill = predictor is not None or spec.prefill_room is not None
     core.prefill_room = spec.prefill_room is not None
     return core, predictor
+
+
+def router_hooks(router: object) -> tuple[Hook, ...]:
+    """The hooks a router keeps its state by (`hooks()`), or none."""
+    hooks = getattr(router, "hooks", None)
+    return tuple(hooks()) if callable(hooks) else ()
+
+
+def attach_router_hooks(core: Core, router: object) -> None:
+    """Add `router`'s hooks to the core's, once each (a hook given twice — by the driver
+    and by the router — would count every event twice)."""
+    extra = router_hooks(router)
+    if extra:
+        have = core.hooks
+        core.hooks = (*have, *(h for h in extra if not any(h is o for o in have)))
+
+
+def request_fields(spec: CoreSpec) -> frozenset[str]:
+    """The optional `RequestInfo` fields the configured routers read (`request_fields` of
+    each): what a driver must fill before `Core.start` — and need not compute otherwise
+    (the gateway hashes prompts only when some router reads `prefix_hashes`)."""
+    out: set[str] = set()
+    for choice in (spec.routing, *spec.pool_routing.values()):
+        router = make_router(choice.policy, dict(choice.params))
+        out.update(getattr(router, "request_fields", ()))
+    return frozenset(out)

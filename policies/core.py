@@ -272,6 +272,11 @@ class Core:
             info.slo_class = request.slo_class
         if request.temperature != 1.0 or request.top_p != 1.0:
             info.temperature, info.top_p = request.temperature, request.top_p
+        if request.session:
+            info.session = request.session
+        if request.router_temperature is not None or request.overlap_weight is not None:
+            info.router_temperature = request.router_temperature
+            info.overlap_weight = request.overlap_weight
         ticket = Ticket(placed, request)
         for h in self.hooks:
             h.on_arrival(info, now)

@@ -49,6 +49,11 @@ class Request:
     # the prompt's true length when the driver knows it better than the estimate (the
     # simulator's workload): a worker slot counts it instead of the estimate
     known_prompt_tokens: int | None = None
+    # cache-aware routing (docs/CACHE_ROUTING.md): the session key and a per-request
+    # (τ, ω) override of kv_cost's softmax temperature and overlap weight
+    session: str = ""
+    router_temperature: float | None = None
+    overlap_weight: float | None = None
 
 
 @dataclass(slots=True)

@@ -16,7 +16,10 @@ request in both, whatever the policy under test does to the timing.
   drawn from the client's own seeded stream, the k-th draw for its k-th answer, so it does
   not depend on the order answers come back in;
 - bursts (Mixed Bursty): synchronised think-time drops — an answer that arrives inside a
-  burst window ([j·every, j·every + duration)) gets its think time divided by `factor`.
+  burst window ([j·every, j·every + duration)) gets its think time divided by `factor`;
+- a spike (the Price-of-Anarchy paper's C = 32 → 128 → 32): the last `Spike.clients` of
+  the N clients are extra — each starts at `at_s` (spread linearly over `ramp_s`) and sends
+  nothing at or after `until_s`; the others follow the ramp and hold above.
 
 An answer is any end of a request: completed, refused (413/429/503), timed out, failed.
 In the simulator `on_complete` (policies/hooks.py) fires for every placed request; a
@@ -61,6 +64,20 @@ class Bursts:
 
 
 @dataclass(frozen=True, slots=True)
+class Spike:
+    """Extra clients between `at_s` and `until_s` (module docstring)."""
+
+    clients: int
+    at_s: float
+    until_s: float
+    ramp_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.clients < 1 or not 0 <= self.at_s < self.until_s or self.ramp_s < 0:
+            raise ValueError("spike: clients >= 1, 0 <= at_s < until_s, ramp_s >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class LoadShape:
     """How N closed-loop clients send (module docstring)."""
 
@@ -71,10 +88,13 @@ class LoadShape:
     requests: int | None = None  # total requests sent across clients (None: no cap)
     bursts: Bursts | None = None
     seed: int = 0
+    spike: Spike | None = None  # the last spike.clients of `clients` are the spike's
 
     def __post_init__(self) -> None:
         if self.clients < 1:
             raise ValueError("closed loop: clients >= 1")
+        if self.spike is not None and self.spike.clients >= self.clients:
+            raise ValueError("closed loop: spike.clients < clients (the base clients)")
         if self.think_s < 0 or self.ramp_s < 0 or self.hold_s <= 0:
             raise ValueError("closed loop: think_s >= 0, ramp_s >= 0, hold_s > 0")
         if self.requests is not None and self.requests < 1:
@@ -147,11 +167,24 @@ class ClosedLoop:
         return self.shape.ramp_s + self.shape.hold_s
 
     def starts(self) -> list[tuple[float, int]]:
-        n = self.shape.clients
-        return [(self.shape.ramp_s * c / n, c) for c in range(n)]
+        shape = self.shape
+        spike = shape.spike
+        n = shape.clients if spike is None else shape.clients - spike.clients
+        out = [(shape.ramp_s * c / n, c) for c in range(n)]
+        if spike is not None:
+            k = spike.clients
+            out += [(spike.at_s + spike.ramp_s * j / k, n + j) for j in range(k)]
+        return out
 
     def _may_send(self, client: int, t: float) -> bool:
         cap = self.shape.requests
+        spike = self.shape.spike
+        if (
+            spike is not None
+            and client >= self.shape.clients - spike.clients
+            and t >= spike.until_s
+        ):
+            return False
         return (
             t < self.stop_at
             and (cap is None or self.sent < cap)

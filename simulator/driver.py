@@ -216,6 +216,7 @@ class Driver:
             slo_class=spec.slo_class,
             prefix_hashes=spec.prefix_hashes,
             known_prompt_tokens=spec.prompt_tokens,
+            session=spec.session,
         )
         action = core.start(request, now)
         ticket = action.ticket  # type: ignore[union-attr]

@@ -77,6 +77,7 @@ class RequestSpec:
     category: Category = Category.CHAT
     model: str = "model"
     prefix_hashes: tuple[int, ...] = ()
+    session: str = ""  # a conversation's key (session_affinity reads it; "" none)
     attempt: int = 1  # a retry of a refused request is attempt 2, 3, …
     first_arrival: float | None = None  # a retry: when its first attempt arrived
 

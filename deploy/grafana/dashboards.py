@@ -17,8 +17,10 @@ Four dashboards, the ones a person opens first:
 - `control.json`    Admission, queue and QUARTZ: token pools (admitted, refused by reason,
                     fairness debt, capacity promised / demanded, the Redis breaker), the request
                     queue (length, wait, refusals), data-parallel groups (load per rank,
-                    imbalance, estimated barrier idle, holding pool and its wait) and QUARTZ
-                    (coverage, fallback, observed over predicted prefill, backlog).
+                    imbalance, estimated barrier idle, holding pool and its wait), QUARTZ
+                    (coverage, fallback, observed over predicted prefill, backlog) and
+                    cache-aware routing (regime, τ, ω, decision time, prefix-cache hit rate,
+                    index size).
 
 Every query reads the `${datasource}` variable (a Prometheus data source) and sums over
 gateway replicas, so one dashboard serves one process or N pods. Do not edit the JSON by
@@ -685,14 +687,15 @@ def fleet() -> db.Dashboard:
 
 
 def control() -> db.Dashboard:
-    """Admission, the request queue and QUARTZ: the gateway's decisions before a request
-    reaches an engine. The token-pool `pool` label is a token pool's name (admission.params
+    """Admission, the request queue, QUARTZ and cache-aware routing: the gateway's
+    decisions before a request reaches an engine. The token-pool `pool` label is a token pool's name (admission.params
     .pools), not a fleet pool's: that row is not filtered by the Pool variable."""
     ent = "entitlement, pool"
     d = board(
         "fleetgate-control",
         "fleetgate / Admission, queue and QUARTZ",
-        "Token-pool admission, the gateway's request queue and QUARTZ's tail-aware routing.",
+        "Token-pool admission, the gateway's request queue, QUARTZ's tail-aware routing and "
+        "cache-aware routing.",
     ).with_variable(pool_variable("fleetgate_requests_total"))
     d.with_row(db.Row("Token pools (admission.policy: token_pools)"))
     d.with_panel(
@@ -924,6 +927,73 @@ def control() -> db.Dashboard:
             "at first token (max over replicas).",
             "s",
             ("max by (worker) (fleetgate_quartz_worker_backlog_seconds)", "{{worker}}"),
+        )
+    )
+    d.with_row(db.Row("Cache-aware routing (kv_cost, regime_adaptive, prefix_overlap)"))
+    d.with_panel(
+        timeseries(
+            "Saturation regime and smoothed TTFT P99",
+            "fleetgate_routing_regime: regime_adaptive's regime per pool (0 Below, 1 "
+            "Transition, 2 Saturated); fleetgate_routing_ttft_p99_smoothed_seconds: the "
+            "detector's EWMA of the gateway's TTFT P99 (-1 before the first interval).",
+            "short",
+            (f"max by (pool) (fleetgate_routing_regime{{{POOL}}})", "{{pool}} regime"),
+            (
+                f"max by (pool) (fleetgate_routing_ttft_p99_smoothed_seconds{{{POOL}}})",
+                "{{pool}} TTFT P99 EWMA (s)",
+            ),
+            width=8,
+            min_zero=False,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Router temperature and overlap weight",
+            "fleetgate_routing_temperature (τ) and fleetgate_routing_overlap_weight (ω) now, "
+            "per pool: kv_cost's configured values, or regime_adaptive's row of the regime "
+            "table.",
+            "short",
+            (f"max by (pool) (fleetgate_routing_temperature{{{POOL}}})", "{{pool}} τ"),
+            (f"max by (pool) (fleetgate_routing_overlap_weight{{{POOL}}})", "{{pool}} ω"),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Routing decision time P50 / P99",
+            "fleetgate_routing_decision_seconds: one cache-aware routing decision (the "
+            "prefix-index lookups and the softmax), wall clock.",
+            "s",
+            *quantiles("fleetgate_routing_decision_seconds"),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Prefix-cache hit rate: index estimate and engines",
+            "Index: dispatched prompt blocks the gateway's prefix index held for the chosen "
+            "worker (fleetgate_prefix_index_hit_blocks / queried_blocks). Engines: their "
+            "own hit rate between scrapes (fleetgate_worker_engine_prefix_hit_rate, mean "
+            "over workers).",
+            "percentunit",
+            (
+                f"sum by (pool) (rate(fleetgate_prefix_index_hit_blocks_total{{{POOL}}}{RATE})) / "
+                f"sum by (pool) (rate(fleetgate_prefix_index_queried_blocks_total{{{POOL}}}{RATE}))",
+                "{{pool}} index",
+            ),
+            (
+                f"avg by (pool) (fleetgate_worker_engine_prefix_hit_rate{{{POOL}}})",
+                "{{pool}} engines",
+            ),
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Prefix index entries",
+            "fleetgate_prefix_index_blocks: (worker, block) entries held per pool, bounded "
+            "by the router's max_blocks (~230 bytes each).",
+            "short",
+            (f"max by (pool) (fleetgate_prefix_index_blocks{{{POOL}}})", "{{pool}}"),
         )
     )
     return d

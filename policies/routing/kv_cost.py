@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from policies.hooks import Hook
 from policies.protocols.routing import config_from, register
-from policies.routing.kv_state import CacheConfig, KvState, blocks_for
+from policies.routing.kv_state import PER_REQUEST, CacheConfig, KvState, blocks_for
 from policies.routing.profile import Profile
 from policies.routing.softmax import NORMALISE, Softmax
 from policies.types import RequestInfo, WorkerView
@@ -84,6 +84,8 @@ class KvCostConfig(CacheConfig):
 
 @dataclass(slots=True)
 class KvCostRouter:
+    # what a driver fills for it before Core.start (policies/build.py request_fields)
+    request_fields: ClassVar[tuple[str, ...]] = PER_REQUEST
     config: KvCostConfig
     name: str = "kv_cost"
     state: KvState = field(init=False)
@@ -106,6 +108,14 @@ class KvCostRouter:
     def hooks(self) -> tuple[Hook, ...]:
         """What the composition root attaches to the core: the index and accounting."""
         return (self.state,)
+
+    @property
+    def temperature(self) -> float:
+        return self.picker.temperature
+
+    @property
+    def overlap_weight(self) -> float:
+        return self.cost.overlap_weight
 
     def set_params(self, temperature: float, overlap_weight: float) -> None:
         """Switch (τ, ω) (the regime controller's knob)."""

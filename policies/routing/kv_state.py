@@ -29,6 +29,10 @@ from policies.prefix_index import PrefixIndex
 from policies.routing.profile import Profile
 from policies.types import Outcome, RequestInfo, WorkerView
 
+# the request fields kv_cost reads besides the lengths: the prompt's block chain and the
+# per-request (τ, ω) override (a driver fills them before Core.start)
+PER_REQUEST = ("prefix_hashes", "router_temperature", "overlap_weight")
+
 
 def blocks_for(tokens: int, block_size: int) -> int:
     """KV blocks holding `tokens` tokens (a partial block is a block)."""
@@ -47,6 +51,10 @@ class KvState:
     index: PrefixIndex = field(default_factory=PrefixIndex)
     block_size: int = 16  # KV block size in tokens, for active blocks
     fed: bool = False  # a dispatch event arrived: the hooks keep the index current
+    # the index's own hit rate (gauges): prompt blocks dispatched, and those of them the
+    # index held for the chosen worker at dispatch (its estimate of the engine's hits)
+    queried_blocks: int = 0
+    hit_blocks: int = 0
     _known: set[str] = field(default_factory=set)
     _tail: dict[str, int] = field(default_factory=dict)  # worker → unshared active blocks
     _refs: dict[str, dict[int, int]] = field(default_factory=dict)  # worker → block → count
@@ -103,7 +111,11 @@ class KvState:
             # driver's clock, which need not agree: start the index afresh on it
             self.fed = True
             self.index.clear()
-        self.index.record(worker, request.prefix_hashes, now)
+        hashes = request.prefix_hashes
+        if hashes:
+            self.queried_blocks += len(hashes)
+            self.hit_blocks += self.index.overlap(worker, hashes, now)
+        self.index.record(worker, hashes, now)
         self._release(request.id)  # a retry: its blocks move to the new worker
         bs = self.block_size
         total = blocks_for(request.prompt_tokens, bs)

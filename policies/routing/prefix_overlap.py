@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from policies.hooks import Hook
 from policies.protocols.routing import config_from, register
@@ -55,6 +55,7 @@ class PrefixOverlapConfig(CacheConfig):
 
 @dataclass(slots=True)
 class PrefixOverlapRouter:
+    request_fields: ClassVar[tuple[str, ...]] = ("prefix_hashes",)
     config: PrefixOverlapConfig
     name: str = "prefix_overlap"
     state: KvState = field(init=False)

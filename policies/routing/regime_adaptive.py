@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from policies.hooks import Hook
 from policies.protocols.routing import register
 from policies.registry import config_from
 from policies.routing.kv_cost import KvCostConfig, KvCostRouter
-from policies.routing.kv_state import CacheConfig, KvState
+from policies.routing.kv_state import PER_REQUEST, CacheConfig, KvState
 from policies.saturation import DetectorConfig, Regime, SaturationDetector
 from policies.types import Outcome, RequestInfo, WorkerView
 
@@ -122,6 +122,7 @@ class RegimeAdaptiveConfig(CacheConfig):
 
 @dataclass(slots=True)
 class RegimeAdaptiveRouter:
+    request_fields: ClassVar[tuple[str, ...]] = PER_REQUEST
     config: RegimeAdaptiveConfig
     name: str = "regime_adaptive"
     decisions: int = 0
@@ -152,6 +153,11 @@ class RegimeAdaptiveRouter:
     def hooks(self) -> tuple[Hook, ...]:
         """What the composition root attaches to the core (both drivers)."""
         return (self.inner.state, self.sampler)
+
+    @property
+    def state(self) -> KvState:
+        """The kv_cost state (index, active blocks) the hooks keep."""
+        return self.inner.state
 
     @property
     def regime(self) -> Regime:

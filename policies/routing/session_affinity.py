@@ -25,7 +25,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from policies.protocols.routing import config_from, register
 from policies.routing.least_loaded import least_loaded
@@ -102,6 +102,8 @@ class SessionAffinityConfig:
 
 @dataclass(slots=True)
 class SessionAffinityRouter:
+    # what a driver fills for it before Core.start (policies/build.py request_fields)
+    request_fields: ClassVar[tuple[str, ...]] = ("session",)
     config: SessionAffinityConfig
     name: str = "session_affinity"
     fallback: Profile = field(default_factory=least_loaded)

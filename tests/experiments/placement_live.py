@@ -101,7 +101,7 @@ class TemplateCounts:
 
 
 def gateway_fit(template: HFTemplate, s: Any, may_compress: bool) -> Compression | None:
-    """The fit gateway/shaping.py runs for a `tokenizer: auto` pool that answers
+    """The fit gateway/fitting.py runs for a `tokenizer: auto` pool that answers
     `/tokenize` (`fit_with_engine`; compression and the local count with the default
     template, as `run(aim, True, False)` and `run(0, False, False)` call it there)."""
     local, config = default_template(), CompressorConfig()

@@ -166,3 +166,19 @@ def quartz_series() -> set[str]:
         if fam.name not in before:
             names.update(fam.name + s for s in suffixes.get(fam.type, ("",)))
     return names
+
+
+def cache_routing_series() -> set[str]:
+    """The sample names the gateway exposes only with a cache-aware router configured
+    (gateway/routing_gauges.py: not in the golden list), every family's whether or not it
+    has samples yet. Rules and dashboards may query these too."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.routing_gauges import RoutingCollector, timed
+    from policies.routing import make_router
+
+    registry = CollectorRegistry(auto_describe=True)
+    build = timed(lambda pool: make_router("regime_adaptive"), registry)
+    registry.register(RoutingCollector({"short": build("short")}))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    return {fam.name + s for fam in registry.collect() for s in suffixes.get(fam.type, ("",))}

@@ -21,7 +21,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.workers import Fleet
 from policies.budget import BudgetEstimator
 from policies.dp_group import DpGroup, DpGroupSpec
-from tests.golden import quartz_series
+from tests.golden import cache_routing_series, quartz_series
 
 _SUFFIXES = {
     "counter": ("_total",),
@@ -59,7 +59,8 @@ def gateway_series() -> set[str]:
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(BudgetEstimator())
     metrics.watch_dp_groups({"dp": DpGroup("dp", DpGroupSpec(ranks=2, slots=2))})  # dp_group's
-    return _sample_names(metrics.registry) | quartz_series()  # QUARTZ's: only when configured
+    # QUARTZ's and the cache routers': only when configured
+    return _sample_names(metrics.registry) | quartz_series() | cache_routing_series()
 
 
 @pytest.fixture(scope="module")

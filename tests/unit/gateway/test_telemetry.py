@@ -255,6 +255,7 @@ def test_vllm_kv_cache_tokens_come_from_cache_config_info_labels():
     t = Telemetry()
     apply(t, parse_metrics(text), 1.0)
     assert t.kv_tokens == (2048 + 1024) * 16  # data-parallel ranks add up
+    assert t.block_size == 16  # the cache-aware routers' unit (WorkerView.block_size)
 
 
 def test_sglang_kv_cache_tokens_are_used_over_the_fraction_used():
@@ -277,9 +278,9 @@ def test_the_emulators_own_vllm_exposition_gives_its_kv_size():
     from emulator.metrics_vllm import VllmMetrics
     from policies.clock import ManualClock
 
-    cfg = EngineConfig(num_kv_blocks=4096, block_size=16)
+    cfg = EngineConfig(num_kv_blocks=4096, block_size=32)
     body, _ = VllmMetrics("m", cfg).render(Engine(cfg, ManualClock()).stats, "text/plain", 0.0)
     text = body.decode()
     t = Telemetry()
     apply(t, parse_metrics(text), 1.0)
-    assert t.kv_tokens == 4096 * 16
+    assert t.kv_tokens == 4096 * 32 and t.block_size == 32

@@ -1,6 +1,6 @@
 """The cache-aware routers driven by the real pipeline core in the simulator (issue 27):
-their `hooks()` attached as a composition root will attach them, the engine model's prefix
-cache deciding the hits. Virtual time, one seed: directions with wide margins only."""
+the composition root (policies/build.py) attaches their `hooks()`, the engine model's
+prefix cache decides the hits. Virtual time, one seed: directions with wide margins only."""
 
 import pytest
 
@@ -9,7 +9,7 @@ from simulator.run import run
 from simulator.scenario import parse
 
 
-def many_prefixes(requests: int = 600, rate: float = 8.0):
+def many_prefixes(requests: int = 600, rate: float = 8.0, routing: dict | None = None):
     """120 shared templates of 1–3k tokens (Zipf 0.6) over 4 workers whose caches hold
     ~16 templates each: where a request goes decides whether its prefix is cached."""
     return parse(
@@ -22,7 +22,14 @@ def many_prefixes(requests: int = 600, rate: float = 8.0):
                     "num_kv_blocks": 2048,
                     "enable_prefix_caching": True,
                 },
-                "pools": [{"name": "short", "workers": 4, "max_model_len": 8192}],
+                "pools": [
+                    {
+                        "name": "short",
+                        "workers": 4,
+                        "max_model_len": 8192,
+                        **({"routing": routing} if routing else {}),
+                    }
+                ],
             },
             "workload": {
                 "requests": requests,
@@ -45,8 +52,7 @@ def many_prefixes(requests: int = 600, rate: float = 8.0):
 
 def hit_rate(name: str, params: dict | None = None) -> tuple[float, object]:
     router = make_router(name, params or {})
-    hooks = router.hooks() if hasattr(router, "hooks") else ()
-    result = run(many_prefixes(), routers={"short": router}, hooks=hooks)
+    result = run(many_prefixes(), routers={"short": router})  # build_core attaches its hooks
     assert all(r.status == "ok" for r in result.records)
     return result.engine_stats["short"]["prefix_hit_rate"], router
 
@@ -75,3 +81,27 @@ def test_cache_routers_raise_the_hit_rate_fed_by_the_core(baseline, name, params
 def test_kv_cost_hit_rate_rises_with_omega():
     rates = [hit_rate("kv_cost", {"overlap_weight": w})[0] for w in (1.0, 4.0)]
     assert rates[1] > rates[0] + 0.05, rates
+
+
+def test_a_pools_configured_cache_router_is_fed_by_the_core_events():
+    """Configured by the scenario (not handed in): build_core builds the pool's router at
+    its first decision and attaches its hooks once; the events then keep its state."""
+    kv_cost = {"policy": "kv_cost", "params": {"overlap_weight": 4.0}}
+    result = run(many_prefixes(200, routing=kv_cost))
+    router = result.core.routers["short"]
+    assert router.name == "kv_cost"
+    state = router.state
+    hooks = result.core.hooks
+    assert sum(h is state for h in hooks) == 1
+    assert state.fed and not state._requests
+    assert all(state.active_blocks(w) == 0 for w in state._known)
+    assert result.engine_stats["short"]["prefix_hit_rate"] > 0.3
+
+
+def test_regime_adaptives_detector_hears_the_simulated_ttfts():
+    """Its TTFT sampler is among the hooks: the detector closes intervals with samples."""
+    routing = {"policy": "regime_adaptive", "params": {"detector": {"baseline_s": 0.05}}}
+    result = run(many_prefixes(300, rate=20.0, routing=routing))
+    detector = result.core.routers["short"].detector
+    assert detector.smoothed is not None and detector.last_p99 is not None
+    assert detector.theta1 == 4 * 0.05

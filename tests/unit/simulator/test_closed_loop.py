@@ -161,3 +161,33 @@ def test_bad_shapes_are_refused() -> None:
         Bursts(10.0, 20.0)
     with pytest.raises(ValueError):
         ClosedLoop(LoadShape(2), [[]])
+
+
+def test_a_spike_adds_its_clients_only_between_its_bounds():
+    """C = 2 → 6 → 2: the spike's four clients send only in [at_s, until_s); the base two
+    throughout; at most 6 requests in flight, at most 2 outside the spike (the records)."""
+    from simulator.closed_loop import Spike
+
+    shape = LoadShape(6, think_s=0.2, hold_s=12.0, spike=Spike(4, at_s=4.0, until_s=8.0))
+    records = run(shape, specs(600, seed=3))
+    by_client: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        by_client[r.client].append(r)
+    clients = sorted(by_client)
+    assert len(clients) == 6
+    base, extra = clients[:2], clients[2:]
+    assert all(min(r.arrival for r in by_client[c]) < 1.0 for c in base)
+    for c in extra:
+        arrivals = [r.arrival for r in by_client[c]]
+        assert min(arrivals) >= 4.0 and max(arrivals) < 8.0, (c, arrivals)
+    events = sorted(
+        [(r.arrival, 1) for r in records] + [(r.finish or r.arrival, -1) for r in records]
+    )
+    level = 0
+    for t, step in events:
+        level += step
+        assert level <= 6
+        if t < 4.0 or t >= 8.0 + 5.0:  # the spike's last requests finish within 5 s
+            assert level <= 2 or step < 0, t
+    with pytest.raises(ValueError, match="spike"):
+        LoadShape(4, spike=Spike(4, 1.0, 2.0))
