@@ -1,6 +1,6 @@
 """What the gateway fills for the cache-aware routers before the core starts a request
 (gateway/cache_routing.py), and how its composition root wires them (gateway/proxy.py
-`core_spec`, policies/build.py)."""
+`gateway_core_spec`, policies/build.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gateway import cache_routing
 from gateway.config import load_config
 from gateway.errors import InvalidRequest
 from gateway.openai_request import parse
-from gateway.proxy import core_spec
+from gateway.proxy import gateway_core_spec
 from policies.build import build_core, request_fields
 from policies.clock import ManualClock
 from policies.events import Request
@@ -90,7 +90,7 @@ def test_the_gateway_wires_a_pools_cache_router_and_its_hooks():
     cfg = gateway_config(["http://127.0.0.1:1"], ["http://127.0.0.1:2"])
     cfg["pools"]["short"]["routing"] = {"policy": "kv_cost", "params": {"temperature": 0.3}}  # type: ignore[index]
     cfg["pools"]["long"]["routing"] = {"policy": "session_affinity"}  # type: ignore[index]
-    spec = core_spec(load_config(data=cfg, environ={}))
+    spec = gateway_core_spec(load_config(data=cfg, environ={}))
     # the gateway's hashes are byte chunks: a hashed block stands for ~128 tokens
     assert spec.pool_routing["short"].params == {"temperature": 0.3, "hash_block_tokens": 128}
     assert spec.pool_routing["long"].params == {}
@@ -104,5 +104,5 @@ def test_the_gateway_wires_a_pools_cache_router_and_its_hooks():
 
 def test_default_routing_reads_nothing_more():
     cfg = gateway_config(["http://127.0.0.1:1"], ["http://127.0.0.1:2"])
-    spec = core_spec(load_config(data=cfg, environ={}))
+    spec = gateway_core_spec(load_config(data=cfg, environ={}))
     assert request_fields(spec) == frozenset()
