@@ -53,7 +53,8 @@ as an error — unless its context was the reason and a longer pool takes it (th
 safety net); a worker that drops connections (scenario pool `refuse_connections`, or a
 `fault` event for a period) costs a retry on another worker, and counts against its
 circuit breaker (`policy.breaker`), which the core applies as in the gateway: an open
-circuit keeps the worker out of routing for `open_s`. Every placed request gets exactly one on_complete, whatever its
+circuit keeps the worker out of routing for `open_s`, and a pool with no routable worker
+is down for placement (as the gateway's `Fleet.live_pools`). Every placed request gets exactly one on_complete, whatever its
 outcome.
 """
 
@@ -192,6 +193,17 @@ class Driver:
                 v.route_check(now)
         return views
 
+    def _live_pools(self, now: float) -> frozenset[str] | None:
+        """The pools with a routable worker (in service, its circuit not open), as the
+        gateway's `Fleet.live_pools` tells placement; None while every pool has one (the
+        same placement: the scan stops at each pool's first routable worker)."""
+        live = [
+            name
+            for name, views in self._views.items()
+            if any(v.in_service and now >= v.open_until for v in views)
+        ]
+        return None if len(live) == len(self._views) else frozenset(live)
+
     # -- the pipeline: carrying out the core's actions ----------------------------------
     def arrive(self, spec: RequestSpec) -> None:
         now = self.kernel.now()
@@ -210,6 +222,7 @@ class Driver:
             prompt,
             spec.id,
             self.pool_specs,
+            self._live_pools(now),
             entitlement=spec.client,
             slo_class=spec.slo_class,
             prefix_hashes=spec.prefix_hashes,

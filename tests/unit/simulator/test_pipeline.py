@@ -232,3 +232,40 @@ def test_requests_wait_in_the_gateway_for_room_first_come_first_served() -> None
     res = run(quick, specs=specs[:3])
     statuses = sorted(r.status for r in res.records)
     assert statuses == ["ok", "queue_timeout", "queue_timeout"]
+
+
+def test_a_pool_whose_circuits_are_all_open_is_down_for_placement_as_in_the_gateway() -> None:
+    """The short pool's one worker drops every connection: the first failure opens its
+    circuit (`breaker.failures: 1`) and the request is retried on the long pool; from then
+    on the short pool is down for placement (the gateway's `Fleet.live_pools`), so a
+    borderline request goes long uncompressed instead of being compressed for a pool
+    that cannot take it. Once the open period is over the pool is up again."""
+    from policies.actions import ActionLog
+
+    log = ActionLog()
+    sc = small(
+        pools=[
+            {"name": "short", "workers": 1, "max_model_len": 4096},
+            {"name": "long", "workers": 1, "max_model_len": 65536},
+        ],
+        policy={
+            "placement": {"policy": "compress_and_route", "short_pool": "short", "b_short": 4096},
+            "breaker": {"failures": 1, "open_s": 10.0},
+        },
+        sim={"compression": {"shortenable": {"chat": {"mean": 0.5, "sd": 0.0}}}},
+        events=[{"kind": "fault", "at": 0.0, "pool": "short", "worker": 0, "for_s": 15.0}],
+    )
+    specs = [
+        RequestSpec(id=rid, arrival=at, prompt_tokens=p, output_tokens=4, max_tokens=4,
+                    client="c", model="model", category=Category.CHAT)
+        for rid, at, p in (("small", 0.0, 100), ("band", 1.0, 5000), ("later", 20.0, 5000))
+    ]  # fmt: skip
+    res = run(sc, specs=specs, log=log)
+    assert log.of("small") == [
+        "send short/short-0", "open short-0", "retry reset exclude=short-0", "send long/long-0",
+        "done ok",
+    ]  # fmt: skip
+    assert log.of("band") == ["send long/long-0", "done ok"]  # not compressed: short is down
+    # the open period and the fault are over: compressed onto the short pool again
+    assert log.of("later")[:2] == ["fit 4092", "send short/short-0"]
+    assert {r.id: r.status for r in res.records} == {"small": "ok", "band": "ok", "later": "ok"}
