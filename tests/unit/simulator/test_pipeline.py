@@ -269,3 +269,47 @@ def test_a_pool_whose_circuits_are_all_open_is_down_for_placement_as_in_the_gate
     # the open period and the fault are over: compressed onto the short pool again
     assert log.of("later")[:2] == ["fit 4092", "send short/short-0"]
     assert {r.id: r.status for r in res.records} == {"small": "ok", "band": "ok", "later": "ok"}
+
+
+def test_health_checks_take_a_failing_worker_out_and_bring_it_back_with_hysteresis() -> None:
+    """A worker in a fault that fails its health checks (`health: fails`) is out of routing
+    after `unhealthy_after` failed checks and back after `healthy_after` good ones once the
+    fault is over (policies/health.py's hysteresis, as the gateway's health loop applies
+    it); the breaker alone (a high `failures`) would have kept sending to it."""
+    from policies.actions import ActionLog
+
+    log = ActionLog()
+    sc = small(
+        pools=[{"name": "short", "workers": 2, "max_model_len": 8192}],
+        routing="round_robin",
+        policy={
+            "routing": {"policy": "round_robin"},
+            "breaker": {"failures": 100},
+            "health": {"interval_s": 1.0, "unhealthy_after": 2, "healthy_after": 3},
+        },
+        events=[
+            {"kind": "fault", "at": 0.0, "pool": "short", "worker": 0, "for_s": 10.0,
+             "health": "fails"},
+        ],
+    )  # fmt: skip
+    arrivals = [0.5, 1.5, 2.5, 3.5, 4.5, 11.5, 12.5, 13.5, 14.5, 15.5]
+    specs = [
+        RequestSpec(id=f"q{i}", arrival=at, prompt_tokens=100, output_tokens=4, max_tokens=4,
+                    client="c", model="model", category=Category.CHAT)
+        for i, at in enumerate(arrivals)
+    ]  # fmt: skip
+    seen: list[tuple[float, bool]] = []  # (time, short-0 routable) at each sample
+
+    def probe(core, now):  # type: ignore[no-untyped-def]
+        seen.append((now, core.views("short")[0].healthy))
+
+    run(sc, specs=specs, log=log, probe=probe)
+    out = [t for t, healthy in seen if not healthy]
+    # checks every second: the second failed one (t = 2) takes it out; the fault ends at 10,
+    # and the third good check after it (t = 12, or 13 if the check at 10 came first) brings
+    # it back: hysteresis, not the first good answer
+    assert out and 2.0 <= min(out) < 2.5 and 11.5 < max(out) < 13.0, out
+    assert all(2.0 <= t <= max(out) for t in out)  # one period out, none before or after
+    reached = [arrivals[i] for i in range(len(arrivals)) if "send short/short-0" in log.of(f"q{i}")]
+    assert reached and not any(min(out) <= at <= max(out) for at in reached), reached
+    assert all(log.of(f"q{i}")[-1] == "done ok" for i in range(len(arrivals)))
