@@ -369,13 +369,6 @@ class Telemetry(_Section):
     timeout_s: float = Field(1.0, gt=0)
 
 
-class Health(_Section):
-    interval_s: float = Field(2.0, gt=0)
-    timeout_s: float = Field(1.0, gt=0)
-    unhealthy_after: int = Field(2, ge=1)  # consecutive failed checks
-    healthy_after: int = Field(1, ge=1)  # consecutive good checks to come back
-
-
 class Upstream(_Section):
     connect_timeout_s: float = Field(5.0, gt=0)
     first_byte_timeout_s: float = Field(600.0, gt=0)
@@ -440,13 +433,12 @@ class Tracing(_Section):
 class GatewayConfig(PolicySpec):
     """The gateway's configuration: the policy schema the simulator's scenarios share
     (policies/spec.py's `PolicySpec`: placement, admission, dispatch, budget, routing,
-    retry, breaker, quartz) at its top level, and the gateway's own sections."""
+    retry, breaker, health, quartz) at its top level, and the gateway's own sections."""
 
     listen: Listen = Field(default_factory=Listen)
     auth: Auth = Field(default_factory=Auth)
     pools: dict[str, Pool] = Field(min_length=1)
     telemetry: Telemetry = Field(default_factory=Telemetry)
-    health: Health = Field(default_factory=Health)
     upstream: Upstream = Field(default_factory=Upstream)
     limits: Limits = Field(default_factory=Limits)
     cors: Cors = Field(default_factory=Cors)

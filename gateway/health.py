@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import httpx
 
-from gateway.config import Health
 from gateway.periodic import FollowsTheFleet, PerWorkerLoops
 from gateway.workers import WorkerState
+from policies.spec import HealthSpec
 
 log = logging.getLogger("fleetgate.health")
 
@@ -30,7 +30,7 @@ class HealthChecker(FollowsTheFleet):
         self,
         workers: list[WorkerState],
         client: httpx.AsyncClient,
-        config: Health,
+        config: HealthSpec,
         on_failure: Callable[[WorkerState], None],
     ) -> None:
         self.workers = workers

@@ -33,6 +33,19 @@ class WorkerHealth(BreakerState, Protocol):
     health_oks: int
 
 
+@dataclass(slots=True)
+class HealthState:
+    """`WorkerHealth` as plain data (the simulator's workers; the gateway keeps the same
+    fields on its `WorkerState`)."""
+
+    healthy: bool = True
+    proven: bool = False
+    health_fails: int = 0
+    health_oks: int = 0
+    breaker_fails: int = 0
+    open_until: float = 0.0
+
+
 def routable(state: WorkerHealth, now: float) -> bool:
     return state.healthy and now >= state.open_until
 

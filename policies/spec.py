@@ -12,6 +12,7 @@ a `PolicySpec`), and the one translation into the composition root's terms (`cor
     budget      step 3's estimate: the bytes-per-token prior, the default output budget
     retry       another worker after a failed attempt (policies/retry.py)
     breaker     a worker's circuit breaker (policies/health.py)
+    health      active health checks and their hysteresis (policies/health.py)
     quartz      QUARTZ's predictor (policies/quantile/config.py)
 
 Every section refuses unknown keys, and a policy chosen by name must build from its
@@ -271,6 +272,17 @@ class BreakerSpec(Section):
     open_s: float = Field(10.0, gt=0)  # how long it stays open before a trial request
 
 
+class HealthSpec(Section):
+    """Active health checks (the gateway: GET /health on every worker; the simulator: a
+    worker in a `fault` whose `health: fails` fails them) and their hysteresis
+    (policies/health.py)."""
+
+    interval_s: float = Field(2.0, gt=0)
+    timeout_s: float = Field(1.0, gt=0)  # the gateway's; a simulated check takes no time
+    unhealthy_after: int = Field(2, ge=1)  # consecutive failed checks
+    healthy_after: int = Field(1, ge=1)  # consecutive good checks to come back
+
+
 class QuartzSpec(Section):
     """QUARTZ's predictor (policies/quantile/config.py; gateway/quartz.py). Present, or a
     routing/dispatch policy that uses it: the predictor is built at start."""
@@ -334,6 +346,7 @@ class PolicySpec(Section):
     routing: RoutingSpec = Field(default_factory=RoutingSpec)
     retry: RetrySpec = Field(default_factory=RetrySpec)
     breaker: BreakerSpec = Field(default_factory=BreakerSpec)
+    health: HealthSpec = Field(default_factory=HealthSpec)
     quartz: QuartzSpec | None = None
 
 

@@ -23,11 +23,12 @@ spinning at one instant.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from emulator.dp_engine import DpConfig, DpEngine
 from emulator.engine import Engine, EngineConfig, EngineRequest, FinishedRequest, StepResult
+from policies.health import HealthState, routable
 from policies.types import WorkerView
 from simulator.kernel import PRIO_STEP, Kernel
 
@@ -37,17 +38,38 @@ EngineFactory = Callable[[EngineConfig, Kernel], Engine | DpEngine]
 @dataclass(slots=True)
 class SimWorkerView(WorkerView):
     """A worker as routing sees it, with what the gateway keeps beside it (its
-    `WorkerState`): whether it is in service (scenario `workers` events) and its circuit
-    breaker's state (policies/health.py, counted by the core on every attempt's outcome,
-    as in the gateway). Routing's `healthy` is both: in service and not open."""
+    `WorkerState`): whether it is in service (scenario `workers` events) and its health
+    (policies/health.py): the circuit breaker's state, counted by the core on every
+    attempt's outcome, and the health checks' hysteresis, as in the gateway. Routing's
+    `healthy` is all of it: in service, healthy by the checks, its circuit not open."""
 
     in_service: bool = True
-    breaker_fails: int = 0
-    open_until: float = 0.0
+    health: HealthState = field(default_factory=HealthState)
+
+    # the breaker's state (`BreakerState`, which the core's breaker counts on the slot's
+    # load: this view) is the health state's
+    @property
+    def breaker_fails(self) -> int:
+        return self.health.breaker_fails
+
+    @breaker_fails.setter
+    def breaker_fails(self, value: int) -> None:
+        self.health.breaker_fails = value
+
+    @property
+    def open_until(self) -> float:
+        return self.health.open_until
+
+    @open_until.setter
+    def open_until(self, value: float) -> None:
+        self.health.open_until = value
+
+    def routable(self, now: float) -> bool:
+        return self.in_service and routable(self.health, now)
 
     def route_check(self, now: float) -> None:
         """`healthy` as of `now` (a circuit's open period ends with time alone)."""
-        self.healthy = self.in_service and now >= self.open_until
+        self.healthy = self.routable(now)
 
 
 def default_engine(config: EngineConfig, kernel: Kernel) -> Engine:
@@ -89,6 +111,7 @@ class Worker:
         "dirty",
         "dp",
         "engine",
+        "fails_health",
         "hashed",
         "id",
         "pool",
@@ -130,6 +153,7 @@ class Worker:
         # or a `fault` event for a period)
         self.refuses = False
         self.dp = isinstance(self.engine, DpEngine)
+        self.fails_health = False  # fails its health checks (a `fault` with `health: fails`)
 
     def submit(self, request: EngineRequest, order: int) -> None:
         self.engine.submit(request)

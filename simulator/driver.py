@@ -53,7 +53,8 @@ as an error — unless its context was the reason and a longer pool takes it (th
 safety net); a worker that drops connections (scenario pool `refuse_connections`, or a
 `fault` event for a period) costs a retry on another worker, and counts against its
 circuit breaker (`policy.breaker`), which the core applies as in the gateway: an open
-circuit keeps the worker out of routing for `open_s`. Every placed request gets exactly one on_complete, whatever its
+circuit keeps the worker out of routing for `open_s`, and a pool with no routable worker
+is down for placement (as the gateway's `Fleet.live_pools`). Every placed request gets exactly one on_complete, whatever its
 outcome.
 """
 
@@ -78,6 +79,7 @@ from policies.events import (
     Streamed,
     UpstreamFailed,
 )
+from policies.health import Hysteresis
 from policies.intake import CHAT, Prompt
 from policies.ticket import Ticket
 from policies.types import Category, Outcome, PoolSpec, Status
@@ -127,6 +129,7 @@ class Driver:
         bytes_per_token: dict[Category, float] | None = None,
         retries: Mapping[str, Retry] | None = None,
         predictor: Predictor | None = None,
+        health_checks: tuple[Hysteresis, float] | None = None,
     ) -> None:
         self.kernel = kernel
         self.cluster = cluster
@@ -143,6 +146,9 @@ class Driver:
         self.recorder = recorder
         self.predictor = predictor  # QUARTZ's: records get its features and prediction
         self.scrape_interval = scrape_interval
+        # every interval each worker's health check, its result through the hysteresis
+        # (None: no worker can fail one: a check would change nothing)
+        self.health_checks = health_checks
         # clients that retry an admission refusal (429) after its Retry-After, by client
         self.retries = dict(retries or {})
         self._retrying = 0  # retries scheduled, not yet arrived (they keep the run alive)
@@ -163,9 +169,12 @@ class Driver:
         }
 
     def start(self) -> None:
-        """Begin periodic scrapes (scraped-telemetry mode), once the workload is queued."""
+        """Begin periodic scrapes (scraped-telemetry mode) and health checks, once the
+        workload is queued."""
         if self.scrape_interval > 0:
             self._scrape(None)
+        if self.health_checks is not None:
+            self.kernel.after(self.health_checks[1], PRIO_TIMER, self._check_health)
 
     # -- telemetry -------------------------------------------------------------------
     def _scrape(self, _: object) -> None:
@@ -174,6 +183,18 @@ class Driver:
             w.refresh_view(now)
         if self.active():
             self.kernel.after(self.scrape_interval, PRIO_TIMER, self._scrape)
+
+    def _check_health(self, _: object) -> None:
+        """Every worker's health check now (as the gateway's health loop): a worker in a
+        fault that fails them answers no; the hysteresis decides (policies/health.py)."""
+        assert self.health_checks is not None
+        hysteresis, interval = self.health_checks
+        now = self.kernel.now()
+        for w in self.cluster.workers.values():
+            hysteresis.checked(w.view.health, not w.fails_health)
+            w.view.route_check(now)
+        if self.active():
+            self.kernel.after(interval, PRIO_TIMER, self._check_health)
 
     def _load_of(self, worker: str) -> SimWorkerView:
         return self.cluster.workers[worker].view
@@ -194,6 +215,13 @@ class Driver:
                 v.route_check(now)
         return views
 
+    def _live_pools(self, now: float) -> frozenset[str] | None:
+        """The pools with a routable worker (in service, its circuit not open), as the
+        gateway's `Fleet.live_pools` tells placement; None while every pool has one (the
+        same placement: the scan stops at each pool's first routable worker)."""
+        live = [name for name, views in self._views.items() if any(v.routable(now) for v in views)]
+        return None if len(live) == len(self._views) else frozenset(live)
+
     # -- the pipeline: carrying out the core's actions ----------------------------------
     def arrive(self, spec: RequestSpec) -> None:
         now = self.kernel.now()
@@ -212,6 +240,7 @@ class Driver:
             prompt,
             spec.id,
             self.pool_specs,
+            self._live_pools(now),
             entitlement=spec.client,
             slo_class=spec.slo_class,
             prefix_hashes=spec.prefix_hashes,

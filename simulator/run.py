@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from policies.build import CoreSpec, build_core
 from policies.core import ActionRecorder, Core
+from policies.health import Hysteresis
 from policies.hooks import Hook
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
 from policies.quantile.features import PrefillModel
@@ -213,6 +214,7 @@ def run(
             if t.retry.max_attempts > 1
         },
         predictor=predictor,
+        health_checks=_health_checks(scenario),
     )
     for p in scenario.fleet.pools:
         dp = p.dp_config()
@@ -328,8 +330,17 @@ def _predictor_for(
     return build_predictor(settings, model, shape)
 
 
+def _health_checks(scenario: Scenario) -> tuple[Hysteresis, float] | None:
+    """The health checks' hysteresis and interval (`policy.health`), when some worker can
+    fail a check (a `fault` event with `health: fails`); else None: every check would pass."""
+    if not any(isinstance(e, FaultEventModel) and e.health == "fails" for e in scenario.events):
+        return None
+    h = scenario.policy.health
+    return Hysteresis(h.unhealthy_after, h.healthy_after), h.interval_s
+
+
 def _fault_ends(worker: Worker) -> None:
-    worker.refuses = False
+    worker.refuses = worker.fails_health = False
 
 
 def _apply_event(arg: tuple[object, Cluster, Core, Kernel]) -> None:
@@ -342,6 +353,7 @@ def _apply_event(arg: tuple[object, Cluster, Core, Kernel]) -> None:
     if isinstance(ev, FaultEventModel):
         worker = cluster.pools[ev.pool][ev.worker]
         worker.refuses = True
+        worker.fails_health = ev.health == "fails"
         kernel.at(now + ev.for_s, PRIO_STEP, _fault_ends, worker)
     elif isinstance(ev, WorkersEventModel):
         workers = cluster.pools[ev.pool]

@@ -357,6 +357,10 @@ class FaultEventModel(_Strict):
     pool: str
     worker: int = Field(default=0, ge=0)
     for_s: float = Field(gt=0)
+    # passes: its health checks still pass (the engine answers /health; only the breaker
+    # notices); fails: they fail too, and after `policy.health.unhealthy_after` of them the
+    # worker is out of routing until `healthy_after` good ones once the fault is over
+    health: Literal["passes", "fails"] = "passes"
 
 
 EventModel = Annotated[

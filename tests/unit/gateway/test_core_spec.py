@@ -43,6 +43,7 @@ POLICY = {
     "retry": {"max_retries": 0},
     "breaker": {"failures": 2, "open_s": 3.0},
     "budget": {"bytes_per_token": 3.5},
+    "health": {"interval_s": 0.5, "unhealthy_after": 3},
 }
 
 

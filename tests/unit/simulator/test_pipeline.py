@@ -232,3 +232,84 @@ def test_requests_wait_in_the_gateway_for_room_first_come_first_served() -> None
     res = run(quick, specs=specs[:3])
     statuses = sorted(r.status for r in res.records)
     assert statuses == ["ok", "queue_timeout", "queue_timeout"]
+
+
+def test_a_pool_whose_circuits_are_all_open_is_down_for_placement_as_in_the_gateway() -> None:
+    """The short pool's one worker drops every connection: the first failure opens its
+    circuit (`breaker.failures: 1`) and the request is retried on the long pool; from then
+    on the short pool is down for placement (the gateway's `Fleet.live_pools`), so a
+    borderline request goes long uncompressed instead of being compressed for a pool
+    that cannot take it. Once the open period is over the pool is up again."""
+    from policies.actions import ActionLog
+
+    log = ActionLog()
+    sc = small(
+        pools=[
+            {"name": "short", "workers": 1, "max_model_len": 4096},
+            {"name": "long", "workers": 1, "max_model_len": 65536},
+        ],
+        policy={
+            "placement": {"policy": "compress_and_route", "short_pool": "short", "b_short": 4096},
+            "breaker": {"failures": 1, "open_s": 10.0},
+        },
+        sim={"compression": {"shortenable": {"chat": {"mean": 0.5, "sd": 0.0}}}},
+        events=[{"kind": "fault", "at": 0.0, "pool": "short", "worker": 0, "for_s": 15.0}],
+    )
+    specs = [
+        RequestSpec(id=rid, arrival=at, prompt_tokens=p, output_tokens=4, max_tokens=4,
+                    client="c", model="model", category=Category.CHAT)
+        for rid, at, p in (("small", 0.0, 100), ("band", 1.0, 5000), ("later", 20.0, 5000))
+    ]  # fmt: skip
+    res = run(sc, specs=specs, log=log)
+    assert log.of("small") == [
+        "send short/short-0", "open short-0", "retry reset exclude=short-0", "send long/long-0",
+        "done ok",
+    ]  # fmt: skip
+    assert log.of("band") == ["send long/long-0", "done ok"]  # not compressed: short is down
+    # the open period and the fault are over: compressed onto the short pool again
+    assert log.of("later")[:2] == ["fit 4092", "send short/short-0"]
+    assert {r.id: r.status for r in res.records} == {"small": "ok", "band": "ok", "later": "ok"}
+
+
+def test_health_checks_take_a_failing_worker_out_and_bring_it_back_with_hysteresis() -> None:
+    """A worker in a fault that fails its health checks (`health: fails`) is out of routing
+    after `unhealthy_after` failed checks and back after `healthy_after` good ones once the
+    fault is over (policies/health.py's hysteresis, as the gateway's health loop applies
+    it); the breaker alone (a high `failures`) would have kept sending to it."""
+    from policies.actions import ActionLog
+
+    log = ActionLog()
+    sc = small(
+        pools=[{"name": "short", "workers": 2, "max_model_len": 8192}],
+        routing="round_robin",
+        policy={
+            "routing": {"policy": "round_robin"},
+            "breaker": {"failures": 100},
+            "health": {"interval_s": 1.0, "unhealthy_after": 2, "healthy_after": 3},
+        },
+        events=[
+            {"kind": "fault", "at": 0.0, "pool": "short", "worker": 0, "for_s": 10.0,
+             "health": "fails"},
+        ],
+    )  # fmt: skip
+    arrivals = [0.5, 1.5, 2.5, 3.5, 4.5, 11.5, 12.5, 13.5, 14.5, 15.5]
+    specs = [
+        RequestSpec(id=f"q{i}", arrival=at, prompt_tokens=100, output_tokens=4, max_tokens=4,
+                    client="c", model="model", category=Category.CHAT)
+        for i, at in enumerate(arrivals)
+    ]  # fmt: skip
+    seen: list[tuple[float, bool]] = []  # (time, short-0 routable) at each sample
+
+    def probe(core, now):  # type: ignore[no-untyped-def]
+        seen.append((now, core.views("short")[0].healthy))
+
+    run(sc, specs=specs, log=log, probe=probe)
+    out = [t for t, healthy in seen if not healthy]
+    # checks every second: the second failed one (t = 2) takes it out; the fault ends at 10,
+    # and the third good check after it (t = 12, or 13 if the check at 10 came first) brings
+    # it back: hysteresis, not the first good answer
+    assert out and 2.0 <= min(out) < 2.5 and 11.5 < max(out) < 13.0, out
+    assert all(2.0 <= t <= max(out) for t in out)  # one period out, none before or after
+    reached = [arrivals[i] for i in range(len(arrivals)) if "send short/short-0" in log.of(f"q{i}")]
+    assert reached and not any(min(out) <= at <= max(out) for at in reached), reached
+    assert all(log.of(f"q{i}")[-1] == "done ok" for i in range(len(arrivals)))
