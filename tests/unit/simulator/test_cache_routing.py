@@ -105,3 +105,9 @@ def test_regime_adaptives_detector_hears_the_simulated_ttfts():
     detector = result.core.routers["short"].detector
     assert detector.smoothed is not None and detector.last_p99 is not None
     assert detector.theta1 == 4 * 0.05
+
+
+def test_kv_cost_hit_rate_falls_as_temperature_rises():
+    """τ spreads decisions over costlier workers: fewer requests land on their prefix."""
+    rates = [hit_rate("kv_cost", {"overlap_weight": 4.0, "temperature": t})[0] for t in (0.0, 1.0)]
+    assert rates[0] > rates[1] + 0.05, rates
