@@ -78,6 +78,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(rest[11]) + int(rest[12])) / _CLK
 
 
+def uncertain_total(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith("fleetgate_compress_uncertain_total "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def body(size: int) -> bytes:
     text = TEXT.read_text()
     while len(text) < size:
@@ -187,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
                         "p50_ms": out["p50_us"] / 1e3, "load": os.getloadavg()[0],
                     })  # fmt: skip
             print(f"rep {rep + 1}/{args.reps} done, load {os.getloadavg()[0]:.1f}", flush=True)
+        # the `off` switch is a patch of gateway.proxy: check it took (nothing counted there)
+        for name, gw in gws.items():
+            counted = uncertain_total(httpx.get(gw.url + "/metrics", timeout=10).text)
+            print(f"{name}: fleetgate_compress_uncertain_total {counted:.0f}")
+            if name == "off" and counted:
+                raise RuntimeError("the `off` gateway counted requests: its patch did not apply")
         report(rows, list(gws), list(bodies))
         if args.out:
             Path(args.out).write_text(json.dumps(rows, indent=1))
