@@ -31,6 +31,9 @@ drift on the shared machine falls on all of them — wrk (one thread, closed loo
 idle, and the gateway process's utime+stime (/proc/PID/stat, 10 ms ticks) over the run is
 divided by the answers: CPU ms per request. Reported per body and variant: the median over
 repetitions, its min–max, and the median of the per-repetition difference to `off`.
+`--engine emulator` puts a `fleetgate emulate` (vLLM, cl100k, time-scale 0.02) behind each
+pool instead, whose `/tokenize` answers, so `auto` counts with the engine: what a counted
+request costs the gateway then (with `--base`, against a tree that also counted it locally).
 Only 127.0.0.1; every process started here is stopped on exit.
 """
 
@@ -76,6 +79,13 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         rest = f.read().rsplit(")", 1)[1].split()
     return (int(rest[11]) + int(rest[12])) / _CLK
+
+
+def uncertain_total(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith("fleetgate_compress_uncertain_total "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def body(size: int) -> bytes:
@@ -130,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--base", help="a commit to run beside this tree")
     ap.add_argument("--mock", type=Path, default=MOCK)
+    ap.add_argument(
+        "--engine", choices=("mock", "emulator"), default="mock",
+        help="the pools' workers: the shared bench's mock (no /tokenize: counts are local), or "
+        "fleetgate's emulator (its /tokenize, cl100k: `auto` counts with the engine)",
+    )  # fmt: skip
     ap.add_argument("--sizes", default=",".join(SIZES))
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -140,12 +155,19 @@ def main(argv: list[str] | None = None) -> int:
     where = Path(tempfile.mkdtemp(prefix="placement-cpu-"))
     try:
         mocks = {}
-        for pool in ("short", "long"):  # a worker belongs to one pool: one mock each
-            port = free_port()
-            argv = [sys.executable, str(args.mock), "--port", str(port)]
-            mocks[pool] = Proc(f"mock-{pool}", argv, port, procs.dir / f"mock-{pool}.log")
-            procs.procs.append(mocks[pool])
-            mocks[pool].start().wait_ready("/health")
+        for pool, n in (("short", 8192), ("long", 65536)):  # a worker is in one pool: one each
+            if args.engine == "emulator":  # answers /tokenize (cl100k): `auto` finds `engine`
+                mocks[pool] = procs.emulator(
+                    f"emulator-{pool}", "--model", "mock", "--max-model-len", str(n),
+                    "--time-scale", "0.02",
+                )  # fmt: skip
+            else:
+                port = free_port()
+                argv = [sys.executable, str(args.mock), "--port", str(port)]
+                mocks[pool] = Proc(f"mock-{pool}", argv, port, procs.dir / f"mock-{pool}.log")
+                procs.procs.append(mocks[pool])
+                mocks[pool].start()
+            mocks[pool].wait_ready("/health")
         cfg = {
             "pools": {
                 pool: {"max_model_len": n, "models": ["mock"], "workers": [{"url": m.url}]}
@@ -187,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
                         "p50_ms": out["p50_us"] / 1e3, "load": os.getloadavg()[0],
                     })  # fmt: skip
             print(f"rep {rep + 1}/{args.reps} done, load {os.getloadavg()[0]:.1f}", flush=True)
+        # the `off` switch is a patch of gateway.proxy: check it took (nothing counted there)
+        for name, gw in gws.items():
+            counted = uncertain_total(httpx.get(gw.url + "/metrics", timeout=10).text)
+            print(f"{name}: fleetgate_compress_uncertain_total {counted:.0f}")
+            if name == "off" and counted:
+                raise RuntimeError("the `off` gateway counted requests: its patch did not apply")
         report(rows, list(gws), list(bodies))
         if args.out:
             Path(args.out).write_text(json.dumps(rows, indent=1))
