@@ -24,6 +24,7 @@ from policies.dispatch import attach_clock, make_dispatcher
 from policies.health import Breaker
 from policies.hooks import Hook
 from policies.intake import Classifier, Intake, Prompt
+from policies.pd import DEFAULT_SELECTOR, PdPool, make_pair_selector
 from policies.pools import make_placement
 from policies.quantile.predictor import Predictor, attach
 from policies.retry import RetryPolicy
@@ -37,6 +38,16 @@ class Choice:
 
     policy: str
     params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PdSpec:
+    """A `pd` pool (policies/pd/): its protocol, its workers by role, its pair selector."""
+
+    protocol: str  # "vllm" | "sglang"
+    prefill: frozenset[str]
+    decode: frozenset[str]
+    pair: Choice = field(default_factory=lambda: Choice(DEFAULT_SELECTOR))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,7 @@ class CoreSpec:
     prefill_room: int | None = None  # dispatch.prefill_room: tokens; None: not considered
     breaker: Breaker | None = None  # None: workers keep no breaker (the simulator's)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    pd_pools: Mapping[str, PdSpec] = field(default_factory=dict)  # the `pd` pools, by name
 
 
 def build_core(
@@ -104,6 +116,9 @@ def build_core(
         breaker=spec.breaker,
     )
     core.routers.update(routers or {})
+    for name, pd in spec.pd_pools.items():
+        selector = make_pair_selector(pd.pair.policy, dict(pd.pair.params))
+        core.pd_pools[name] = PdPool(name, pd.protocol, pd.prefill, pd.decode, selector)
     # a dispatcher that reads the time between events (QUARTZ's wait bound) gets the clock
     attach_clock(core.dispatcher, clock)
     predictor = predictor_for(core) if predictor_for is not None else None
