@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from emulator.engine import EngineConfig
+from emulator.pd_config import PdConfig
 
 VLLM_VERSION = "0.33.0"
 SGLANG_VERSION = "0.5.23"
@@ -49,6 +50,7 @@ class EmulatorConfig:
     )
     enable_metrics: bool = True  # SGLang serves /metrics only with --enable-metrics
     faults: Faults = field(default_factory=Faults)
+    pd: PdConfig | None = None  # one side of a P/D pair (--role; emulator/pd.py)
 
     @property
     def version(self) -> str:

@@ -33,6 +33,7 @@ from emulator.config import EmulatorConfig
 from emulator.engine import EngineRequest
 from emulator.generate import generate
 from emulator.metrics import RequestTag
+from emulator.pd import add_pd
 from emulator.routes_sglang import sglang_routes
 from emulator.schema import ApiError, FieldError, SchemaError, sglang_error, vllm_error
 from emulator.state import EMU, Emulator, build_state
@@ -331,6 +332,8 @@ def build_app(emu: Emulator) -> web.Application:
         r.add_post("/v1/tokenize", _tokenize)
         r.add_post("/v1/detokenize", _detokenize)
         sglang_routes(r)
+    if emu.cfg.pd is not None:
+        add_pd(app)  # one side of a P/D pair (emulator/pd.py)
     return app
 
 
