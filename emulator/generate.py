@@ -68,7 +68,7 @@ class _Choice:
 async def generate(
     request: web.Request, emu: Emulator, kind: str, body: object
 ) -> web.StreamResponse:
-    turn = turn_for(request.app, body)  # None unless this server serves a P/D role
+    turn = turn_for(request, body)  # None unless this server serves a P/D role
     p = plan(kind, body, request.headers, emu.info)
     _faults_on_arrival(emu)
     if emu.cfg.faults.error_rate and emu.rng.random() < emu.cfg.faults.error_rate:

@@ -38,8 +38,10 @@ read at most once.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import secrets
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +82,9 @@ class PdSide:
     rooms: dict[int, asyncio.Future[int]] = field(default_factory=dict)  # SGLang prefill
     reads: int = 0  # KV handed to a decode
     refused: int = 0  # reads of parameters or rooms never issued, expired or failed
+    # the last generation requests as a router sent them (GET /_fleetgate/pd/seen): what
+    # a P/D router's conformance test compares with the protocol
+    seen: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=64))
     _session: aiohttp.ClientSession | None = None
 
     @property
@@ -230,12 +235,19 @@ class Turn:
 PD: web.AppKey[PdSide] = web.AppKey("pd", PdSide)
 
 
-def turn_for(app: web.Application, body: object) -> Turn | None:
+def turn_for(request: web.Request, body: object) -> Turn | None:
     """This request's P/D part, or None (no role, or a request that is not a P/D one).
     SGLang's prefill is made a one-token request here (it prefills, samples one, ends)."""
-    side = app.get(PD)
+    side = request.app.get(PD)
     if side is None or not isinstance(body, dict):
         return None
+    side.seen.append(
+        {
+            "path": request.path,
+            "x-request-id": request.headers.get("X-Request-Id"),
+            "body": copy.deepcopy(body),
+        }
+    )
     if side.emu.vllm:
         return _vllm_turn(side, body)
     return _sglang_turn(side, body)
@@ -310,6 +322,10 @@ async def _room(request: web.Request) -> web.Response:
     return web.json_response({"blocks": blocks})
 
 
+async def _seen(request: web.Request) -> web.Response:
+    return web.json_response(list(request.app[PD].seen))
+
+
 def add_pd(app: web.Application) -> None:
     """Give the app its P/D side (the server's one hook): the prefill's endpoints, the
     decode's HTTP session closed with the app."""
@@ -317,6 +333,7 @@ def add_pd(app: web.Application) -> None:
     assert emu.cfg.pd is not None
     side = PdSide(emu.cfg.pd, emu)
     app[PD] = side
+    app.router.add_get("/_fleetgate/pd/seen", _seen, allow_head=False)
     if side.prefill:
         app.router.add_post(READ_PATH if emu.vllm else ROOM_PATH, _read if emu.vllm else _room)
 

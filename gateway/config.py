@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
+from gateway.config_pd import PdSettings
 from policies.registry import ParamError
 
 ENV_PREFIX = "FLEETGATE_"
@@ -146,6 +147,10 @@ class Worker(_Section):
     max_model_len: int | None = Field(None, gt=0)  # defaults to the pool's
     max_num_seqs: int | None = Field(None, ge=1)  # defaults to the pool's
     api_key: str | None = None  # sent upstream as a bearer token
+    # a `kind: pd` pool's worker: which side of its pairs it serves (gateway/config_pd.py)
+    role: Literal["prefill", "decode"] | None = None
+    # an SGLang prefill's bootstrap port (--disaggregation-bootstrap-port); None: its URL's
+    bootstrap_port: int | None = Field(None, ge=1, le=65535)
 
     @field_validator("url")
     @classmethod
@@ -302,6 +307,9 @@ class KubernetesDiscovery(_Section):
 
 
 class Pool(_Section):
+    # standard: independent replicas; pd: prefill and decode workers, a request on a pair
+    kind: Literal["standard", "pd"] = "standard"
+    pd: PdSettings | None = None  # kind: pd — its protocol and pair selector
     max_model_len: int = Field(gt=0)
     # requests a worker takes at once (the engine's --max-num-seqs); beyond it a request
     # waits in the gateway for room (`dispatch`); None: no limit, the engine queues
@@ -336,7 +344,35 @@ class Pool(_Section):
     def _has_workers(self) -> Pool:
         if not self.workers and self.discovery is None:
             raise ValueError("workers: list at least one worker, or find them with `discovery`")
+        check_pd_pool(self)
         return self
+
+
+def check_pd_pool(pool: Pool) -> None:
+    """A `kind: pd` pool names its protocol, lists a prefill and a decode worker (each
+    worker with its role, engines of the protocol) and is not discovered (discovered
+    workers have no role); any other pool has no roles."""
+    roles = [w.role for w in pool.workers]
+    if pool.kind != "pd":
+        if pool.pd is not None or any(roles):
+            raise ValueError("pd, role: only in a pool of kind: pd")
+        return
+    if pool.pd is None:
+        raise ValueError("pd: a pool of kind: pd needs pd.protocol (vllm or sglang)")
+    if pool.discovery is not None:
+        raise ValueError("discovery: a pool of kind: pd lists its workers with their roles")
+    for i, w in enumerate(pool.workers):
+        if w.role is None:
+            raise ValueError(f"workers.{i}.role: prefill or decode, in a pool of kind: pd")
+        if w.engine != pool.pd.protocol:
+            raise ValueError(
+                f"workers.{i}.engine: {w.engine}, but pd.protocol is {pool.pd.protocol}"
+            )
+        if w.bootstrap_port is not None and (w.role != "prefill" or w.engine != "sglang"):
+            raise ValueError(f"workers.{i}.bootstrap_port: only an sglang prefill worker's")
+    for role in ("prefill", "decode"):
+        if role not in roles:
+            raise ValueError(f"workers: a pool of kind: pd needs a {role} worker")
 
 
 class Placement(_Section):

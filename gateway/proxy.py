@@ -53,7 +53,7 @@ from gateway.upstream import UpstreamClient
 from gateway.workers import Fleet, WorkerState
 from policies.actions import Action, Admit, Evict, Fit, Refuse, Send
 from policies.budget import BudgetConfig
-from policies.build import Choice, CoreSpec, build_core
+from policies.build import Choice, CoreSpec, PdSpec, build_core
 from policies.events import Admitted
 from policies.health import Breaker
 from policies.hooks import Hook
@@ -117,6 +117,11 @@ def core_spec(config: GatewayConfig) -> CoreSpec:
         ),
         prefill_room=d.prefill_room,
         breaker=Breaker(b.failures, b.open_s),
+        pd_pools={
+            name: PdSpec(pool.pd.protocol, Choice(pool.pd.pair.policy, pool.pd.pair.params))
+            for name, pool in config.pools.items()
+            if pool.pd is not None
+        },
     )
 
 

@@ -79,6 +79,8 @@ class WorkerState:
     draining: bool = False
     api_key: str | None = None
     own_max_model_len: int | None = None  # the worker's own, else the pool's applies
+    role: str | None = None  # a `kind: pd` pool's worker: "prefill" or "decode"
+    bootstrap_port: int | None = None  # an SGLang prefill's bootstrap port (None: its URL's)
 
     def breaker_open(self, now: float) -> bool:
         return now < self.open_until
@@ -108,6 +110,7 @@ class WorkerState:
             ),
             prefill_tokens=self.prefill_tokens,
             prefill_capacity=self.prefill_capacity,
+            role=self.role,
         )
 
     # the breaker (policies/health.py): the core applies it on every attempt's outcome
@@ -401,6 +404,8 @@ class Fleet:
             capacity=w.max_num_seqs or pool.max_num_seqs,
             kv_overcommit=self.config.dispatch.kv_overcommit,
             prefill_capacity=self.config.dispatch.prefill_room,
+            role=w.role,
+            bootstrap_port=w.bootstrap_port,
         )
 
     def _insert(self, state: WorkerState) -> None:

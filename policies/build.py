@@ -42,11 +42,10 @@ class Choice:
 
 @dataclass(frozen=True, slots=True)
 class PdSpec:
-    """A `pd` pool (policies/pd/): its protocol, its workers by role, its pair selector."""
+    """A `pd` pool (policies/pd/): its protocol and its pair selector (its workers' roles
+    are the driver's: `WorkerView.role`)."""
 
     protocol: str  # "vllm" | "sglang"
-    prefill: frozenset[str]
-    decode: frozenset[str]
     pair: Choice = field(default_factory=lambda: Choice(DEFAULT_SELECTOR))
 
 
@@ -118,7 +117,7 @@ def build_core(
     core.routers.update(routers or {})
     for name, pd in spec.pd_pools.items():
         selector = make_pair_selector(pd.pair.policy, dict(pd.pair.params))
-        core.pd_pools[name] = PdPool(name, pd.protocol, pd.prefill, pd.decode, selector)
+        core.pd_pools[name] = PdPool(name, pd.protocol, selector)
     # a dispatcher that reads the time between events (QUARTZ's wait bound) gets the clock
     attach_clock(core.dispatcher, clock)
     predictor = predictor_for(core) if predictor_for is not None else None

@@ -8,8 +8,9 @@ its active decode load ("The Price of Anarchy in Disaggregated Inference", eq. 1
   prefill worker), so a shared prefix goes back where its KV is cached;
 - decode: the least active decode load — the worker's `active_blocks` when the driver
   knows them, else ⌈outstanding tokens / block size⌉ (this gateway's Σ prompt + max_tokens
-  held by decode slots), ties by fewer requests in flight, then by id — among the decode
-  workers the default filters keep (healthy, fresh unless all stale, with room).
+  held by decode slots), ties by fewer requests in flight, then in turn (so a light load
+  still spreads over the decode workers) — among the decode workers the default filters
+  keep (healthy, fresh unless all stale, with room).
 
 Reads: the `WorkerView` fields of `kv_cost` and `least_loaded`.
 """
@@ -36,11 +37,14 @@ def decode_load(worker: WorkerView, block_size: int) -> int:
     return blocks_for(worker.outstanding_tokens, worker.block_size or block_size)
 
 
-def least_decode_load(decode: Sequence[WorkerView], block_size: int) -> WorkerView | None:
+def least_decode_loaded(decode: Sequence[WorkerView], block_size: int) -> list[WorkerView]:
+    """The eligible decode workers with the least (active blocks, requests in flight)."""
     ok = [w for w in eligible(decode) if w.has_room]
     if not ok:
-        return None
-    return min(ok, key=lambda w: (decode_load(w, block_size), w.in_flight, w.id))
+        return []
+    keys = [(decode_load(w, block_size), w.in_flight) for w in ok]
+    best = min(keys)
+    return [w for w, k in zip(ok, keys, strict=True) if k == best]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,7 @@ class KvCostDecodeLoad:
     config: KvCostDecodeLoadConfig = field(default_factory=KvCostDecodeLoadConfig)
     name: str = NAME
     prefill_router: KvCostRouter = field(init=False)
+    _turn: int = 0  # the decode workers' round-robin among ties
 
     def __post_init__(self) -> None:
         c = self.config
@@ -71,11 +76,15 @@ class KvCostDecodeLoad:
     def select(
         self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]
     ) -> tuple[WorkerView, WorkerView] | None:
-        d = least_decode_load(decode, self.config.block_size)
-        if d is None:
+        ties = least_decode_loaded(decode, self.config.block_size)
+        if not ties:
             return None
         p = self.prefill_router.choose(request, prefill)
-        return None if p is None else (p, d)
+        if p is None:
+            return None
+        d = ties[self._turn % len(ties)]
+        self._turn += 1
+        return p, d
 
 
 @register(NAME)

@@ -30,18 +30,16 @@ ROLES = ("prefill", "decode")
 
 @dataclass(frozen=True, slots=True)
 class PdPool:
+    """A `pd` pool: its protocol and pair selector. Its workers' roles are the driver's
+    (`WorkerView.role`), so workers may join and leave as in any pool."""
+
     name: str
     protocol: str  # "vllm": prefill, then decode; "sglang": both at once
-    prefill: frozenset[str]  # worker ids serving prefill
-    decode: frozenset[str]  # worker ids serving decode
     selector: PairSelector
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol: must be one of {', '.join(PROTOCOLS)}")
-        both = self.prefill & self.decode
-        if both:
-            raise ValueError(f"worker(s) {', '.join(sorted(both))} cannot be prefill and decode")
 
     @property
     def concurrent(self) -> bool:
@@ -49,15 +47,15 @@ class PdPool:
         return self.protocol == "sglang"
 
     def split(self, views: Sequence[WorkerView]) -> tuple[list[WorkerView], list[WorkerView]]:
-        """The pool's workers by role (a worker in neither list is not routed to)."""
-        prefill = [v for v in views if v.id in self.prefill]
-        decode = [v for v in views if v.id in self.decode]
+        """The pool's workers by role (a worker of no role is not routed to)."""
+        prefill = [v for v in views if v.role == "prefill"]
+        decode = [v for v in views if v.role == "decode"]
         return prefill, decode
 
     def routable(self, views: Sequence[WorkerView], tried: Collection[str]) -> bool:
         """A healthy worker of each role not tried yet: a pair may still be found."""
-        ok = [v.id for v in views if v.healthy and v.id not in tried]
-        return any(w in self.prefill for w in ok) and any(w in self.decode for w in ok)
+        ok = {v.role for v in views if v.healthy and v.id not in tried}
+        return "prefill" in ok and "decode" in ok
 
 
 @dataclass(slots=True, eq=False)

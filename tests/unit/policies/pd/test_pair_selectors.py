@@ -125,7 +125,7 @@ def test_build_core_makes_the_pd_pools_with_their_selector():
     spec = CoreSpec(
         placement="short_long",
         pd_pools={
-            "short": PdSpec("sglang", frozenset({"p0"}), frozenset({"d0"}), Choice("random")),
+            "short": PdSpec("sglang", Choice("random")),
         },
     )
     core, _ = build_core(spec, ManualClock())
@@ -133,6 +133,13 @@ def test_build_core_makes_the_pd_pools_with_their_selector():
     assert pool.concurrent and pool.selector.name == "random"
     with pytest.raises(ValueError, match="protocol"):
         build_core(
-            CoreSpec(pd_pools={"x": PdSpec("trtllm", frozenset({"p"}), frozenset({"d"}))}),
+            CoreSpec(pd_pools={"x": PdSpec("trtllm")}),
             ManualClock(),
         )
+
+
+def test_default_decode_ties_go_in_turn():
+    sel = make_pair_selector(DEFAULT_SELECTOR)
+    decode = _workers("d", 3)
+    got = [sel.select(_info(), _workers("p", 1), decode) for _ in range(6)]
+    assert [pair[1].id for pair in got if pair is not None] == ["d0", "d1", "d2"] * 2

@@ -35,14 +35,17 @@ def _core(protocol: str = "vllm", selector: str = "round_robin", **kw: object) -
         lambda pool: make_router("round_robin"),
         **kw,  # type: ignore[arg-type]
     )
-    core.pd_pools["short"] = PdPool(
-        "short", protocol, frozenset(PREFILL), frozenset(DECODE), make_pair_selector(selector)
-    )
+    core.pd_pools["short"] = PdPool("short", protocol, make_pair_selector(selector))
     return core
 
 
 def _bind(core: Core, capacity: int | None = None) -> tuple[list[WorkerView], list[Action]]:
-    views = [WorkerView(w, "short", 8192, capacity=capacity) for w in (*PREFILL, *DECODE)]
+    views = [
+        WorkerView(
+            w, "short", 8192, capacity=capacity, role="prefill" if w in PREFILL else "decode"
+        )
+        for w in (*PREFILL, *DECODE)
+    ]
     by_id = {v.id: v for v in views}
     core.views = lambda pool: views if pool == "short" else []
     core.load_of = by_id.__getitem__
