@@ -7,11 +7,12 @@ sequence): the same scenario and seed give the same `RunResult`, to the last bit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from policies.budget import BudgetConfig
-from policies.build import Choice, CoreSpec, build_core
+from policies.build import Choice, CoreSpec, PdSpec, build_core
 from policies.core import ActionRecorder, Core
 from policies.hooks import Hook
 from policies.quantile.config import EngineShape, QuartzSettings, build_predictor
@@ -26,6 +27,7 @@ from simulator.driver import Driver
 from simulator.families import CdfFamily
 from simulator.kernel import PRIO_ARRIVAL, PRIO_STEP, Kernel
 from simulator.lengths import load_cdf
+from simulator.pd_topology import add_pd_pool
 from simulator.records import Recorder, RequestRecord, Sampler, Series
 from simulator.scenario import (
     FAMILIES,
@@ -164,6 +166,11 @@ def core_spec(scenario: Scenario) -> CoreSpec:
             d.policy, {"max_waiting": d.max_waiting, "timeout_s": d.timeout_s, **d.params}
         ),
         prefill_room=d.prefill_room,
+        pd_pools={
+            pool.name: PdSpec(pool.pd.protocol, Choice(pool.pd.pair.policy, pool.pd.pair.params))
+            for pool in scenario.fleet.pools
+            if pool.pd is not None
+        },
     )
 
 
@@ -232,6 +239,11 @@ def run(
         predictor=predictor,
     )
     for p in scenario.fleet.pools:
+        if p.pd is not None:  # prefill and decode workers (simulator/pd_topology.py)
+            engine = dataclasses.asdict(scenario.engine_config(p))
+            add_pd_pool(cluster, p.name, p.pd, engine, kernel, gateway, engine_factory)
+            gateway.transfer_s_per_block[p.name] = p.pd.transfer_s_per_block
+            continue
         cluster.add_pool(
             p.name, p.workers, scenario.engine_config(p), kernel, gateway, engine_factory
         )

@@ -64,6 +64,7 @@ from emulator.engine import EngineConfig
 from policies.registry import ParamError
 from policies.types import Category
 from simulator import families as fam
+from simulator.pd_topology import PdPoolModel
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -92,11 +93,23 @@ class PoolModel(_Strict):
     # caught yet): an attempt there fails before a response, and the core's retry policy
     # sends the request to another worker
     refuse_connections: int = Field(default=0, ge=0)
+    # standard: independent replicas; pd: prefill and decode workers (simulator/pd_topology.py)
+    kind: Literal["standard", "pd"] = "standard"
+    pd: PdPoolModel | None = None
 
     @field_validator("engine")
     @classmethod
     def _engine_keys(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _check_fields(EngineConfig, v, "engine")
+
+    @model_validator(mode="after")
+    def _pd_topology(self) -> PoolModel:
+        if (self.kind == "pd") != (self.pd is not None):
+            raise ValueError("kind: pd and its `pd` topology go together")
+        if self.pd is not None and self.workers != self.pd.prefill + self.pd.decode:
+            raise ValueError(f"workers: {self.workers}, but pd has prefill + decode = "
+                             f"{self.pd.prefill + self.pd.decode}")  # fmt: skip
+        return self
 
 
 class FleetModel(_Strict):
