@@ -18,6 +18,7 @@ from emulator.metrics_sglang import SglangMetrics
 from emulator.metrics_vllm import VllmMetrics
 from gateway.config import load_config
 from gateway.metrics import GatewayMetrics
+from gateway.pd_metrics import PdMetrics
 from gateway.workers import Fleet
 from policies.budget import TokenBudget
 from tests.golden import quartz_series
@@ -57,7 +58,10 @@ def gateway_series() -> set[str]:
     )
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(TokenBudget())
-    return _sample_names(metrics.registry) | quartz_series()  # QUARTZ's: only when configured
+    pd = CollectorRegistry()  # `kind: pd` pools' series: only when one is configured
+    PdMetrics(pd, Fleet(cfg))
+    # QUARTZ's and the pd pools': only when configured
+    return _sample_names(metrics.registry) | quartz_series() | _sample_names(pd)
 
 
 @pytest.fixture(scope="module")
