@@ -3,6 +3,7 @@ and a 1P/5D topology ("The Price of Anarchy in Disaggregated Inference", §8; do
 
     python bench/pd_experiments.py --out out/pd            # C swept 1…512, both topologies
     python bench/pd_experiments.py --quick --out out/pd-q  # fewer points, shorter holds
+    python bench/pd_experiments.py --split --out out/pd-split  # P:D splits of 6 workers
 
 Protocol (the paper's §8.1, in virtual time):
 - closed loop, C clients, a 30 s linear ramp then a 120 s hold (`--quick`: 10 s + 30 s);
@@ -23,6 +24,10 @@ stepping) and the decode workers' slot utilisation (Σ batch × step time over
 max_num_seqs × time: how full their batches are); the knee
 is the first C whose TTFT P99 is ≥ 10× the one at C = 32 while ITL P99 stays within 1.5×
 of it. Writes rows.json and table.md.
+
+`--split` (the paper's Game 1, which it only analyses): G = 6 workers split every way
+(1P/5D … 5P/1D) at C = 64, 128 and 256, the same requests and holds: where the cascade
+starts (prefill busy → 1 while decode slots stay low) and where it turns (decode-bound).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ PREFILL_SEQS = 32
 DECODE_H = 0.00001  # decode: W = 8 ms + 0.01 ms per sequence in the batch
 TRANSFER_S_PER_BLOCK = 0.0002
 TOPOLOGIES = {"1P/2D": (1, 2), "1P/5D": (1, 5)}
+SPLITS = {f"{p}P/{6 - p}D": (p, 6 - p) for p in range(1, 6)}
 
 
 def scenario(prefill: int, decode: int, seed: int = 1) -> Scenario:
@@ -109,7 +115,7 @@ def _q(xs: list[float], q: float) -> float:
 
 
 def run_point(topology: str, clients: int, ramp_s: float, hold_s: float, seed: int = 1) -> Row:
-    prefill, decode = TOPOLOGIES[topology]
+    prefill, decode = {**TOPOLOGIES, **SPLITS}[topology]
     sc = scenario(prefill, decode, seed)
     per_client = int((ramp_s + hold_s) / 2.0) + 4  # more than a client can send in the run
     seqs = []
@@ -191,19 +197,42 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, default=Path("out/pd"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--topology", choices=list(TOPOLOGIES), action="append")
+    ap.add_argument("--split", action="store_true", help="P:D splits of 6 workers instead")
     args = ap.parse_args(argv)
     sweep, ramp, hold = (QUICK, 10.0, 30.0) if args.quick else (SWEEP, 30.0, 120.0)
     rows: list[Row] = []
-    for topo in args.topology or list(TOPOLOGIES):
-        for c in sweep:
-            row = run_point(topo, c, ramp, hold)
-            rows.append(row)
-            print(row, flush=True)
+    if args.split:
+        for c in (64, 128, 256):
+            for topo in SPLITS:
+                row = run_point(topo, c, ramp, hold)
+                rows.append(row)
+                print(row, flush=True)
+        text = split_table(rows)
+    else:
+        for topo in args.topology or list(TOPOLOGIES):
+            for c in sweep:
+                row = run_point(topo, c, ramp, hold)
+                rows.append(row)
+                print(row, flush=True)
+        text = table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     doc: list[dict[str, Any]] = [_asdict(r) for r in rows]
     (args.out / "rows.json").write_text(json.dumps(doc, indent=1))
-    (args.out / "table.md").write_text(table(rows))
-    print(table(rows))
+    (args.out / "table.md").write_text(text)
+    print(text)
+
+
+def split_table(rows: list[Row]) -> str:
+    out = [
+        "| C | split | TTFT P50 | TTFT P99 | ITL P99 | rps | prefill busy | decode slots |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {r.clients} | {r.topology} | {r.ttft_p50:.3f} s | {r.ttft_p99:.3f} s | "
+        f"{r.itl_p99_ms:.1f} ms | {r.rps:.1f} | {r.prefill_busy:.2f} | {r.decode_busy:.2f} |"
+        for r in rows
+    ]
+    return "\n".join(out) + "\n"
 
 
 def _asdict(r: Row) -> dict[str, Any]:
