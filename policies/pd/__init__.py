@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.pd import kv_cost_decode_load, random_pair, round_robin  # noqa: F401
+from policies.pd import (  # noqa: F401  (each registers itself)
+    kv_cost_decode,
+    kv_cost_decode_load,
+    random_pair,
+    round_robin,
+)
 from policies.pd.pool import PROTOCOLS, ROLES, PdLeg, PdPool
 from policies.protocols.pairs import PAIR_SELECTORS, PairSelector
 

@@ -22,7 +22,7 @@ def _workers(role: str, n: int, **kw: object) -> list[WorkerView]:
 
 
 def test_the_built_ins_are_registered():
-    assert {"kv_cost_decode_load", "random", "round_robin"} <= set(NAMES)
+    assert {"kv_cost_decode", "kv_cost_decode_load", "random", "round_robin"} <= set(NAMES)
     assert DEFAULT_SELECTOR == "kv_cost_decode_load"
 
 
@@ -143,3 +143,25 @@ def test_default_decode_ties_go_in_turn():
     decode = _workers("d", 3)
     got = [sel.select(_info(), _workers("p", 1), decode) for _ in range(6)]
     assert [pair[1].id for pair in got if pair is not None] == ["d0", "d1", "d2"] * 2
+
+
+def test_kv_cost_decode_follows_the_prefix_on_decode_and_the_queue_on_prefill():
+    sel = make_pair_selector("kv_cost_decode")
+    prefill = [
+        WorkerView("p0", "pd", 8192, outstanding_tokens=512),
+        WorkerView("p1", "pd", 8192, outstanding_tokens=0),
+    ]
+    decode = _workers("d", 2)
+    prefix = tuple(range(1, 17))
+    first = sel.select(_info("a", prefix), prefill, decode)
+    assert first is not None and first[0].id == "p1"  # the shorter prefill queue
+    for i in range(5):  # τ = 0, ω = 1: the same prompt goes back to the decode that had it
+        pair = sel.select(_info(f"b{i}", prefix), prefill, decode)
+        assert pair is not None and pair[1].id == first[1].id
+    # ω = 0 and a busier decode: load alone decides
+    busy = sel.select(_info("c", prefix), prefill, decode)
+    assert busy is not None
+    sel.set_params(0.0, 0.0)  # type: ignore[attr-defined]
+    first[1].outstanding_tokens = 16 * 50
+    pair = sel.select(_info("d", prefix), prefill, decode)
+    assert pair is not None and pair[1].id != first[1].id
