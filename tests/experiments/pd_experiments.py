@@ -4,6 +4,7 @@ and a 1P/5D topology ("The Price of Anarchy in Disaggregated Inference", §8; do
     python bench/pd_experiments.py --out out/pd            # C swept 1…512, both topologies
     python bench/pd_experiments.py --quick --out out/pd-q  # fewer points, shorter holds
     python bench/pd_experiments.py --split --out out/pd-split  # P:D splits of 6 workers
+    python bench/pd_experiments.py --grid --out out/pd-grid    # the 4×4 (τ, ω) grid
 
 Protocol (the paper's §8.1, in virtual time):
 - closed loop, C clients, a 30 s linear ramp then a 120 s hold (`--quick`: 10 s + 30 s);
@@ -28,6 +29,13 @@ of it. Writes rows.json and table.md.
 `--split` (the paper's Game 1, which it only analyses): G = 6 workers split every way
 (1P/5D … 5P/1D) at C = 64, 128 and 256, the same requests and holds: where the cascade
 starts (prefill busy → 1 while decode slots stay low) and where it turns (decode-bound).
+
+`--grid` (the paper's Experiment 4a/4b): the 4×4 (τ, ω) grid at C = 32, 64 and 128, seeds
+1–3 (TTFT P99 per cell: the mean over seeds; the spread: (max − min) / min of those) with the
+`kv_cost_decode` pair selector (the decode worker by Dynamo's cost, as the paper's routing
+game among decode workers), requests drawn from 5 prompt templates (their 8 blocks hashed
+per template, so the prefix index sees 5 prefixes; the prefill engine's own prefix cache
+off, so prefill work is Experiment 1's).
 """
 
 from __future__ import annotations
@@ -59,7 +67,16 @@ TOPOLOGIES = {"1P/2D": (1, 2), "1P/5D": (1, 5)}
 SPLITS = {f"{p}P/{6 - p}D": (p, 6 - p) for p in range(1, 6)}
 
 
-def scenario(prefill: int, decode: int, seed: int = 1) -> Scenario:
+GRID = (0.0, 0.3, 0.7, 1.0)
+
+
+def scenario(
+    prefill: int,
+    decode: int,
+    seed: int = 1,
+    pair: dict[str, Any] | None = None,
+    prefill_cache: bool = True,
+) -> Scenario:
     return parse(
         {
             "name": f"pd-{prefill}p{decode}d",
@@ -80,8 +97,10 @@ def scenario(prefill: int, decode: int, seed: int = 1) -> Scenario:
                                 "prefill_token_s": PREFILL_TOKEN_S,
                                 "max_num_batched_tokens": PREFILL_BUDGET,
                                 "max_num_seqs": PREFILL_SEQS,
+                                "enable_prefix_caching": prefill_cache,
                             },
                             "decode_engine": {"h": DECODE_H},
+                            "pair": pair or {"policy": "kv_cost_decode_load"},
                         },
                     }
                 ],
@@ -114,18 +133,45 @@ def _q(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def run_point(topology: str, clients: int, ramp_s: float, hold_s: float, seed: int = 1) -> Row:
+def run_point(
+    topology: str,
+    clients: int,
+    ramp_s: float,
+    hold_s: float,
+    seed: int = 1,
+    cell: tuple[float, float] | None = None,
+) -> Row:
+    """One closed-loop run; `cell` = (τ, ω): the grid's selector and templated prompts."""
     prefill, decode = {**TOPOLOGIES, **SPLITS}[topology]
-    sc = scenario(prefill, decode, seed)
+    pair = None
+    if cell is not None:
+        pair = {
+            "policy": "kv_cost_decode",
+            "params": {"temperature": cell[0], "overlap_weight": cell[1], "seed": seed},
+        }
+    sc = scenario(prefill, decode, seed, pair, prefill_cache=cell is None)
     per_client = int((ramp_s + hold_s) / 2.0) + 4  # more than a client can send in the run
     seqs = []
     for c in range(clients):
         rng = random.Random(seed * 1_000_003 + c)
         outs = [rng.randint(OUTPUT * 3 // 4, OUTPUT) for _ in range(per_client)]
+        templates = [rng.randrange(5) for _ in range(per_client)]
         seqs.append(
             [
-                RequestSpec(f"c{c}-{k}", 0.0, PROMPT, out, OUTPUT, client=f"c{c}")
-                for k, out in enumerate(outs)
+                RequestSpec(
+                    f"c{c}-{k}",
+                    0.0,
+                    PROMPT,
+                    out,
+                    OUTPUT,
+                    client=f"c{c}",
+                    prefix_hashes=(
+                        tuple(1_000 * (t + 1) + i for i in range(PROMPT // 16))
+                        if cell is not None
+                        else ()
+                    ),
+                )
+                for k, (out, t) in enumerate(zip(outs, templates, strict=True))
             ]
         )
     t0 = time.monotonic()
@@ -198,10 +244,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--topology", choices=list(TOPOLOGIES), action="append")
     ap.add_argument("--split", action="store_true", help="P:D splits of 6 workers instead")
+    ap.add_argument("--grid", action="store_true", help="the (τ, ω) grid at C = 32, 64, 128")
     args = ap.parse_args(argv)
     sweep, ramp, hold = (QUICK, 10.0, 30.0) if args.quick else (SWEEP, 30.0, 120.0)
     rows: list[Row] = []
-    if args.split:
+    if args.grid:
+        grid_rows: list[tuple[float, float, Row]] = []
+        for topo in args.topology or ["1P/2D"]:
+            for c in (32, 64, 128):
+                for tau in GRID:
+                    for omega in GRID:
+                        for seed in (1, 2, 3):
+                            row = run_point(topo, c, ramp, hold, seed, cell=(tau, omega))
+                            grid_rows.append((tau, omega, row))
+                            rows.append(row)
+                            print(tau, omega, seed, row, flush=True)
+        text = grid_table(grid_rows)
+    elif args.split:
         for c in (64, 128, 256):
             for topo in SPLITS:
                 row = run_point(topo, c, ramp, hold)
@@ -220,6 +279,31 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "rows.json").write_text(json.dumps(doc, indent=1))
     (args.out / "table.md").write_text(text)
     print(text)
+
+
+def grid_table(cells: list[tuple[float, float, Row]]) -> str:
+    """TTFT P99 per (τ, ω) per (topology, C), and each block's spread."""
+    out = []
+    keys = sorted({(r.topology, r.clients) for _, _, r in cells})
+    for topo, c in keys:
+        runs: dict[tuple[float, float], list[Row]] = {}
+        for t, o, r in cells:
+            if r.topology == topo and r.clients == c:
+                runs.setdefault((t, o), []).append(r)
+        mine = {k: sum(r.ttft_p99 for r in v) / len(v) for k, v in runs.items()}
+        p99 = list(mine.values())
+        rps = [sum(r.rps for r in v) / len(v) for v in runs.values()]
+        seeds = [r.ttft_p99 for v in runs.values() for r in v]
+        out.append(
+            f"### {topo}, C = {c}: mean TTFT P99 (s) by τ (rows) and ω (columns); spread "
+            f"{(max(p99) - min(p99)) / min(p99):.1%} (single runs: {min(seeds):.3f}–"
+            f"{max(seeds):.3f} s), throughput {min(rps):.1f}–{max(rps):.1f} rps\n"
+        )
+        out.append("| τ \\ ω | " + " | ".join(f"{o}" for o in GRID) + " |")
+        out.append("|---|" + "---|" * len(GRID))
+        out += [f"| {t} | " + " | ".join(f"{mine[(t, o)]:.3f}" for o in GRID) + " |" for t in GRID]
+        out.append("")
+    return "\n".join(out)
 
 
 def split_table(rows: list[Row]) -> str:
