@@ -295,7 +295,26 @@ class Fleet:
                     param=where,
                     status=409,
                 )
+            if current is not None and current.role != w.role:
+                raise FleetError(
+                    f"{where}.role: worker {w.id!r} serves {current.role or 'no role'};"
+                    " a pd worker's role is fixed while it runs: give it another name",
+                    param=f"{where}.role",
+                    status=409,
+                )
             keep[w.id] = (pname, w)
+        for pname, pconf in config.pools.items():
+            # the core builds its `pd` pools (protocol, pair selector) at start
+            old = self.pool_configs.get(pname)
+            was = ("standard", None) if old is None else (old.kind, old.pd)
+            if (pconf.kind, pconf.pd) != was and "pd" in (pconf.kind, was[0]):
+                raise FleetError(
+                    f"pools.{pname}: a pool of kind: pd is made at start (its kind and pd"
+                    " settings cannot change, nor such a pool be added, while running):"
+                    " restart the gateway",
+                    param=f"pools.{pname}.pd",
+                    status=409,
+                )
         added: list[str] = []
         kept: list[str] = []
         pools_added = tuple(p for p in config.pools if p not in self.pool_configs)

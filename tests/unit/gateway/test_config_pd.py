@@ -100,3 +100,24 @@ def test_an_sglang_prefill_may_name_its_bootstrap_port():
         environ={},
     )
     assert cfg.pools["short"].workers[0].bootstrap_port == 8998
+
+
+def test_a_running_fleet_refuses_pd_changes_it_cannot_make():
+    from gateway.workers import Fleet, FleetError
+
+    cfg = load_config(data=_pd(), environ={})
+    fleet = Fleet(cfg)
+    assert [w.role for w in fleet.pools["short"]] == ["prefill", "decode"]
+    fleet.apply(load_config(data=_pd(), environ={}))  # the same: fine
+    grown = _pd()
+    grown["pools"]["short"]["workers"].append({"url": "http://127.0.0.1:3", "role": "decode"})
+    diff = fleet.apply(load_config(data=grown, environ={}))  # a decode joins: fine
+    assert diff.added == ("127.0.0.1:3",) or list(diff.added) == ["127.0.0.1:3"]
+    swapped = _pd()
+    swapped["pools"]["short"]["workers"][1]["role"] = "prefill"
+    swapped["pools"]["short"]["workers"].append({"url": "http://127.0.0.1:4", "role": "decode"})
+    with pytest.raises(FleetError, match="role"):
+        fleet.apply(load_config(data=swapped, environ={}))
+    other = _pd(pd={"protocol": "vllm", "pair": {"policy": "random"}})
+    with pytest.raises(FleetError, match="restart"):
+        fleet.apply(load_config(data=other, environ={}))
