@@ -18,6 +18,8 @@ import sys
 from emulator.config import DEFAULT_MODEL_PATH, EmulatorConfig, Faults
 from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
+from emulator.pd_config import add_arguments as add_pd_arguments
+from emulator.pd_config import from_args as pd_from_args
 
 
 def parser() -> argparse.ArgumentParser:
@@ -149,6 +151,7 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument(
         "--fail-health", action="store_true", help="/health answers 503 (SIGUSR1 toggles)"
     )
+    add_pd_arguments(p)
     return p
 
 
@@ -205,6 +208,7 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
             crash_after_requests=args.crash_after_requests,
             fail_health=args.fail_health,
         ),
+        pd=pd_from_args(args),
     )
 
 

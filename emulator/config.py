@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
+from emulator.pd_config import PdConfig
 
 VLLM_VERSION = "0.33.0"
 SGLANG_VERSION = "0.5.23"
@@ -51,6 +52,7 @@ class EmulatorConfig:
     enable_metrics: bool = True  # SGLang serves /metrics only with --enable-metrics
     faults: Faults = field(default_factory=Faults)
     dp: DpConfig = field(default_factory=DpConfig)  # --data-parallel-size and its step model
+    pd: PdConfig | None = None  # one side of a P/D pair (--role; emulator/pd.py)
 
     @property
     def version(self) -> str:

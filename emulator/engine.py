@@ -30,6 +30,10 @@ Model (FleetOpt §3.1, Eq. 3–4, 7):
   stay cached until evicted (LRU, the tail of a freed request first); a block in use is
   never evicted. As in vLLM, at least one token is always computed: the hit is capped at
   ⌊(n−1)/block_size⌋ blocks, so a fully cached prompt recomputes its last block.
+- Remote prefill (a P/D decode server, emulator/pd.py): a request's `remote_tokens` prompt
+  tokens arrived as KV from a prefill server. At its first admission they skip prefill
+  like a cache hit (not counted as one), but the last prompt token is always computed —
+  vLLM's decode recomputes it to sample; a preempted request recomputes all.
 
 Step order (mirrors vLLM's scheduler): grow the running requests' blocks in admission
 order, preempting from the newest; admit waiting requests; then run the batch: prefill
@@ -123,6 +127,8 @@ class EngineRequest:
     # the data-parallel rank it is pinned to (emulator/dp_engine.py); None: the group's
     # own balancer chooses (a single engine ignores it)
     dp_rank: int | None = None
+    # prompt tokens whose KV arrived from a remote prefill (a P/D decode server)
+    remote_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +500,9 @@ class Engine:
             s.private = blocks - hit
             s.registered = hit
             s.todo = tokens - hit * bs
+            remote = s.req.remote_tokens
+            if remote and s.cached_tokens < 0:  # the KV came with it, once: not after preemption
+                s.todo = min(s.todo, max(1, tokens - remote))
             s.room = blocks * bs - tokens
             if self._caching:
                 self._queries += tokens

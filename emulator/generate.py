@@ -21,6 +21,11 @@ Failure posture: whatever ends the handler — client gone (a failed write, or a
 cancelling the handler on disconnect), an injected cut, an error — every engine request
 of this HTTP request is aborted in `finally`, so running/waiting return to zero. An
 engine-side abort becomes a 500 (JSON, or an error event before `[DONE]` mid-stream).
+
+With `--role` (emulator/pd.py), a P/D request is that side's part of the pair: a decode
+first gets its prompt's KV from the prefill (a failure answers 500, or the error event of
+a vLLM stream), a vLLM prefill's answer carries its `kv_transfer_params`, an SGLang
+prefill publishes its room when it ends.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from aiohttp import web
 from emulator.dp_engine import requested_rank
 from emulator.engine import EngineRequest, FinishedRequest
 from emulator.metrics import RequestTag
+from emulator.pd import KvLoadFailed, Turn, kv_load_error, turn_for
 from emulator.requests import GenPlan, SeqPlan, plan
 from emulator.sampling import text_slice, token_at, token_logprobs, visible_chars
 from emulator.schema import ApiError
@@ -63,6 +69,7 @@ class _Choice:
 async def generate(
     request: web.Request, emu: Emulator, kind: str, body: object
 ) -> web.StreamResponse:
+    turn = turn_for(request, body)  # None unless this server serves a P/D role
     p = plan(kind, body, request.headers, emu.info)
     try:
         rank = requested_rank(request.headers, body, emu.vllm)
@@ -82,6 +89,15 @@ async def generate(
         continuous_usage=p.continuous_usage,
         cache_report=emu.cfg.prompt_tokens_details,
     )
+    if turn is not None and turn.receives:
+        try:
+            await turn.receive()
+        except KvLoadFailed as exc:
+            log.warning("KV load failed: %s", exc)
+            err = kv_load_error(emu, turn)
+            if p.stream and emu.vllm:  # after the 200: the error event, then [DONE]
+                return await _stream_error(request, emu, p, head, err)
+            raise err from None
     queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]] = asyncio.Queue()
     choices = {s.index: _Choice(s.index, s.prompt_tokens, s) for s in p.seqs}
     if p.tool is not None:
@@ -103,6 +119,7 @@ async def generate(
                         s.block_hashes,
                         finish_reason=s.outcome.finish_reason,
                         dp_rank=rank,
+                        remote_tokens=s.prompt_tokens if turn is not None and turn.receives else 0,
                     ),
                     queue,
                     s.index,
@@ -113,10 +130,25 @@ async def generate(
             ids.append(eid)
         if p.stream:
             return await _stream(request, emu, p, head, queue, choices)
-        return await _collect(request, emu, p, head, queue, choices)
+        return await _collect(request, emu, p, head, queue, choices, turn)
     finally:
         for eid in ids:
             driver.abort(eid)
+        if turn is not None:
+            ok = all(c.fin is not None and c.fin.reason != "abort" for c in choices.values())
+            turn.ended(ok, p.seqs[0].prompt_tokens)
+
+
+async def _stream_error(
+    request: web.Request, emu: Emulator, p: GenPlan, head: Head, err: ApiError
+) -> web.StreamResponse:
+    resp = web.StreamResponse(status=200, headers=_headers(request, emu, p))
+    resp.content_type = "text/event-stream"
+    resp.charset = "utf-8"
+    await resp.prepare(request)
+    await resp.write(emu.wire.stream_error(head, err) + DONE)
+    await resp.write_eof()
+    return resp
 
 
 def _faults_on_arrival(emu: Emulator) -> None:
@@ -194,6 +226,7 @@ async def _collect(
     head: Head,
     queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]],
     choices: dict[int, _Choice],
+    turn: Turn | None = None,
 ) -> web.Response:
     pending = len(choices)
     while pending:
@@ -206,8 +239,11 @@ async def _collect(
             if fin.reason == "abort":
                 raise INTERNAL
     out = [_final(p, c) for c in sorted(choices.values(), key=lambda c: c.index)]
+    body = emu.wire.full(head, out, _usage(p, choices))
+    if turn is not None:
+        body = turn.answered(body, p.prompt_tokens, out[0].finish_reason if out else None)
     return web.Response(
-        body=emu.wire.full(head, out, _usage(p, choices)),
+        body=body,
         content_type="application/json",
         headers=_headers(request, emu, p),
     )

@@ -34,6 +34,7 @@ from emulator.dp_engine import DpEngine
 from emulator.engine import EngineRequest
 from emulator.generate import generate
 from emulator.metrics import RequestTag
+from emulator.pd import add_pd
 from emulator.routes_sglang import sglang_routes
 from emulator.schema import ApiError, FieldError, SchemaError, sglang_error, vllm_error
 from emulator.state import EMU, Emulator, build_state
@@ -335,6 +336,8 @@ def build_app(emu: Emulator) -> web.Application:
         r.add_post("/v1/tokenize", _tokenize)
         r.add_post("/v1/detokenize", _detokenize)
         sglang_routes(r)
+    if emu.cfg.pd is not None:
+        add_pd(app)  # one side of a P/D pair (emulator/pd.py)
     return app
 
 

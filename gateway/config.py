@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
-from policies.build import CoreSpec
+from gateway.config_pd import PdSettings
+from policies.build import Choice, CoreSpec, PdSpec
 from policies.dp_config import DpGroup
 from policies.spec import PolicySpec, RoutingSpec, core_spec, describe_errors
 
@@ -148,6 +149,10 @@ class Worker(_Section):
     max_model_len: int | None = Field(None, gt=0)  # defaults to the pool's
     max_num_seqs: int | None = Field(None, ge=1)  # defaults to the pool's
     api_key: str | None = None  # sent upstream as a bearer token
+    # a `kind: pd` pool's worker: which side of its pairs it serves (gateway/config_pd.py)
+    role: Literal["prefill", "decode"] | None = None
+    # an SGLang prefill's bootstrap port (--disaggregation-bootstrap-port); None: its URL's
+    bootstrap_port: int | None = Field(None, ge=1, le=65535)
 
     @field_validator("url")
     @classmethod
@@ -304,6 +309,12 @@ class KubernetesDiscovery(_Section):
 
 
 class Pool(_Section):
+    # workers: independent replicas, per-request routing; dp_group: G data-parallel ranks
+    # fed from a holding pool by an assignment policy (`dp_group`, policies/dp_config.py;
+    # docs/BFIO.md); pd: prefill and decode workers, a request on a pair (`pd`, docs/PD.md)
+    kind: Literal["workers", "dp_group", "pd"] = "workers"
+    dp_group: DpGroup | None = None
+    pd: PdSettings | None = None  # kind: pd — its protocol and pair selector
     max_model_len: int = Field(gt=0)
     # requests a worker takes at once (the engine's --max-num-seqs); beyond it a request
     # waits in the gateway for room (`dispatch`); None: no limit, the engine queues
@@ -327,10 +338,6 @@ class Pool(_Section):
     # this pool's own routing policy (as the simulator's scenario pools have); None: the
     # top-level `routing`
     routing: RoutingSpec | None = None
-    # workers: per-request routing; dp_group: G data-parallel ranks fed from a holding pool
-    # by an assignment policy (`dp_group`, policies/dp_config.py; docs/BFIO.md)
-    kind: Literal["workers", "dp_group"] = "workers"
-    dp_group: DpGroup | None = None
 
     @field_validator("tokenizer")
     @classmethod
@@ -342,6 +349,7 @@ class Pool(_Section):
     def _has_workers(self) -> Pool:
         if not self.workers and self.discovery is None:
             raise ValueError("workers: list at least one worker, or find them with `discovery`")
+        check_pd_pool(self)
         return self
 
     @model_validator(mode="after")
@@ -361,6 +369,33 @@ class Pool(_Section):
                 f" per rank ({g.ranks}, in rank order), not {len(self.workers)}"
             )
         return self
+
+
+def check_pd_pool(pool: Pool) -> None:
+    """A `kind: pd` pool names its protocol, lists a prefill and a decode worker (each
+    worker with its role, engines of the protocol) and is not discovered (discovered
+    workers have no role); any other pool has no roles."""
+    roles = [w.role for w in pool.workers]
+    if pool.kind != "pd":
+        if pool.pd is not None or any(roles):
+            raise ValueError("pd, role: only in a pool of kind: pd")
+        return
+    if pool.pd is None:
+        raise ValueError("pd: a pool of kind: pd needs pd.protocol (vllm or sglang)")
+    if pool.discovery is not None:
+        raise ValueError("discovery: a pool of kind: pd lists its workers with their roles")
+    for i, w in enumerate(pool.workers):
+        if w.role is None:
+            raise ValueError(f"workers.{i}.role: prefill or decode, in a pool of kind: pd")
+        if w.engine != pool.pd.protocol:
+            raise ValueError(
+                f"workers.{i}.engine: {w.engine}, but pd.protocol is {pool.pd.protocol}"
+            )
+        if w.bootstrap_port is not None and (w.role != "prefill" or w.engine != "sglang"):
+            raise ValueError(f"workers.{i}.bootstrap_port: only an sglang prefill worker's")
+    for role in ("prefill", "decode"):
+        if role not in roles:
+            raise ValueError(f"workers: a pool of kind: pd needs a {role} worker")
 
 
 class Telemetry(_Section):
@@ -554,6 +589,11 @@ class GatewayConfig(PolicySpec):
             {n: p.max_model_len for n, p in self.pools.items()},
             {n: p.routing for n, p in self.pools.items()},
             {n: p.dp_group.spec() for n, p in self.pools.items() if p.dp_group is not None},
+            {
+                n: PdSpec(p.pd.protocol, Choice(p.pd.pair.policy, p.pd.pair.params))
+                for n, p in self.pools.items()
+                if p.pd is not None
+            },
         )
 
     @property

@@ -31,12 +31,14 @@ from gateway.errors import (
 from gateway.fitting import rewritten_body
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
+from gateway.pd_forward import PairForwarder
+from gateway.pd_metrics import PdMetrics
 from gateway.relay import StreamScanner, usage_of
 from gateway.responder import Headers, Responder
 from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
 from gateway.workers import Fleet, WorkerState
-from policies.actions import PROCEED, Action, Fail, Refuse, Send, Wait
+from policies.actions import PROCEED, Action, Fail, Refuse, Send, SendPair, Wait
 from policies.core import Core
 from policies.events import (
     ANSWERED,
@@ -92,6 +94,9 @@ class Forwarder:
         self.expose_detail = config.expose.upstream_detail
         self.write_timeout = config.limits.client_write_timeout_s
         self.on_first_token = _nothing  # the pipeline's (QUARTZ's calibration log)
+        # `kind: pd` pools: a request on a pair of workers (gateway/pd_forward.py)
+        pd = any(p.kind == "pd" for p in config.pools.values())
+        self.pairs = PairForwarder(self, PdMetrics(metrics.registry, fleet)) if pd else None
 
     async def run(
         self,
@@ -123,12 +128,19 @@ class Forwarder:
         while True:
             if isinstance(action, Wait):
                 action = await self._wait(action, att)
-                if not isinstance(action, Send):
+                if not isinstance(action, Send | SendPair):
                     continue  # waits again, or is refused
             elif isinstance(action, Send):
                 self.sent(action, att)
-            else:
+            elif not isinstance(action, SendPair):
                 raise self._refused(action, last_error, att)
+            if isinstance(action, SendPair):  # a `pd` pool: two calls (gateway/pd_forward.py)
+                assert self.pairs is not None
+                att.dispatched = self.loop.time()
+                await self.pairs.run(
+                    action, parsed, body, strip_usage, path, headers, responder, att, rid, source
+                )
+                return
             worker: WorkerState = action.load  # type: ignore[assignment]
             sent_headers, sent_body = headers + worker.extra_headers, body
             if action.rank is not None and worker.rank_selector:

@@ -34,7 +34,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from gateway.config import Tracing
-from policies.actions import Action, Send, Wait
+from policies.actions import Action, Send, SendPair, Wait
 from policies.admission import AdmissionRefused
 from policies.core import Core
 from policies.events import Request
@@ -270,7 +270,7 @@ class _TracedCore(Core):
             trace.end_step()
         return Core._placed(self, placed, request, now)
 
-    def _send(self, ticket: Ticket, now: float) -> Send | None:
+    def _send(self, ticket: Ticket, now: float) -> Send | SendPair | None:
         t0 = time.time_ns()
         result = Core._send(self, ticket, now)
         trace = _live.get(ticket.info.id)
@@ -282,7 +282,11 @@ class _TracedCore(Core):
                 span.set_attribute("fleetgate.route", "no_room")
             else:
                 span.set_attribute("fleetgate.pool", result.pool)
-                span.set_attribute("fleetgate.worker", result.worker)
+                if isinstance(result, SendPair):  # a `pd` pool's pair
+                    span.set_attribute("fleetgate.worker", result.prefill)
+                    span.set_attribute("fleetgate.decode_worker", result.decode)
+                else:
+                    span.set_attribute("fleetgate.worker", result.worker)
             span.end(t1)
             if result is not None and trace.queue is not None:
                 trace.queue.end(t1)

@@ -83,6 +83,8 @@ class WorkerState:
     # the one endpoint of a dp_group pool: each request names its rank (the engine's
     # per-request rank selector, docs/WIRE_SPEC.md §10)
     rank_selector: bool = False
+    role: str | None = None  # a `kind: pd` pool's worker: "prefill" or "decode"
+    bootstrap_port: int | None = None  # an SGLang prefill's bootstrap port (None: its URL's)
 
     def breaker_open(self, now: float) -> bool:
         return now < self.open_until
@@ -113,6 +115,7 @@ class WorkerState:
             prefill_tokens=self.prefill_tokens,
             prefill_capacity=self.prefill_capacity,
             block_size=t.block_size,
+            role=self.role,
         )
 
     # the breaker (policies/health.py) is the core's, on every attempt's outcome
@@ -295,7 +298,26 @@ class Fleet:
                     param=where,
                     status=409,
                 )
+            if current is not None and current.role != w.role:
+                raise FleetError(
+                    f"{where}.role: worker {w.id!r} serves {current.role or 'no role'};"
+                    " a pd worker's role is fixed while it runs: give it another name",
+                    param=f"{where}.role",
+                    status=409,
+                )
             keep[w.id] = (pname, w)
+        for pname, pconf in config.pools.items():
+            # the core builds its `pd` pools (protocol, pair selector) at start
+            old = self.pool_configs.get(pname)
+            was = ("workers", None) if old is None else (old.kind, old.pd)
+            if (pconf.kind, pconf.pd) != was and "pd" in (pconf.kind, was[0]):
+                raise FleetError(
+                    f"pools.{pname}: a pool of kind: pd is made at start (its kind and pd"
+                    " settings cannot change, nor such a pool be added, while running):"
+                    " restart the gateway",
+                    param=f"pools.{pname}.pd",
+                    status=409,
+                )
         added: list[str] = []
         kept: list[str] = []
         pools_added = tuple(p for p in config.pools if p not in self.pool_configs)
@@ -405,6 +427,8 @@ class Fleet:
             kv_overcommit=self.config.dispatch.kv_overcommit,
             prefill_capacity=self.config.dispatch.prefill_room,
             rank_selector=pool.kind == "dp_group" and len(pool.workers) == 1,
+            role=w.role,
+            bootstrap_port=w.bootstrap_port,
         )
 
     def _insert(self, state: WorkerState) -> None:

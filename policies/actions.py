@@ -7,6 +7,11 @@
     Send(worker, slot)    forward the request to `worker`; its slot is taken already;
                           `rank`: the data-parallel rank a dp_group pool assigned (the
                           rank's own endpoint, or the engine's per-request rank selector)
+    SendPair(p, d)        a `pd` pool: forward to prefill worker `p` (vLLM: its prefill call
+                          alone; SGLang: the prefill and the decode call at once, decode
+                          worker `d`); both slots are taken already
+    SendDecode(d)         vLLM's `pd` pool, after `HANDED_OFF`: the decode call to `d`, with
+                          the prefill's `kv_transfer_params`
     Wait(waiter)          hold the request until the core gives it another action (a
                           wake, through `Core.on_action`) or `waiter.deadline` (`DEADLINE`)
     Refuse(status, code)  answer the client with this refusal (no engine was asked, or no
@@ -55,6 +60,25 @@ class Send:
 
 
 @dataclass(slots=True, eq=False)
+class SendPair:
+    ticket: Ticket
+    pool: str
+    protocol: str  # "vllm" | "sglang" (policies/pd/pool.py)
+    prefill: str  # the prefill worker
+    decode: str  # the decode worker
+    prefill_load: Load  # the driver's objects the two slots count on
+    decode_load: Load
+    attempt: int = 0  # 0 the first; 1 a retry of the whole pair
+
+
+@dataclass(slots=True, eq=False)
+class SendDecode:
+    ticket: Ticket
+    worker: str  # the decode worker of the ticket's pair (its slot is held already)
+    load: Load
+
+
+@dataclass(slots=True, eq=False)
 class Wait:
     ticket: Ticket
     waiter: Waiter
@@ -92,7 +116,7 @@ class Proceed:
 
 PROCEED = Proceed()
 
-Action = Fit | Admit | Send | Wait | Refuse | Fail | Evict | Proceed
+Action = Fit | Admit | Send | SendPair | SendDecode | Wait | Refuse | Fail | Evict | Proceed
 
 
 class ActionLog:

@@ -31,6 +31,7 @@ from policies.dp_group import DpGroup, DpGroupSpec
 from policies.health import Breaker
 from policies.hooks import Hook
 from policies.intake import Classifier, Intake, Prompt
+from policies.pd import DEFAULT_SELECTOR, PdPool, make_pair_selector
 from policies.pools import make_placement
 from policies.quantile.predictor import Predictor, attach
 from policies.retry import RetryPolicy
@@ -44,6 +45,15 @@ class Choice:
 
     policy: str
     params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PdSpec:
+    """A `pd` pool (policies/pd/): its protocol and its pair selector (its workers' roles
+    are the driver's: `WorkerView.role`)."""
+
+    protocol: str  # "vllm" | "sglang"
+    pair: Choice = field(default_factory=lambda: Choice(DEFAULT_SELECTOR))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,7 @@ class CoreSpec:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # dp_group pools (policies/dp_group.py): pool name → its ranks, slots and policy
     dp_groups: Mapping[str, DpGroupSpec] = field(default_factory=dict)
+    pd_pools: Mapping[str, PdSpec] = field(default_factory=dict)  # the `pd` pools, by name
 
 
 def build_core(
@@ -117,6 +128,9 @@ def build_core(
     core.groups.update({name: DpGroup(name, g) for name, g in spec.dp_groups.items()})
     for r in (routers or {}).values():
         attach_router_hooks(core, r)
+    for name, pd in spec.pd_pools.items():
+        selector = make_pair_selector(pd.pair.policy, dict(pd.pair.params))
+        core.pd_pools[name] = PdPool(name, pd.protocol, selector)
     # a dispatcher that reads the time between events (QUARTZ's wait bound) gets the clock
     attach_clock(core.dispatcher, clock)
     predictor = predictor_for(core) if predictor_for is not None else None

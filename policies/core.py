@@ -35,6 +35,9 @@ the simulator (simulator/driver.py) over its kernel and engine model in virtual 
                                    the circuit: out of routing for `open_s`); the retry policy
                                    (policies/retry.py) → Send to another worker (log:
                                    retry) | Fail
+    on HANDED_OFF (a `pd` pool)    the prefill slot goes back (the prefill's breaker hears a
+                                   success) → SendDecode (vLLM) | PROCEED (SGLang: the decode
+                                   call is out already)
     on ContextRefused              once: re-placed through the placement policy on the
                                    longer pools (log: replace) → Send | Wait | Refuse;
                                    else PROCEED (the engine's 400 goes to the client)
@@ -58,6 +61,13 @@ free slots, on every arrival and every completion (a seat given back):
     on UpstreamFailed              → Fail (a rank is never retried elsewhere: the
                                    decision was the group's)
 
+A `pd` pool (policies/pd/) is routed by its pair selector instead of a router: `place`
+answers `SendPair` with two slots taken, a prefill and a decode one. A failure names its
+side: before the client saw a byte, the retry policy may send the whole pair again (the
+failed worker excluded, both slots of the failed attempt given back first) → SendPair |
+Fail; after it (a decode that failed mid-answer) → Fail. A prefill failure after the
+hand-off changes nothing (the decode's answer stands).
+
 Nobody counts a worker's load, a queue position or a reservation by hand: everything a
 request takes is a lease in `Ticket.leases`, and `Finished` releases them all, exactly once,
 on every path (an answer, an engine error, a client gone, a retry, a timeout, an eviction).
@@ -75,7 +85,19 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from compressor.compress import Compression
-from policies.actions import PROCEED, Action, Admit, Evict, Fail, Fit, Refuse, Send, Wait
+from policies.actions import (
+    PROCEED,
+    Action,
+    Admit,
+    Evict,
+    Fail,
+    Fit,
+    Refuse,
+    Send,
+    SendDecode,
+    SendPair,
+    Wait,
+)
 from policies.admission import AdmissionRefused, AdmitAll, Admitter, Reservation
 from policies.assign import PooledRequest
 from policies.clock import Clock, ManualClock
@@ -84,6 +106,7 @@ from policies.dp_group import DpGroup, Pooled, Seat
 from policies.events import (
     ANSWERED,
     FIRST_TOKEN,
+    HANDED_OFF,
     WHOLE_ANSWER,
     Admitted,
     ContextRefused,
@@ -99,6 +122,7 @@ from policies.health import Breaker
 from policies.hooks import Hook
 from policies.intake import Intake, Placed, Refusal
 from policies.leases import Load, PrefillLoad, PrefillWork, WorkerSlot
+from policies.pd import PdLeg, PdPool
 from policies.retry import RetryPolicy
 from policies.routing import Router
 from policies.ticket import Ticket
@@ -169,6 +193,7 @@ class Core:
     prefill_room: bool = False
     # dp_group pools by name (policies/dp_group.py): their requests are assigned to ranks
     groups: dict[str, DpGroup] = field(default_factory=dict)
+    pd_pools: dict[str, PdPool] = field(default_factory=dict)  # the `pd` pools, by name
     _evictable: dict[str, Ticket] = field(default_factory=dict)  # by hold
 
     # === the state machine ===========================================================
@@ -202,6 +227,8 @@ class Core:
         if event is WHOLE_ANSWER:
             self.answered(ticket, now)
             return PROCEED
+        if event is HANDED_OFF:
+            return self._handed_off(ticket)
         if event is ANSWERED:
             slot = ticket.slot
             if self.breaker is not None and slot is not None:
@@ -402,13 +429,25 @@ class Core:
         send = self._send(ticket, now)
         if send is not None:
             return send
-        tried = ticket.tried
-        views = self.views
-        if not any(v.healthy and v.id not in tried for pool in ticket.pools for v in views(pool)):
+        if not self._routable(ticket):
             return self._refuse(ticket, 503, "no_healthy_worker", "no healthy worker in its pools")
         return self._wait(ticket, now)
 
-    def _send(self, ticket: Ticket, now: float) -> Send | None:
+    def _routable(self, ticket: Ticket) -> bool:
+        """A healthy worker not tried yet in one of its pools (a `pd` pool: one of each
+        role), so waiting for room may end in a send."""
+        tried = ticket.tried
+        views = self.views
+        for pool in ticket.pools:
+            pd = self.pd_pools.get(pool)
+            if pd is not None:
+                if pd.routable(views(pool), tried):
+                    return True
+            elif any(v.healthy and v.id not in tried for v in views(pool)):
+                return True
+        return False
+
+    def _send(self, ticket: Ticket, now: float) -> Send | SendPair | None:
         """The first of its pools (in placement's order) whose router finds a worker:
         its slot taken now; None when no worker of any can take it."""
         info = ticket.placed.info
@@ -416,7 +455,15 @@ class Core:
         views = self.views
         routers = self.routers
         pools = ticket.placed.pools
+        pd_pools = self.pd_pools
         for pool in pools:
+            if pd_pools:
+                pd = pd_pools.get(pool)
+                if pd is not None:
+                    pair = self._send_pair(ticket, pd, now)
+                    if pair is not None:
+                        return pair
+                    continue
             router = routers.get(pool)
             if router is None:
                 router = routers[pool] = self.router_for(pool)
@@ -444,6 +491,84 @@ class Core:
             self.log(info.id, "send", f"{pool}/{worker}")
         return send
 
+    def _send_pair(self, ticket: Ticket, pd: PdPool, now: float) -> SendPair | None:
+        """A `pd` pool: its selector's pair, both slots taken now (the prefill's: the
+        prompt and the one token it samples; the decode's: the prompt's KV and every token
+        it may generate); None when no pair can take it."""
+        info = ticket.info
+        tried = ticket.tried
+        candidates = self.views(pd.name)
+        if tried:
+            candidates = [v for v in candidates if v.id not in tried]
+        prefill, decode = pd.split(candidates)
+        pair = pd.selector.select(info, prefill, decode)
+        if pair is None:
+            return None
+        p, d = pair[0].id, pair[1].id
+        request = ticket.request
+        if request is None or request.known_prompt_tokens is None:
+            prompt = info.prompt_tokens
+        else:
+            prompt = self.prompt_sent(ticket)
+        p_load, d_load = self.load_of(p), self.load_of(d)
+        leases = ticket.leases
+        p_slot = leases.take(WorkerSlot(p_load, prompt + 1, self._released))
+        d_slot = leases.take(WorkerSlot(d_load, prompt + info.max_tokens, self._released))
+        work = None
+        if self.track_prefill:
+            on = self._prefilled if self.prefill_room else None
+            work = leases.take(PrefillWork(p_load, prompt, on))  # type: ignore[arg-type]
+        ticket.pd = PdLeg(p, d, p_slot, d_slot, work, pd.concurrent)
+        ticket.slot, ticket.worker, ticket.pool = d_slot, d, pd.name
+        for h in self.hooks:
+            h.on_dispatch(info, p, now)  # the prompt's KV is computed (and cached) there
+        if self.log is not None:
+            self.log(info.id, "send_pair", f"{pd.name}/{p}+{d}")
+        attempt = ticket.retries + ticket.context_retried
+        return SendPair(ticket, pd.name, pd.protocol, p, d, p_load, d_load, attempt)
+
+    def _handed_off(self, ticket: Ticket) -> Action:
+        """The prefill is done and its KV left: its slot goes back; vLLM's decode call
+        goes out now (SGLang's is out already)."""
+        leg = ticket.pd
+        if leg is None or leg.handed_off or ticket.completed:
+            return PROCEED
+        leg.hand_off()
+        if self.breaker is not None:
+            self.breaker.succeeded(leg.prefill_slot.load)  # type: ignore[arg-type]
+        if self.log is not None:
+            self.log(ticket.info.id, "handoff", leg.prefill)
+        if leg.concurrent:
+            return PROCEED
+        return SendDecode(ticket, leg.decode, leg.decode_slot.load)
+
+    def _pd_failed(self, ticket: Ticket, leg: PdLeg, event: UpstreamFailed, now: float) -> Action:
+        """One call of a pair failed. Before the client saw a byte, the whole pair may go
+        again (a new pair without the failed worker: the prefill's KV is lost with its
+        attempt, and SGLang's room cannot be reused); after it, the answer fails."""
+        prefill_side = event.side == "prefill"
+        slot = leg.prefill_slot if prefill_side else leg.decode_slot
+        if event.blames_worker and self.breaker is not None:
+            self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
+        if prefill_side and leg.handed_off:
+            return PROCEED  # the KV is on the decode already: its answer stands
+        if not self.retry.again(ticket.retries, event.retryable, event.before_response):
+            return self._emit(ticket.info.id, Fail(ticket))
+        failed = leg.prefill if prefill_side else leg.decode
+        ticket.retries += 1
+        ticket.tried = (*ticket.tried, failed)
+        if self.log is not None:
+            self.log(
+                ticket.info.id,
+                "retry",
+                f"{event.side} {event.kind} exclude={','.join(ticket.tried)}",
+            )
+        ticket.pd = None
+        ticket.slot = None
+        leg.release()  # the failed attempt's pair is given back first
+        send = self._send(ticket, now)
+        return send if send is not None else self._emit(ticket.info.id, Fail(ticket))
+
     def _wait(self, ticket: Ticket, now: float) -> Action:
         waiter = self.wait(ticket, now)
         if waiter is None:
@@ -457,6 +582,9 @@ class Core:
         return self._emit(ticket.info.id, Wait(ticket, waiter))
 
     def _failed(self, ticket: Ticket, event: UpstreamFailed, now: float) -> Action:
+        leg = ticket.pd
+        if leg is not None:
+            return self._pd_failed(ticket, leg, event, now)
         slot = ticket.slot
         if slot is not None and event.blames_worker and self.breaker is not None:
             opened = self.breaker.failed(slot.load, now)  # type: ignore[arg-type]
@@ -482,8 +610,13 @@ class Core:
         it fit (a compressed or short-pool request whose count was off for this engine):
         the first time, place it again — the original text, on the pools serving its
         model with a longer context — instead of passing the refusal on."""
-        if ticket.context_retried or ticket.request is None or ticket.rank is not None:
-            return PROCEED
+        if (
+            ticket.context_retried
+            or ticket.request is None
+            or ticket.rank is not None
+            or ticket.pd is not None
+        ):
+            return PROCEED  # (a `pd` pool's refusal goes to the client as it is)
         replaced = self.intake.replace(ticket.placed, ticket.request.pools, max_model_len)
         if replaced is None:
             return PROCEED
@@ -618,6 +751,10 @@ def _described(action: object) -> tuple[str, str]:
         if action.rank is not None:
             return "send", f"{action.pool}/{action.worker}#{action.rank}"
         return "send", f"{action.pool}/{action.worker}"
+    if isinstance(action, SendPair):
+        return "send_pair", f"{action.pool}/{action.prefill}+{action.decode}"
+    if isinstance(action, SendDecode):
+        return "send_decode", action.worker
     if isinstance(action, Wait):
         return "wait", ""
     if isinstance(action, Refuse):

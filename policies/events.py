@@ -15,6 +15,9 @@ Events that carry nothing are singletons (`FIRST_TOKEN`, `WHOLE_ANSWER`, `ANSWER
     UpstreamFailed(...)   the attempt failed: before any response (a retry may cure it)
                           or after (an error frame ends the stream, or an engine 5xx)
     ContextRefused(len)   the engine refused the prompt as too long for its context
+    HANDED_OFF            a `pd` pool's prefill is done and its KV left the prefill worker
+                          (vLLM: the prefill call answered with `kv_transfer_params`;
+                          SGLang: the prefill call answered): its prefill slot goes back
     DEADLINE              a `Wait`'s deadline passed
     Finished(outcome)     the request is over, whatever the outcome (ok, error, gone)
     Streamed(generated)   tokens generated so far on a data-parallel rank (a dp_group
@@ -88,12 +91,19 @@ class Deadline:
     __slots__ = ()
 
 
+class HandedOff:
+    __slots__ = ()
+
+
 @dataclass(slots=True)
 class UpstreamFailed:
     kind: str  # connect, reset, read_timeout, http_503 …: the driver's name for it
     retryable: bool = False  # nothing reached the engine: another worker may take it
     blames_worker: bool = True  # counts against the worker's circuit breaker
     before_response: bool = True  # no byte of an answer reached the client yet
+    # a `pd` pool's attempt: which of its two calls failed ("prefill" or "decode"); ""
+    # for an ordinary pool's single call
+    side: str = ""
 
 
 @dataclass(slots=True)
@@ -111,6 +121,7 @@ FIRST_TOKEN = FirstToken()
 WHOLE_ANSWER = WholeAnswer()
 ANSWERED = Answered()
 DEADLINE = Deadline()
+HANDED_OFF = HandedOff()
 
 Event = (
     Fitted
@@ -120,6 +131,7 @@ Event = (
     | Answered
     | ContextRefused
     | Deadline
+    | HandedOff
     | UpstreamFailed
     | Finished
     | Streamed

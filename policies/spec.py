@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from policies.budget import BudgetConfig
-from policies.build import Choice, CoreSpec
+from policies.build import Choice, CoreSpec, PdSpec
 from policies.dp_group import DpGroupSpec
 from policies.health import Breaker
 from policies.registry import ParamError
@@ -358,11 +358,12 @@ def core_spec(
     contexts: Mapping[str, int],
     pool_routing: Mapping[str, RoutingSpec | None],
     dp_groups: Mapping[str, DpGroupSpec] | None = None,
+    pd_pools: Mapping[str, PdSpec] | None = None,
 ) -> CoreSpec:
     """`policy` in the composition root's terms (policies/build.py), for a fleet whose
     pools serve `contexts` (name → max_model_len: B_short defaults to the short pool's),
-    route with their own `pool_routing` (None: `policy.routing`) and, for `dp_group`
-    pools, assign ranks by `dp_groups`."""
+    route with their own `pool_routing` (None: `policy.routing`), assign a `dp_group`
+    pool's ranks by `dp_groups` and a `pd` pool's pairs by `pd_pools`."""
     p, d, b = policy.placement, policy.dispatch, policy.breaker
     return CoreSpec(
         placement=p.policy,
@@ -385,6 +386,7 @@ def core_spec(
         breaker=Breaker(b.failures, b.open_s),
         retry=RetryPolicy(policy.retry.max_retries),
         dp_groups=dict(dp_groups or {}),
+        pd_pools=dict(pd_pools or {}),
     )
 
 

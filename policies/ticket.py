@@ -15,6 +15,7 @@ from policies.dp_group import Pooled, Seat
 from policies.events import Request
 from policies.intake import Placed
 from policies.leases import Leases, PrefillWork, WorkerSlot
+from policies.pd.pool import PdLeg
 from policies.types import RequestInfo
 
 
@@ -28,7 +29,8 @@ class Ticket:
     reservation: Reservation | None = None
     waiter: Waiter | None = None  # its last place in the queue
     prefill: PrefillWork | None = None  # its prompt in the worker's prefill backlog
-    slot: WorkerSlot | None = None  # the current attempt's
+    slot: WorkerSlot | None = None  # the current attempt's (a `pd` pool: its decode slot)
+    pd: PdLeg | None = None  # a `pd` pool's current attempt: its pair and their two slots
     worker: str = ""  # the current attempt's worker
     pool: str = ""  # … and its pool
     tried: tuple[str, ...] = ()  # workers a failed attempt went to (a retry avoids them)

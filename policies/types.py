@@ -91,6 +91,9 @@ class WorkerView:
     # knows them; None: the router's own configuration / accounting decides
     block_size: int | None = None
     active_blocks: int | None = None
+    # a `pd` pool's worker (policies/pd/): which side of its pairs it serves, "prefill" or
+    # "decode"; None in any other pool
+    role: str | None = None
 
     @property
     def has_room(self) -> bool:

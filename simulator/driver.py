@@ -12,6 +12,10 @@ gateway/proxy.py and gateway/forward.py carry them out over HTTP:
                → Wait: a kernel timer at the deadline (DEADLINE), unless a wake first
                → Refuse / Fail: the record's status, and Finished
     core.on_action: a woken request's Send or Wait, an evicted request's Evict
+               → SendPair (a `pd` pool, simulator/pd_topology.py): the prefill (one output
+                 token) on the prefill worker … it ends: HANDED_OFF → (SendDecode, or
+                 PROCEED for SGLang's) the decode on the decode worker after the KV's
+                 transfer, its prompt computed already … first token, finished as any
 
 The budget is exact by default (`budget: exact`:
 the workload knows each prompt's length) or estimated from bytes as the gateway does
@@ -65,13 +69,25 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from emulator.engine import EngineRequest, FinishedRequest
-from policies.actions import PROCEED, Action, Evict, Fail, Fit, Refuse, Send, Wait
+from policies.actions import (
+    PROCEED,
+    Action,
+    Evict,
+    Fail,
+    Fit,
+    Refuse,
+    Send,
+    SendDecode,
+    SendPair,
+    Wait,
+)
 from policies.budget import ChatSize
 from policies.core import Core
 from policies.events import (
     ANSWERED,
     DEADLINE,
     FIRST_TOKEN,
+    HANDED_OFF,
     ContextRefused,
     Finished,
     Fitted,
@@ -161,6 +177,11 @@ class Driver:
         self._waiting = 0  # requests queued for room (they keep the run alive)
         self._views: dict[str, list[SimWorkerView]] = {}
         self._breaker = core.breaker is not None  # views' `healthy` follows their circuits
+        # `pd` pools: the KV's transfer time per block, by pool; prefills on an engine
+        # (their engine id → ticket); each request's hand-off and decode dispatch times
+        self.transfer_s_per_block: dict[str, float] = {}
+        self._prefills: dict[str, Ticket] = {}
+        self.handoffs: dict[str, tuple[float, float]] = {}
 
     def bind(self) -> None:
         """Take the cluster's pools as they now stand (workers are built with us as listener)."""
@@ -282,6 +303,10 @@ class Driver:
             self._waiting -= 1
         if isinstance(action, Send):
             self._submit(action, live)
+        elif isinstance(action, SendPair):
+            self._prefill(action, live)
+        elif isinstance(action, SendDecode):
+            self._transfer(ticket, live, action.worker)
         elif isinstance(action, Wait):
             self._waiting += 1
             live.deadline = self.kernel.at(action.deadline, PRIO_TIMER, self._expire, ticket)
@@ -397,6 +422,86 @@ class Driver:
                 record.features = p.features
                 record.predicted = p.q
 
+    # -- a `pd` pool's pair ---------------------------------------------------------------
+    def _prefill(self, send: SendPair, live: _Live) -> None:
+        """The prefill part: the prompt and one output token on the prefill worker."""
+        now = self.kernel.now()
+        ticket = send.ticket
+        record, spec = live.record, live.spec
+        worker = self.cluster.workers[send.prefill]
+        record.pool, record.worker, record.dispatch = worker.pool, send.decode, now
+        if worker.refuses:  # the connection dropped before any answer
+            event = UpstreamFailed("reset", retryable=True, side="prefill")
+            self.act(self.core.on(ticket, event, now))
+            return
+        request = EngineRequest(
+            id=spec.id + "#prefill",
+            prompt_tokens=self.core.prompt_sent(ticket),
+            max_tokens=1,
+            output_tokens=1,
+            block_hashes=spec.prefix_hashes,
+        )
+        self._order += 1
+        try:
+            worker.submit(request, self._order)
+        except ValueError:
+            self._end(ticket, "error")
+            return
+        self._prefills[request.id] = ticket
+
+    def _prefilled(self, done: FinishedRequest) -> None:
+        """A prefill ended: the hand-off, then the KV's transfer to its decode worker."""
+        ticket = self._prefills.pop(done.id)
+        if ticket.completed:
+            return
+        now = self.kernel.now()
+        action = self.core.on(ticket, HANDED_OFF, now)
+        leg = ticket.pd
+        if leg is None:
+            return
+        live: _Live = ticket.token  # type: ignore[assignment]
+        if isinstance(action, SendDecode) or (action is PROCEED and leg.concurrent):
+            self._transfer(ticket, live, leg.decode)
+
+    def _transfer(self, ticket: Ticket, live: _Live, decode: str) -> None:
+        now = self.kernel.now()
+        worker = self.cluster.workers[decode]
+        blocks = -(-self.core.prompt_sent(ticket) // worker.config.block_size)
+        delay = blocks * self.transfer_s_per_block.get(worker.pool, 0.0)
+        self.handoffs[live.spec.id] = (now, now + delay)
+        self._waiting += 1  # in transfer: keeps the run alive
+        self.kernel.at(now + delay, PRIO_TIMER, self._decode, (ticket, decode))
+
+    def _decode(self, arg: tuple[Ticket, str]) -> None:
+        """The KV arrived: the decode part on the decode worker, its prompt computed."""
+        ticket, decode = arg
+        self._waiting -= 1
+        if ticket.completed:
+            return
+        now = self.kernel.now()
+        live: _Live = ticket.token  # type: ignore[assignment]
+        spec = live.spec
+        worker = self.cluster.workers[decode]
+        sent = self.core.prompt_sent(ticket)
+        if worker.refuses:
+            event = UpstreamFailed("reset", retryable=True, side="decode")
+            self.act(self.core.on(ticket, event, now))
+            return
+        request = EngineRequest(
+            id=spec.id,
+            prompt_tokens=sent,
+            max_tokens=spec.max_tokens,
+            output_tokens=spec.output_tokens,
+            remote_tokens=sent,
+        )
+        self._order += 1
+        try:
+            worker.submit(request, self._order)
+        except ValueError:
+            self._end(ticket, "error")
+            return
+        self._live[spec.id] = ticket
+
     # -- worker callbacks (cluster.Listener) ------------------------------------------
     def first_token(self, worker: Worker, request_id: str) -> None:
         now = self.kernel.now()
@@ -420,6 +525,9 @@ class Driver:
                 self.core.on(ticket, Streamed(n), now)
 
     def finished(self, worker: Worker, done: FinishedRequest) -> None:
+        if done.id in self._prefills:
+            self._prefilled(done)
+            return
         now = self.kernel.now()
         ticket = self._live.pop(done.id, None)
         self._streamed.pop(done.id, None)
@@ -455,4 +563,10 @@ class Driver:
 
     def active(self) -> bool:
         """Anything left to happen: arrivals to come or requests in flight."""
-        return self.arrivals_left > 0 or bool(self._live) or self._waiting > 0 or self._retrying > 0
+        return (
+            self.arrivals_left > 0
+            or bool(self._live)
+            or bool(self._prefills)
+            or self._waiting > 0
+            or self._retrying > 0
+        )

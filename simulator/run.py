@@ -7,10 +7,11 @@ sequence): the same scenario and seed give the same `RunResult`, to the last bit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from policies.build import CoreSpec, build_core
+from policies.build import Choice, CoreSpec, PdSpec, build_core
 from policies.core import ActionRecorder, Core
 from policies.health import Hysteresis
 from policies.hooks import Hook
@@ -26,6 +27,7 @@ from simulator.driver import Driver
 from simulator.families import CdfFamily
 from simulator.kernel import PRIO_ARRIVAL, PRIO_STEP, Kernel
 from simulator.lengths import load_cdf
+from simulator.pd_topology import add_pd_pool
 from simulator.records import Recorder, RequestRecord, Sampler, Series
 from simulator.scenario import (
     FAMILIES,
@@ -150,6 +152,11 @@ def core_spec(scenario: Scenario) -> CoreSpec:
         {p.name: p.max_model_len for p in pools},
         {p.name: p.routing for p in pools},
         {p.name: p.dp_group.spec() for p in pools if p.dp_group is not None},
+        {
+            p.name: PdSpec(p.pd.protocol, Choice(p.pd.pair.policy, p.pd.pair.params))
+            for p in pools
+            if p.pd is not None
+        },
     )
 
 
@@ -217,6 +224,11 @@ def run(
         health_checks=_health_checks(scenario),
     )
     for p in scenario.fleet.pools:
+        if p.pd is not None:  # prefill and decode workers (simulator/pd_topology.py)
+            engine = dataclasses.asdict(scenario.engine_config(p))
+            add_pd_pool(cluster, p.name, p.pd, engine, kernel, gateway, engine_factory)
+            gateway.transfer_s_per_block[p.name] = p.pd.transfer_s_per_block
+            continue
         dp = p.dp_config()
         factory = engine_factory if dp is None else dp_engine(dp)
         cluster.add_pool(p.name, p.workers, scenario.engine_config(p), kernel, gateway, factory)

@@ -89,6 +89,7 @@ from policies.dp_config import DpGroup as DpGroupModel
 from policies.spec import PolicySpec, RoutingSpec, describe_errors
 from policies.types import Category
 from simulator import families as fam
+from simulator.pd_topology import PdPoolModel
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -117,13 +118,15 @@ class PoolModel(_Strict):
     # caught yet): an attempt there fails before a response, and the core's retry policy
     # sends the request to another worker
     refuse_connections: int = Field(default=0, ge=0)
-    # dp_group: one engine of G data-parallel ranks stepping in lockstep
-    # (emulator/dp_engine.py), fed from a holding pool by an assignment policy
-    # (`dp_group`, the gateway's model: policies/dp_config.py); `dp_step` its barrier's
-    # T_sync and per-context-token K (DpConfig's t_sync, k)
-    kind: Literal["workers", "dp_group"] = "workers"
+    # workers: independent replicas; dp_group: one engine of G data-parallel ranks stepping
+    # in lockstep (emulator/dp_engine.py), fed from a holding pool by an assignment policy
+    # (`dp_group`, the gateway's model: policies/dp_config.py), `dp_step` its barrier's
+    # T_sync and per-context-token K (DpConfig's t_sync, k); pd: prefill and decode
+    # workers (simulator/pd_topology.py)
+    kind: Literal["workers", "dp_group", "pd"] = "workers"
     dp_group: DpGroupModel | None = None
     dp_step: dict[str, float] = Field(default_factory=dict)
+    pd: PdPoolModel | None = None
 
     @field_validator("engine")
     @classmethod
@@ -150,6 +153,15 @@ class PoolModel(_Strict):
         if self.dp_group is None:
             return None
         return DpConfig(self.dp_group.ranks, **self.dp_step)
+
+    @model_validator(mode="after")
+    def _pd_topology(self) -> PoolModel:
+        if (self.kind == "pd") != (self.pd is not None):
+            raise ValueError("kind: pd and its `pd` topology go together")
+        if self.pd is not None and self.workers != self.pd.prefill + self.pd.decode:
+            raise ValueError(f"workers: {self.workers}, but pd has prefill + decode = "
+                             f"{self.pd.prefill + self.pd.decode}")  # fmt: skip
+        return self
 
 
 class FleetModel(_Strict):

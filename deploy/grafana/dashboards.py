@@ -18,9 +18,10 @@ Four dashboards, the ones a person opens first:
                     fairness debt, capacity promised / demanded, the Redis breaker), the request
                     queue (length, wait, refusals), data-parallel groups (load per rank,
                     imbalance, estimated barrier idle, holding pool and its wait), QUARTZ
-                    (coverage, fallback, observed over predicted prefill, backlog) and
+                    (coverage, fallback, observed over predicted prefill, backlog),
                     cache-aware routing (regime, τ, ω, decision time, prefix-cache hit rate,
-                    index size).
+                    index size) and `kind: pd` pools (hand-offs, prefill and transfer times,
+                    the prefill queue, utilisation per role).
 
 Every query reads the `${datasource}` variable (a Prometheus data source) and sums over
 gateway replicas, so one dashboard serves one process or N pods. Do not edit the JSON by
@@ -994,6 +995,62 @@ def control() -> db.Dashboard:
             "by the router's max_blocks (~230 bytes each).",
             "short",
             (f"max by (pool) (fleetgate_prefix_index_blocks{{{POOL}}})", "{{pool}}"),
+        )
+    )
+    d.with_row(db.Row("Disaggregated prefill/decode (kind: pd pools)"))
+    d.with_panel(
+        timeseries(
+            "Hand-offs",
+            "fleetgate_pd_handoffs_total: pairs per second by how they ended: ok (the KV "
+            "left the prefill), prefill_failed, decode_failed (before any byte reached the "
+            "client).",
+            "reqps",
+            (
+                f"sum by (pool, outcome) (rate(fleetgate_pd_handoffs_total{{{POOL}}}{RATE}))",
+                "{{pool}} {{outcome}}",
+            ),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Prefill call P50 / P99",
+            "fleetgate_pd_prefill_seconds: the prefill call, sent to answered (the hand-off).",
+            "s",
+            *quantiles("fleetgate_pd_prefill_seconds"),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Transfer P50 / P99",
+            "fleetgate_pd_transfer_seconds: hand-off to the decode's first token at the "
+            "gateway (the KV's transfer and the decode's first step; streams only).",
+            "s",
+            *quantiles("fleetgate_pd_transfer_seconds"),
+            width=8,
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Prefill queue per worker",
+            "fleetgate_pd_prefill_queue: requests on a prefill worker not handed off yet "
+            "(summed over replicas). A queue that grows while decode utilisation stays low "
+            "is the cascade: prefill saturates, decode idles.",
+            "short",
+            (f"sum by (worker) (fleetgate_pd_prefill_queue{{{POOL}}})", "{{worker}}"),
+        )
+    )
+    d.with_panel(
+        timeseries(
+            "Utilisation per role",
+            "fleetgate_pd_role_utilisation: slots held over the role's capacity (Σ "
+            "max_num_seqs), max over replicas.",
+            "percentunit",
+            (
+                f"max by (pool, role) (fleetgate_pd_role_utilisation{{{POOL}}})",
+                "{{pool}} {{role}}",
+            ),
         )
     )
     return d

@@ -15,7 +15,9 @@ back (import-linter's `acyclic_siblings` contract in pyproject.toml keeps it so)
                                                                            round_robin
     placement         placement.Placer           policies/pools.py         short_long,
                                                                            compress_and_route
+    pair selection    pairs.PairSelector         policies/pd/__init__      kv_cost_decode_load,
+    (`pd` pools)                                                           round_robin, random
 
 Build a policy by name through its step's module (`make_admitter`, `make_dispatcher`,
-`make_router`, `make_placer`): importing that module is what fills the registry.
+`make_router`, `make_placer`, `make_pair_selector`): importing that module is what fills the registry.
 """

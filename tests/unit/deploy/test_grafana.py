@@ -18,6 +18,7 @@ from emulator.metrics_sglang import SglangMetrics
 from emulator.metrics_vllm import VllmMetrics
 from gateway.config import load_config
 from gateway.metrics import GatewayMetrics
+from gateway.pd_metrics import PdMetrics
 from gateway.workers import Fleet
 from policies.budget import BudgetEstimator
 from policies.dp_group import DpGroup, DpGroupSpec
@@ -59,8 +60,15 @@ def gateway_series() -> set[str]:
     metrics = GatewayMetrics(Fleet(cfg), time.monotonic)
     metrics.watch_budget(BudgetEstimator())
     metrics.watch_dp_groups({"dp": DpGroup("dp", DpGroupSpec(ranks=2, slots=2))})  # dp_group's
-    # QUARTZ's and the cache routers': only when configured
-    return _sample_names(metrics.registry) | quartz_series() | cache_routing_series()
+    pd = CollectorRegistry()  # `kind: pd` pools' series: only when one is configured
+    PdMetrics(pd, Fleet(cfg))
+    # QUARTZ's, the cache routers' and the pd pools': only when configured
+    return (
+        _sample_names(metrics.registry)
+        | quartz_series()
+        | cache_routing_series()
+        | _sample_names(pd)
+    )
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,20 @@
+"""Disaggregated P/D pools in the simulator: the paper's knee on 1P/2D and 1P/5D.
+
+    python bench/pd_experiments.py --out out/pd            # C swept 1…512, both topologies
+    python bench/pd_experiments.py --quick --out out/pd-q  # fewer points, shorter holds
+
+The command line only: the harness is tests/experiments/pd_experiments.py (tests import
+nothing from bench/).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.experiments.pd_experiments import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Pairs as Dynamo's disaggregated router places them: the decode worker by the KV cost
+with temperature τ, the prefill worker by its queue ("The Price of Anarchy in
+Disaggregated Inference", eq. 1–2 and §6: in its 1P/2D and 1P/5D runs the routing game is
+played among the decode workers, a single prefill worker serving them all).
+
+- decode: `kv_cost` (policies/routing/kv_cost.py) over the decode workers:
+  c_j = ω·(prompt blocks j has not seen, by the prefix index) + (active blocks on j),
+  range-normalised softmax at τ (τ = 0: argmin); (τ, ω) per pool (`params`) and per
+  request (`RequestInfo.router_temperature` / `overlap_weight`), so the regime table's
+  values can be switched in as for `kv_cost`;
+- prefill: the least prompt work not handed off yet (⌈outstanding tokens / block⌉ —
+  prefill slots are released at the hand-off — then requests in flight), ties in turn:
+  the pull queue Dynamo's prefill workers serve.
+
+Reads: the `WorkerView` fields of `kv_cost` and `least_loaded`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from policies.pd.kv_cost_decode_load import decode_load
+from policies.protocols.pairs import config_from, register
+from policies.routing import eligible
+from policies.routing.kv_cost import KvCostConfig, KvCostRouter
+from policies.types import RequestInfo, WorkerView
+
+NAME = "kv_cost_decode"
+
+
+@dataclass(frozen=True, slots=True)
+class KvCostDecodeConfig:
+    temperature: float = 0.0  # τ of the decode choice (Dynamo's router_temperature)
+    overlap_weight: float = 1.0  # ω of the decode choice (kv_overlap_score_weight)
+    block_size: int = 16  # KV block size when a worker does not report its own
+    seed: int = 0  # the decode softmax's RNG
+
+
+@dataclass(slots=True)
+class KvCostDecode:
+    config: KvCostDecodeConfig = field(default_factory=KvCostDecodeConfig)
+    name: str = NAME
+    decode_router: KvCostRouter = field(init=False)
+    _turn: int = 0  # the prefill workers' round-robin among ties
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.decode_router = KvCostRouter(
+            KvCostConfig(
+                temperature=c.temperature,
+                overlap_weight=c.overlap_weight,
+                block_size=c.block_size,
+                seed=c.seed,
+            )
+        )
+
+    def set_params(self, temperature: float, overlap_weight: float) -> None:
+        """Switch (τ, ω) (a regime controller's knob)."""
+        self.decode_router.set_params(temperature, overlap_weight)
+
+    def select(
+        self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]
+    ) -> tuple[WorkerView, WorkerView] | None:
+        ok = [w for w in eligible(prefill) if w.has_room]
+        if not ok:
+            return None
+        d = self.decode_router.choose(request, decode)
+        if d is None:
+            return None
+        bs = self.config.block_size
+        keys = [(decode_load(w, bs), w.in_flight) for w in ok]
+        best = min(keys)
+        ties = [w for w, k in zip(ok, keys, strict=True) if k == best]
+        p = ties[self._turn % len(ties)]
+        self._turn += 1
+        return p, d
+
+
+@register(NAME)
+def _factory(params: Mapping[str, Any]) -> KvCostDecode:
+    return KvCostDecode(config_from(KvCostDecodeConfig, params))

@@ -1,0 +1,225 @@
+"""A `kind: pd` pool through a gateway process, against emulated prefill and decode
+servers of each personality (docs/PD.md): the openai SDK's answers, streamed and not; the
+exact requests the gateway sends to each side (the emulators record them); a prefill
+failure, a decode failure after the hand-off, a client that leaves mid-transfer; every
+lease back to zero (the gateway's own in-flight counts), hand-offs in the metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.fleet import MODEL, gateway_config, metric, start_gateway, wait_until
+from tests.procs import Proc, procs
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = "Tell me about disaggregated serving. " * 20
+MAX_TOKENS = 12
+
+
+@dataclass
+class PdFleet:
+    """One `pd` pool of a gateway (its own model name), and its emulators."""
+
+    model: str
+    personality: str
+    prefill: list[Proc]
+    decode: list[Proc]
+    gateway: Proc
+
+    @property
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.gateway.url + "/v1", api_key="x", max_retries=0)
+
+    def metrics(self) -> str:
+        return httpx.get(self.gateway.url + "/metrics", timeout=5).text
+
+    def seen(self, proc: Proc) -> list[dict[str, Any]]:
+        return httpx.get(proc.url + "/_fleetgate/pd/seen", timeout=5).json()  # type: ignore[no-any-return]
+
+    def idle(self) -> bool:
+        """Every lease back: no worker holds a slot in the gateway's own counts."""
+        text = self.metrics()
+        return (
+            metric(text, "fleetgate_worker_in_flight") == 0
+            and metric(text, "fleetgate_pd_role_in_flight") == 0
+        )
+
+
+# pools of one gateway per personality, each with its own model name and emulators:
+# (prefill emulators' extra flags, decode emulators' extra flags)
+POOLS: dict[str, dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, ...], ...]]]] = {
+    "vllm": {
+        MODEL: (((),), ((), ())),
+        # every prefill answers 500: the engine's 500 goes to the client, no decode call
+        "m-p500": ((("--error-rate", "1.0"),), ((),)),
+        # the decode's stream dies after 3 events, after the hand-off
+        "m-dies": (((),), (("--die-mid-stream-after", "3"),)),
+        # a slow prefill (2 s before its engine): the client leaves mid-transfer
+        "m-slow": ((("--added-latency-ms", "2000"),), ((),)),
+    },
+    "sglang": {
+        MODEL: (((),), ((), ())),
+        "m-slow": ((("--added-latency-ms", "2000"),), ((),)),
+    },
+}
+
+
+def _start(ps: Any, personality: str) -> dict[str, PdFleet]:
+    """One gateway with a `pd` pool per entry of POOLS[personality] (one gateway: each
+    takes seconds to start on a loaded runner; emulators far less)."""
+    emus: dict[str, tuple[list[Proc], list[Proc]]] = {}
+    for k, (model, (p_args, d_args)) in enumerate(POOLS[personality].items()):
+        common = ("--personality", personality, "--model", model, "--time-scale", "0.02")
+        emus[model] = (
+            [
+                ps.emulator(f"{personality}{k}-p{i}", *common, "--role", "prefill", *a)
+                for i, a in enumerate(p_args)
+            ],
+            [
+                ps.emulator(f"{personality}{k}-d{i}", *common, "--role", "decode", *a)
+                for i, a in enumerate(d_args)
+            ],
+        )
+    for prefill, decode in emus.values():
+        for p in prefill + decode:
+            p.wait_ready("/health")
+    cfg = gateway_config([], [])
+    cfg["pools"] = {
+        ("short" if k == 0 else f"pool{k}"): {
+            "kind": "pd",
+            "max_model_len": 8192,
+            "models": [model],
+            "pd": {"protocol": personality},
+            "workers": [
+                *({"url": p.url, "engine": personality, "role": "prefill"} for p in prefill),
+                *({"url": p.url, "engine": personality, "role": "decode"} for p in decode),
+            ],
+        }
+        for k, (model, (prefill, decode)) in enumerate(emus.items())
+    }
+    gateway = start_gateway(ps, cfg, f"gateway-{personality}")
+    return {m: PdFleet(m, personality, p, d, gateway) for m, (p, d) in emus.items()}
+
+
+@pytest.fixture(scope="module")
+def fleets() -> Iterator[dict[str, dict[str, PdFleet]]]:
+    with procs() as ps:
+        yield {"vllm": _start(ps, "vllm"), "sglang": _start(ps, "sglang")}
+
+
+@pytest.fixture(params=["vllm", "sglang"])
+def pd(fleets: dict[str, dict[str, PdFleet]], request: pytest.FixtureRequest) -> PdFleet:
+    return fleets[request.param][MODEL]
+
+
+def _chat(fleet: PdFleet, stream: bool) -> str:
+    kw: dict[str, Any] = {
+        "model": fleet.model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": MAX_TOKENS,
+        "extra_body": {"ignore_eos": True},
+    }
+    if not stream:
+        r = fleet.client.chat.completions.create(**kw)
+        assert r.usage is not None and r.usage.completion_tokens == MAX_TOKENS
+        return r.choices[0].message.content or ""
+    chunks = fleet.client.chat.completions.create(stream=True, **kw)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_answers_through_a_pair_and_the_exact_requests_sent(pd: PdFleet, stream: bool):
+    personality = pd.personality
+    before = [len(pd.seen(p)) for p in (*pd.prefill, *pd.decode)]
+    text = _chat(pd, stream)
+    assert text
+    after = [pd.seen(p) for p in (*pd.prefill, *pd.decode)]
+    new = [a[n:] for a, n in zip(after, before, strict=True)]
+    (p_seen,) = new[: len(pd.prefill)]
+    d_seen = [x for d in new[len(pd.prefill) :] for x in d]
+    assert len(p_seen) == 1 and len(d_seen) == 1  # one call to each side
+    p_req, d_req = p_seen[0], d_seen[0]
+    assert p_req["path"] == d_req["path"] == "/v1/chat/completions"
+    assert p_req["x-request-id"] == d_req["x-request-id"]  # one request id on both calls
+    pb, db = p_req["body"], d_req["body"]
+    assert pb["messages"] == db["messages"] == [{"role": "user", "content": PROMPT}]
+    if personality == "vllm":
+        # vLLM's proxy: the prefill asks for remote decode, one token, not streamed
+        assert pb["kv_transfer_params"] == {
+            "do_remote_decode": True,
+            "do_remote_prefill": False,
+            "remote_engine_id": None,
+            "remote_block_ids": None,
+            "remote_host": None,
+            "remote_port": None,
+        }
+        assert pb["stream"] is False and pb["max_tokens"] == 1 and "stream_options" not in pb
+        # the decode carries what the prefill issued (the decode read it: it answered)
+        kv = db["kv_transfer_params"]
+        assert kv["do_remote_prefill"] is True and kv["remote_port"] == pd.prefill[0].port
+        assert db["max_tokens"] == MAX_TOKENS and db.get("stream", False) is stream
+    else:
+        # SGLang's router: the same body to both, with one bootstrap room
+        assert pb == db
+        assert pb["bootstrap_host"] == "127.0.0.1"
+        assert pb["bootstrap_port"] == pd.prefill[0].port
+        assert isinstance(pb["bootstrap_room"], int) and 0 <= pb["bootstrap_room"] < 2**63
+    assert wait_until(pd.idle)
+    text_m = pd.metrics()
+    assert metric(text_m, "fleetgate_pd_handoffs_total", outcome="ok") >= 1
+    if stream:
+        assert metric(text_m, "fleetgate_pd_transfer_seconds_count") >= 1
+
+
+def test_decodes_share_the_load(pd: PdFleet):
+    before = [len(pd.seen(d)) for d in pd.decode]
+    for _ in range(6):
+        assert _chat(pd, False)
+    got = [len(pd.seen(d)) - n for d, n in zip(pd.decode, before, strict=True)]
+    assert sum(got) == 6 and min(got) >= 1  # least decode load: one after the other
+    assert wait_until(pd.idle)
+
+
+# -- failures ---------------------------------------------------------------------------
+
+
+def test_a_prefill_failure_is_the_clients_and_no_decode_is_called(fleets: Any):
+    f = fleets["vllm"]["m-p500"]
+    with pytest.raises(openai.InternalServerError):
+        _chat(f, False)
+    assert f.seen(f.decode[0]) == []
+    assert wait_until(f.idle)
+    assert metric(f.metrics(), "fleetgate_pd_handoffs_total", outcome="prefill_failed") >= 1
+
+
+def test_a_decode_failure_after_the_handoff_ends_the_stream_with_an_error(fleets: Any):
+    f = fleets["vllm"]["m-dies"]
+    body = {
+        "model": f.model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 50,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    with httpx.stream("POST", f.gateway.url + "/v1/chat/completions", json=body, timeout=10) as r:
+        assert r.status_code == 200
+        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    assert lines[-2].startswith('data: {"error"')
+    assert wait_until(f.idle)
+
+
+@pytest.mark.parametrize("personality", ["vllm", "sglang"])
+def test_a_client_gone_mid_transfer_gives_both_slots_back(fleets: Any, personality: str):
+    f = fleets[personality]["m-slow"]
+    body = {"model": f.model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 20}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f.gateway.url + "/v1/chat/completions", json=body, timeout=0.5)
+    assert wait_until(f.idle)
