@@ -6,8 +6,9 @@ model) take the same assignments, in the same order, and give everything back.
 The trace: G = 4 ranks of B = 2 slots, `fcfs_maxfree`. Eight requests fill the eight
 slots as they arrive (the group's rank with the most free slots, lowest index first);
 four more wait in the holding pool; each completion frees one slot and the oldest pooled
-request takes it. Output lengths are 25 steps apart, so completions come in one order in
-both drivers whatever the few steps over which the gateway's arrivals spread.
+request takes it. The first eight end 40 steps apart and the pooled ones (400 tokens each)
+only after all of them, 40 steps apart too: completions come in one order in both drivers
+whatever the steps over which the gateway's arrivals spread (up to ~20).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ pytestmark = pytest.mark.e2e
 G, B = 4, 2
 DP_GROUP = {"ranks": G, "slots": B, "assigner": {"policy": "fcfs_maxfree"}}
 # id → (prompt tokens, output tokens): the first eight fill the slots, the last four wait
-TRACE = {f"f{i}": (100 + 37 * i, 25 * (i + 1)) for i in range(8)}
-TRACE.update({f"p{i}": (150 + 11 * i, 10) for i in range(4)})
+TRACE = {f"f{i}": (100 + 37 * i, 40 * (i + 1)) for i in range(8)}
+TRACE.update({f"p{i}": (150 + 11 * i, 400) for i in range(4)})
 
 
 def _simulated() -> list[tuple[str, str]]:

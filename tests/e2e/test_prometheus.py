@@ -334,6 +334,9 @@ LABEL_VALUES = re.compile(r"^label_values\((?:(.+),\s*)?(\w+)\)$")
 # none. Every panel gets data from the fixture's load; add one here only with the reason.
 _NO_TOKEN_POOLS = "this fleet runs admission.policy always: no token-pool series"
 _NO_QUARTZ = "this fleet runs without QUARTZ (its golden list has no quartz series)"
+_NO_DP_GROUP = (
+    "this fleet has no dp_group pool (tests/e2e/test_dp_group_two_drivers.py checks its series)"
+)
 _NO_WAITS = "no worker here has max_num_seqs: no request waits or is refused by the queue"
 NO_DATA_IN_TEST: dict[tuple[str, str], str] = {
     ("control.json", "Admitted by token pool and class"): _NO_TOKEN_POOLS,
@@ -349,6 +352,11 @@ NO_DATA_IN_TEST: dict[tuple[str, str], str] = {
     ("control.json", "Observed / predicted prefill"): _NO_QUARTZ,
     ("control.json", "Observed prefill P50 / P99"): _NO_QUARTZ,
     ("control.json", "Expected backlog per worker"): _NO_QUARTZ,
+    ("control.json", "Load per rank"): _NO_DP_GROUP,
+    ("control.json", "Imbalance"): _NO_DP_GROUP,
+    ("control.json", "Barrier idle (estimate)"): _NO_DP_GROUP,
+    ("control.json", "Holding pool"): _NO_DP_GROUP,
+    ("control.json", "Pool wait P50 / P99"): _NO_DP_GROUP,
 }
 
 
