@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.actions import Action, Refuse, Send, Wait
-from policies.budget import BudgetConfig, ChatSize, TokenBudget
+from policies.budget import BudgetConfig, ChatSize, BudgetEstimator
 from policies.clock import ManualClock
 from policies.core import Core
 from policies.dp_group import DpGroup, DpGroupSpec
@@ -40,7 +40,7 @@ class World:
     def __init__(self, policy: str) -> None:
         self.clock = ManualClock()
         self.core = Core(
-            Intake(make_placement("short_long", "dp", 8192), TokenBudget(BudgetConfig())),
+            Intake(make_placement("short_long", "dp", 8192), BudgetEstimator(BudgetConfig())),
             lambda pool: make_router("least_loaded"),
             clock=self.clock,
         )
