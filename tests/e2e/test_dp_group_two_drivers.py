@@ -82,9 +82,9 @@ async def _live() -> tuple[list[tuple[str, str]], str]:
         app = create_app(load_config(data=cfg, environ={}))
         await app.gateway.start()
         try:
-            pipeline = app.gateway.pipeline
-            assert pipeline is not None
-            core = pipeline.core
+            driver = app.gateway.driver
+            assert driver is not None
+            core = driver.core
             core.log = log
             group = core.groups["short"]
             worker = next(iter(app.gateway.fleet.workers.values()))
