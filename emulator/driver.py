@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,7 +39,8 @@ from emulator.engine import Engine, EngineConfig, EngineRequest, FinishedRequest
 
 log = logging.getLogger("emulator.driver")
 
-Event = tuple[Hashable, int, FinishedRequest | None]
+# (the sequence's index in its HTTP request, tokens produced this step, its finish)
+Event = tuple[int, int, FinishedRequest | None]
 
 
 class Recorder(Protocol):
@@ -84,7 +84,7 @@ class ScaledClock:
 @dataclass(slots=True)
 class _Sink:
     queue: asyncio.Queue[Event] | None  # None once the client is gone
-    key: Hashable
+    key: int  # the sequence's index in its HTTP request (a completion's choice)
     tag: object  # handed back to the recorder with the FinishedRequest
     arrival: float
     last_token: float | None = None
@@ -122,7 +122,7 @@ class Driver:
         return f"r{self._seq}"
 
     def submit(
-        self, request: EngineRequest, queue: asyncio.Queue[Event], key: Hashable, tag: object
+        self, request: EngineRequest, queue: asyncio.Queue[Event], key: int, tag: object
     ) -> None:
         """Queue a request; its events go to `queue`. Raises ValueError like Engine.submit."""
         wall = self.clock.wall_now()

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from emulator.dp_engine import requested_rank
+from emulator.driver import Event
 from emulator.engine import EngineRequest, FinishedRequest
 from emulator.metrics import RequestTag
 from emulator.pd import KvLoadFailed, Turn, kv_load_error, turn_for
@@ -98,7 +99,7 @@ async def generate(
             if p.stream and emu.vllm:  # after the 200: the error event, then [DONE]
                 return await _stream_error(request, emu, p, head, err)
             raise err from None
-    queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]] = asyncio.Queue()
+    queue: asyncio.Queue[Event] = asyncio.Queue()
     choices = {s.index: _Choice(s.index, s.prompt_tokens, s) for s in p.seqs}
     if p.tool is not None:
         for c in choices.values():
@@ -224,14 +225,14 @@ async def _collect(
     emu: Emulator,
     p: GenPlan,
     head: Head,
-    queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]],
+    queue: asyncio.Queue[Event],
     choices: dict[int, _Choice],
     turn: Turn | None = None,
 ) -> web.Response:
     pending = len(choices)
     while pending:
         key, new, fin = await queue.get()
-        c = choices[key]  # type: ignore[index]
+        c = choices[key]
         c.tokens += new
         if fin is not None:
             c.fin = fin
@@ -254,7 +255,7 @@ async def _stream(
     emu: Emulator,
     p: GenPlan,
     head: Head,
-    queue: asyncio.Queue[tuple[object, int, FinishedRequest | None]],
+    queue: asyncio.Queue[Event],
     choices: dict[int, _Choice],
 ) -> web.StreamResponse:
     wire = emu.wire
@@ -274,7 +275,7 @@ async def _stream(
             batch.append(queue.get_nowait())
         out = bytearray()
         for key, new, fin in batch:
-            c = choices[key]  # type: ignore[index]
+            c = choices[key]
             if head.chat and first and emu.vllm:
                 for i in sorted(choices):
                     out += wire.role(head, i, Usage(choices[i].prompt_tokens, 0))

@@ -118,6 +118,7 @@ class _Family:
 
 def _le(bound: float) -> str:
     """Bucket bounds spelled as prometheus_client spells them ("0.001", "1.0", "+Inf")."""
+    # prometheus_client.utils.floatToGoString has no annotations (a stub gap)
     text: str = _go_float(bound)  # type: ignore[no-untyped-call]
     return text
 

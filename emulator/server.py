@@ -31,6 +31,7 @@ from aiohttp import web
 from emulator.chat_template import decode, render_chat, render_completion
 from emulator.config import EmulatorConfig
 from emulator.dp_engine import DpEngine
+from emulator.driver import Event
 from emulator.engine import EngineRequest
 from emulator.generate import generate
 from emulator.metrics import RequestTag
@@ -201,7 +202,7 @@ HEALTH_TIMEOUT = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT, wall seconds
 
 async def _health_generate(emu: Emulator) -> bool:
     """SGLang's health check: a 1-token generation (input_ids=[0]) must come back."""
-    queue: asyncio.Queue[Any] = asyncio.Queue()
+    queue: asyncio.Queue[Event] = asyncio.Queue()
     eid = "HEALTH_CHECK_" + emu.driver.new_id()
     emu.driver.submit(EngineRequest(eid, 1, 1, 1), queue, 0, RequestTag(False, 1, internal=True))
     try:

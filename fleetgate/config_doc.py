@@ -251,7 +251,7 @@ def model_default(info: FieldInfo) -> str:
     if info.default is not PydanticUndefined:
         return shown(info.default)
     if info.default_factory is not None:
-        return shown(info.default_factory())  # type: ignore[call-arg]
+        return shown(info.get_default(call_default_factory=True))
     return "**required**"
 
 

@@ -45,7 +45,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from policies.planner import (
     BUILTIN_PROFILES,
@@ -252,14 +252,29 @@ def _run_live(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -
     return _exit(lp.plan, args.strict)
 
 
+# One Table 3 row's fleets: homogeneous total, (n_s, n_l) for pool routing, PR + C&R and
+# FleetOpt, then FleetOpt's γ (None only if the plan has no compressed band).
+Table3Fleets = tuple[int, tuple[int, int], tuple[int, int], tuple[int, int], float | None]
+
+
+class _Table3Row(TypedDict):
+    workload: str
+    b_short: int
+    p_c: float
+    ours: Table3Fleets
+    paper: Table3Fleets
+    plan: dict[str, Any]  # plan_dict's JSON
+
+
 def _table3(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> int:
-    results = []
+    results: list[_Table3Row] = []
     for case in ref.TABLE3:
         cdf, _ = load_workload(case.workload, args.data_dir)
         p = plan(cdf, ref.RATE, ref.SLO_S, case.p_c, case.b_short, spec=spec, options=opts)
-        ours = (p.homogeneous.total, (p.pool_routing.n_s, p.pool_routing.n_l),
+        ours: Table3Fleets = (p.homogeneous.total, (p.pool_routing.n_s, p.pool_routing.n_l),
                 (p.pr_cr.n_s, p.pr_cr.n_l), (p.fleetopt.n_s, p.fleetopt.n_l), p.fleetopt.gamma)  # fmt: skip
-        theirs = (case.homogeneous, case.pool_routing, case.pr_cr, case.fleetopt, case.gamma_star)
+        theirs: Table3Fleets = (case.homogeneous, case.pool_routing, case.pr_cr, case.fleetopt,
+                                case.gamma_star)  # fmt: skip
         results.append({"workload": case.workload, "b_short": case.b_short, "p_c": case.p_c,
                         "ours": ours, "paper": theirs, "plan": plan_dict(p)})  # fmt: skip
     if args.json:
@@ -280,7 +295,7 @@ def _table3(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> 
     return 0
 
 
-def _fleet(x: Any) -> str:
+def _fleet(x: int | tuple[int, int] | float | None) -> str:
     if isinstance(x, tuple):
         return f"{x[0]}+{x[1]}={x[0] + x[1]:,}"
     return f"{x:,}"

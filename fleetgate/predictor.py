@@ -275,6 +275,9 @@ class Fitted:
     links: dict[str, str] = field(default_factory=dict)
 
 
+_FitSpec = tuple[dict[str, str | float], np.ndarray, str]  # loss kwargs, target, link
+
+
 def fit(
     X: np.ndarray,
     y: np.ndarray,
@@ -307,7 +310,7 @@ def fit(
     if o is not None:
         y_log = y_log - np.log(o)
     q_target, q_link = (y_log, "exp") if log_quantiles else (y_mean, "identity")
-    specs = {
+    specs: dict[str, _FitSpec] = {
         "mean": ({"loss": "squared_error"}, y_mean, "identity"),
         "q90": ({"loss": "quantile", "alpha": 0.9}, q_target, q_link),
         "q95": ({"loss": "quantile", "alpha": 0.95}, q_target, q_link),
@@ -325,7 +328,7 @@ def fit(
 
         for key, (loss, target, link) in specs.items():
             stages.set_description_str(f"fit {key}")
-            est = GradientBoostingRegressor(**common, **loss)  # type: ignore[arg-type]
+            est = GradientBoostingRegressor(**common, **loss)
             est.fit(X, target, monitor=advance if progress else None)
             estimators[key] = est
             ensembles[key] = _export_gbr(est, link)

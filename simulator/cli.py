@@ -18,7 +18,7 @@ from typing import Any
 
 from simulator import report as rep
 from simulator import scenario as scn
-from simulator.run import build_workload, run
+from simulator.run import Probe, build_workload, run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _progress_probe(bar: Any, arrivals: list[float]) -> Any:
+def _progress_probe(bar: Any, arrivals: list[float]) -> Probe:  # bar: a tqdm (untyped)
     """A sampling probe that moves `bar` to the virtual time reached (the bar's total is
     the last arrival; the drain after it is the bar's last step)."""
     total = len(arrivals)

@@ -75,6 +75,7 @@ from policies.actions import (
     Evict,
     Fail,
     Fit,
+    Proceed,
     Refuse,
     Send,
     SendDecode,
@@ -128,6 +129,13 @@ class _Live:
         self.record = record
         self.spec = spec
         self.deadline: int | None = None
+
+
+def _live(ticket: Ticket) -> _Live:
+    """The driver's handle on a ticket's request: `arrive` gives every ticket one."""
+    live = ticket.token
+    assert isinstance(live, _Live)
+    return live
 
 
 class Driver:
@@ -269,7 +277,8 @@ class Driver:
             session=spec.session,
         )
         action = core.start(request, now)
-        ticket = action.ticket  # type: ignore[union-attr]
+        assert not isinstance(action, Proceed)  # start names the request, or refuses it
+        ticket = action.ticket
         if ticket is None:  # refused at placement
             assert isinstance(action, Refuse)
             record.status = "rejected_413" if action.code == "too_long" else "rejected_404"
@@ -292,11 +301,11 @@ class Driver:
 
     def act(self, action: Action) -> None:
         """Carry out one of the core's actions (for the request it names)."""
-        if action is PROCEED:
+        if isinstance(action, Proceed):  # PROCEED, the one instance
             return
-        ticket = action.ticket  # type: ignore[union-attr]
+        ticket = action.ticket
         assert ticket is not None
-        live: _Live = ticket.token  # type: ignore[assignment]
+        live = _live(ticket)
         if live.deadline is not None:  # it was waiting: whatever comes now ends that
             self.kernel.cancel(live.deadline)
             live.deadline = None
@@ -348,7 +357,7 @@ class Driver:
 
     def _end(self, ticket: Ticket, status: str) -> None:
         """A placed request that never reached an engine, or failed on it."""
-        live: _Live = ticket.token  # type: ignore[assignment]
+        live = _live(ticket)
         live.record.status = status
         self._live.pop(live.spec.id, None)
         self.core.on(ticket, Finished(Outcome(Status.ERROR)), self.kernel.now())
@@ -364,7 +373,8 @@ class Driver:
         if self._live.pop(spec.id, None) is None:  # still waiting for room
             self._end(ticket, "evicted")
             return
-        done = self.cluster.workers[record.worker].abort(spec.id)  # type: ignore[index]
+        assert record.worker is not None  # set when it was sent, before it went live
+        done = self.cluster.workers[record.worker].abort(spec.id)
         record.status = "evicted"
         record.finish = now
         if done is not None:
@@ -378,7 +388,7 @@ class Driver:
         self.core.on(ticket, Finished(outcome), now)
 
     def _expire(self, ticket: Ticket) -> None:
-        live: _Live = ticket.token  # type: ignore[assignment]
+        live = _live(ticket)
         live.deadline = None
         self._waiting -= 1
         self.act(self.core.on(ticket, DEADLINE, self.kernel.now()))
@@ -459,7 +469,7 @@ class Driver:
         leg = ticket.pd
         if leg is None:
             return
-        live: _Live = ticket.token  # type: ignore[assignment]
+        live = _live(ticket)
         if isinstance(action, SendDecode) or (action is PROCEED and leg.concurrent):
             self._transfer(ticket, live, leg.decode)
 
@@ -479,7 +489,7 @@ class Driver:
         if ticket.completed:
             return
         now = self.kernel.now()
-        live: _Live = ticket.token  # type: ignore[assignment]
+        live = _live(ticket)
         spec = live.spec
         worker = self.cluster.workers[decode]
         sent = self.core.prompt_sent(ticket)
@@ -508,7 +518,7 @@ class Driver:
         ticket = self._live.get(request_id)
         if ticket is None:
             return  # evicted during the step that gave it its first token
-        record = ticket.token.record  # type: ignore[attr-defined]
+        record = _live(ticket).record
         record.first_token = now
         if record.dispatch is not None:
             record.prefill_s = now - record.dispatch
@@ -533,7 +543,7 @@ class Driver:
         self._streamed.pop(done.id, None)
         if ticket is None:
             return  # evicted during the step that finished it
-        record = ticket.token.record  # type: ignore[attr-defined]
+        record = _live(ticket).record
         record.finish = now
         record.scheduled = done.scheduled
         record.completion_tokens = done.completion_tokens

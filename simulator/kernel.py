@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, overload
+
+_Arg = TypeVar("_Arg")
 
 # Priorities of events that share a timestamp (lower runs first).
 PRIO_STEP = 0  # a worker's step ends: its tokens and completions exist from this instant
@@ -48,6 +50,8 @@ class Kernel:
 
     def __init__(self, clock: VirtualClock | None = None) -> None:
         self.clock = clock or VirtualClock()
+        # (time, priority, sequence, callback, arg): each callback's arg has its own type,
+        # checked where it is scheduled (`at`'s overloads)
         self._heap: list[tuple[float, int, int, Callable[[Any], None], Any]] = []
         self._seq = 0
         self._cancelled: set[int] = set()  # events dropped unrun (a timer no longer needed)
@@ -56,8 +60,14 @@ class Kernel:
     def now(self) -> float:
         return self.clock.t
 
+    @overload
+    def at(self, time: float, priority: int, callback: Callable[[None], None]) -> int: ...
+    @overload
     def at(
-        self, time: float, priority: int, callback: Callable[[Any], None], arg: Any = None
+        self, time: float, priority: int, callback: Callable[[_Arg], None], arg: _Arg
+    ) -> int: ...
+    def at(
+        self, time: float, priority: int, callback: Callable[[Any], None], arg: object = None
     ) -> int:
         """Run ``callback(arg)`` at virtual `time` (not before now); returns the event's
         handle for `cancel`."""
@@ -72,8 +82,14 @@ class Kernel:
         of a request that was served must not stretch the run to that deadline)."""
         self._cancelled.add(handle)
 
+    @overload
+    def after(self, delay: float, priority: int, callback: Callable[[None], None]) -> int: ...
+    @overload
     def after(
-        self, delay: float, priority: int, callback: Callable[[Any], None], arg: Any = None
+        self, delay: float, priority: int, callback: Callable[[_Arg], None], arg: _Arg
+    ) -> int: ...
+    def after(
+        self, delay: float, priority: int, callback: Callable[[Any], None], arg: object = None
     ) -> int:
         return self.at(self.clock.t + delay, priority, callback, arg)
 

@@ -121,6 +121,8 @@ def build(result: RunResult, include_series: bool = True) -> dict[str, Any]:
 
     slowdown: dict[str, list[float]] = defaultdict(list)
     for r in ok:
+        # an ok request was dispatched (pool) and finished (finish): driver.finished
+        assert r.pool is not None and r.finish is not None
         cfg = pool_cfg[r.pool]
         alone = (math.ceil(r.prompt_tokens / cfg.prefill_chunk) + r.completion_tokens) * (
             cfg.w + cfg.h

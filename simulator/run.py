@@ -19,6 +19,7 @@ from policies.quantile.config import EngineShape, QuartzSettings, build_predicto
 from policies.quantile.features import PrefillModel
 from policies.quantile.predictor import Predictor
 from policies.routing import Router, make_router
+from policies.spec import RoutingSpec
 from policies.spec import core_spec as spec_core_spec
 from policies.types import PoolSpec
 from simulator.cluster import Cluster, EngineFactory, Worker, default_engine, dp_engine
@@ -31,9 +32,12 @@ from simulator.pd_topology import add_pd_pool
 from simulator.records import Recorder, RequestRecord, Sampler, Series
 from simulator.scenario import (
     FAMILIES,
+    BurstyModel,
     ComponentModel,
     EntitlementEventModel,
     FaultEventModel,
+    GammaModel,
+    PoissonModel,
     Scenario,
     WorkersEventModel,
 )
@@ -81,13 +85,12 @@ class RunResult:
     predictor: Predictor | None = None  # QUARTZ's, when the run had one (its calibration)
 
 
-def _arrivals(model: object) -> Arrivals:
-    kind = model.kind
-    if kind == "poisson":
-        return Poisson(model.rate)  # type: ignore[attr-defined]
-    if kind == "gamma":
-        return GammaArrivals(model.rate, model.cv)  # type: ignore[attr-defined]
-    return Bursty(model.rate, model.burst_factor, model.burst_every, model.burst_duration)  # type: ignore[attr-defined]
+def _arrivals(model: PoissonModel | GammaModel | BurstyModel) -> Arrivals:
+    if isinstance(model, PoissonModel):
+        return Poisson(model.rate)
+    if isinstance(model, GammaModel):
+        return GammaArrivals(model.rate, model.cv)
+    return Bursty(model.rate, model.burst_factor, model.burst_every, model.burst_duration)
 
 
 def components(
@@ -246,8 +249,10 @@ def run(
         for w in cluster.workers.values():
             w.view.prefill_capacity = prefill_room
     if predictor is not None:
-        workers = cluster.workers
-        predictor.view_of = lambda wid: workers[wid].view if wid in workers else None
+        # its own name: the closure outlives the run (RunResult.predictor), and `workers` is
+        # rebound below to each pool's list
+        by_id = cluster.workers
+        predictor.view_of = lambda wid: by_id[wid].view if wid in by_id else None
     gateway.bind()
     for ev in sorted(scenario.events, key=lambda e: e.at):
         kernel.at(ev.at, PRIO_STEP, _apply_event, (ev, cluster, core, kernel))
@@ -316,7 +321,7 @@ def run(
 def _predictor_for(
     scenario: Scenario,
     core: Core,
-    pool_routing: dict[str, object],
+    pool_routing: dict[str, RoutingSpec],
     model: PrefillModel | None,
 ) -> Predictor | None:
     """QUARTZ's predictor when the scenario configures one, a policy uses one, or a model
@@ -326,7 +331,7 @@ def _predictor_for(
         or model is not None
         or hasattr(core.dispatcher, "bind_predictor")
         or any(
-            hasattr(make_router(rm.policy, rm.params), "bind_predictor")  # type: ignore[attr-defined]
+            hasattr(make_router(rm.policy, rm.params), "bind_predictor")
             for rm in pool_routing.values()
         )
         or any(hasattr(r, "bind_predictor") for r in core.routers.values())

@@ -266,6 +266,13 @@ def _first(d: dict[str, object], *keys: str) -> object:
     return None
 
 
+def _number(value: object) -> str | int | float:
+    """A trace field given to int() or float(); anything else is the TypeError they raise."""
+    if isinstance(value, str | int | float):
+        return value
+    raise TypeError(f"not a number: {value!r}")
+
+
 def read_trace(
     path: str | Path, speedup: float = 1.0, limit: int | None = None
 ) -> list[RequestSpec]:
@@ -289,15 +296,15 @@ def read_trace(
                 or arrival is None
             ):
                 continue
-            out = max(1, int(completion))  # type: ignore[call-overload]
-            max_tokens = _first(d, "max_tokens")
+            out = max(1, int(_number(completion)))
+            cap = _first(d, "max_tokens")
             rows.append(
                 RequestSpec(
                     id=str(_first(d, "request_id", "id") or f"t{lineno:07d}"),
-                    arrival=float(arrival),  # type: ignore[arg-type]
-                    prompt_tokens=max(1, int(prompt)),  # type: ignore[call-overload]
+                    arrival=float(_number(arrival)),
+                    prompt_tokens=max(1, int(_number(prompt))),
                     output_tokens=out,
-                    max_tokens=max(out, int(max_tokens)) if max_tokens is not None else out,  # type: ignore[call-overload]
+                    max_tokens=max(out, int(_number(cap))) if cap is not None else out,
                     client=str(_first(d, "entitlement", "client") or "c0"),
                     slo_class=str(d.get("slo_class") or "interactive"),
                     category=Category(d.get("category") or "chat"),

@@ -69,6 +69,19 @@ def test_a_baseline_with_policy_quartz_is_recorded_too_and_without_it_nothing():
     assert res.predictor is None and all(r.features is None for r in res.records)
 
 
+def test_the_returned_predictor_still_reads_the_fleets_worker_views():
+    # run() later rebinds a local `workers` to each pool's list: the predictor's view_of, which
+    # outlives the run in RunResult, must keep reading the worker map (found by mypy strict)
+    res = run(scenario(requests=40))
+    assert res.predictor is not None and res.predictor.view_of is not None
+    served = {r.worker for r in res.records if r.status == "ok"}
+    assert served
+    for wid in served:
+        view = res.predictor.view_of(wid)
+        assert view is not None and view.capacity == 16  # fleet.engine.max_num_seqs
+    assert res.predictor.view_of("no-such-worker") is None
+
+
 def test_same_scenario_same_records():
     a = run(scenario(requests=200))
     b = run(scenario(requests=200))
