@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.actions import PROCEED, Action, Fail, Refuse, SendDecode, SendPair, Wait
-from policies.budget import BudgetConfig, ChatSize, TokenBudget
+from policies.budget import BudgetConfig, BudgetEstimator, ChatSize
 from policies.clock import ManualClock
 from policies.core import Core
 from policies.dispatch import make_dispatcher
@@ -42,7 +42,7 @@ class World:
         self.by_id = {v.id: v for v in self.views}
         self.clock = ManualClock()
         self.core = Core(
-            Intake(make_placement("short_long", "short", 8192), TokenBudget(BudgetConfig())),
+            Intake(make_placement("short_long", "short", 8192), BudgetEstimator(BudgetConfig())),
             lambda pool: make_router("least_loaded"),
             dispatcher=make_dispatcher("fifo", {"max_waiting": 4, "timeout_s": 10.0}),
             on_action=self.carry_out,

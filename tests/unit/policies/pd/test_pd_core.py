@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from policies.actions import PROCEED, Action, ActionLog, Fail, Refuse, SendDecode, SendPair, Wait
-from policies.budget import BudgetConfig, ChatSize, TokenBudget
+from policies.budget import BudgetConfig, BudgetEstimator, ChatSize
 from policies.core import Core
 from policies.dispatch import FifoDispatcher
 from policies.events import (
@@ -31,7 +31,7 @@ DECODE = ("d0", "d1")
 
 def _core(protocol: str = "vllm", selector: str = "round_robin", **kw: object) -> Core:
     core = Core(
-        Intake(make_placement("short_long", "short", 8192), TokenBudget(BudgetConfig())),
+        Intake(make_placement("short_long", "short", 8192), BudgetEstimator(BudgetConfig())),
         lambda pool: make_router("round_robin"),
         **kw,  # type: ignore[arg-type]
     )
