@@ -29,7 +29,7 @@ from policies.pd.pair_state import PairKvState
 from policies.protocols.pairs import config_from, register
 from policies.routing import eligible
 from policies.routing.kv_cost import KvCostConfig, KvCostRouter
-from policies.routing.kv_state import PER_REQUEST
+from policies.routing.kv_state import PER_REQUEST, KvState
 from policies.types import RequestInfo, WorkerView
 
 NAME = "kv_cost_decode"
@@ -66,6 +66,19 @@ class KvCostDecode:
     def set_params(self, temperature: float, overlap_weight: float) -> None:
         """Switch (τ, ω) (a regime controller's knob)."""
         self.decode_router.set_params(temperature, overlap_weight)
+
+    @property
+    def state(self) -> KvState:
+        """The decode side's prefix index and active blocks (the gauges read it)."""
+        return self.decode_router.state
+
+    @property
+    def temperature(self) -> float:
+        return self.decode_router.temperature
+
+    @property
+    def overlap_weight(self) -> float:
+        return self.decode_router.overlap_weight
 
     def hooks(self) -> tuple[Hook, ...]:
         """The decode side's prefix index and active blocks, kept by the core's pair

@@ -28,7 +28,7 @@ from policies.pd.pair_state import PairKvState
 from policies.protocols.pairs import config_from, register
 from policies.routing import eligible
 from policies.routing.kv_cost import KvCostConfig, KvCostRouter
-from policies.routing.kv_state import PER_REQUEST, blocks_for
+from policies.routing.kv_state import PER_REQUEST, KvState, blocks_for
 from policies.types import RequestInfo, WorkerView
 
 NAME = "kv_cost_decode_load"
@@ -78,6 +78,11 @@ class KvCostDecodeLoad:
                 seed=c.seed,
             )
         )
+
+    @property
+    def state(self) -> KvState:
+        """The prefill side's prefix index and active blocks (the gauges read it)."""
+        return self.prefill_router.state
 
     def hooks(self) -> tuple[Hook, ...]:
         """The prefill side's prefix index and active blocks, kept by the core's pair

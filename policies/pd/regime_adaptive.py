@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from policies.hooks import Hook
 from policies.pd.kv_cost_decode import KvCostDecode, KvCostDecodeConfig
 from policies.protocols.pairs import config_from, register
-from policies.routing.kv_state import PER_REQUEST
+from policies.routing.kv_state import PER_REQUEST, KvState
 from policies.routing.regime_adaptive import TABLE_2, table_row
 from policies.saturation import DetectorConfig, Regime, SaturationDetector
 from policies.types import Outcome, RequestInfo, WorkerView
@@ -126,6 +126,11 @@ class RegimeAdaptivePairs:
 
     def hooks(self) -> tuple[Hook, ...]:
         return (*self.inner.hooks(), self.sampler)
+
+    @property
+    def state(self) -> KvState:
+        """The decode side's prefix index and active blocks (the gauges read it)."""
+        return self.inner.state
 
     @property
     def regime(self) -> Regime:
