@@ -82,6 +82,7 @@ def scenario(
     pair: dict[str, Any] | None = None,
     prefill_cache: bool = True,
     sample_interval: float | None = None,
+    decode_engine: dict[str, Any] | None = None,
 ) -> Scenario:
     return parse(
         {
@@ -106,7 +107,7 @@ def scenario(
                                 "max_num_seqs": PREFILL_SEQS,
                                 "enable_prefix_caching": prefill_cache,
                             },
-                            "decode_engine": {"h": DECODE_H},
+                            "decode_engine": decode_engine or {"h": DECODE_H},
                             "pair": pair or {"policy": "kv_cost_decode_load"},
                         },
                     }
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--out", type=Path, default=Path("out/pd"))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--topology", choices=list(TOPOLOGIES), action="append")
+    ap.add_argument("--topology", choices=list(TOPOLOGIES_SPIKE), action="append")
     ap.add_argument("--split", action="store_true", help="P:D splits of 6 workers instead")
     ap.add_argument("--grid", action="store_true", help="the (τ, ω) grid at C = 32, 64, 128")
     ap.add_argument("--spike", action="store_true", help="C = 32 → 128 → 32, static vs adaptive")
@@ -371,16 +372,26 @@ def _chain(template: int) -> tuple[int, ...]:
     return tuple(1_000 * (template + 1) + i for i in range(PROMPT // 16))
 
 
+# a decode-bound pool, where the decode choice could matter: 2P/2D, decode steps 10× costlier
+# per sequence and at most 64 sequences (each decode worker ~20 req/s, two prefills ~85)
+DECODE_BOUND = {"h": 0.0001, "max_num_seqs": 64}
+TOPOLOGIES_SPIKE = {**TOPOLOGIES, "2P/2D decode-bound": (2, 2)}
+
+
 def spike(topology: str, strategy: str, seed: int, plan: SpikePlan = SPIKE) -> dict[str, Any]:
     """Exp. 3 on a P/D topology: C = base → peak → base, 5 templated prompts (as the grid),
     the decode choice by `strategy`; per phase TTFT P50/P99, ITL P99, mean latency,
     throughput, effective concurrency (Little: throughput × mean latency) and PoA^ (eq. 12
     over a 30 s window of completions on the decode workers, every 5 s); when the regime
     first left Below after the spike began."""
-    prefill, decode = TOPOLOGIES[topology]
+    prefill, decode = TOPOLOGIES_SPIKE[topology]
     choice = STRATEGIES[strategy]
-    pair = {"policy": choice["policy"], "params": {**choice["params"], "seed": seed}}
-    sc = scenario(prefill, decode, seed, pair, prefill_cache=False, sample_interval=1.0)
+    params = {**choice["params"], "seed": seed}
+    bound = DECODE_BOUND if "decode-bound" in topology else None
+    if bound is not None and "detector" in params:  # its static TTFT P99 at C = 32: 0.10 s
+        params["detector"] = {"baseline_s": 0.10}
+    pair = {"policy": choice["policy"], "params": params}
+    sc = scenario(prefill, decode, seed, pair, False, 1.0, bound)
     at, until = plan.below_s, plan.below_s + plan.saturated_s
     end = until + plan.recovery_s
     per_client = int(end / 1.5) + 8  # more than a client can send in the run
