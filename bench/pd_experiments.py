@@ -2,6 +2,7 @@
 
     python bench/pd_experiments.py --out out/pd            # C swept 1…512, both topologies
     python bench/pd_experiments.py --quick --out out/pd-q  # fewer points, shorter holds
+    python bench/pd_experiments.py --spike --out out/pd-spike  # 32 → 128 → 32, static vs adaptive
 
 The command line only: the harness is tests/experiments/pd_experiments.py (tests import
 nothing from bench/).

@@ -6,6 +6,8 @@
     fleetgate plan --table3 | --table6          # the paper's tables, ours beside theirs
     fleetgate plan --from-gateway URL [--admin-key KEY]   # the gateway's observed traffic
     fleetgate plan --histogram FILE             # the same, from a saved histogram
+    fleetgate plan --pd --gpus 6 [--prompt-tokens N --output-tokens N ...]  # a kind: pd
+                   pool's prefill:decode split (or --pd --rate λ: its size; docs/PD.md)
 
 Named workloads are the paper-input CDFs (`fleetgate.workload_cdf/v1` files) found in
 --data-dir, $FLEETGATE_DATA_DIR, or the copies shipped in simulator/data/;
@@ -62,6 +64,9 @@ from policies.planner import (
 from policies.planner import paper as ref
 from policies.planner.fleet import Plan
 from policies.planner.options import CHOICES
+from policies.planner.pd import PdWorkload, RoleEngine
+from policies.planner.pd import size as pd_size
+from policies.planner.pd import split as pd_split
 from policies.planner.profile import profile_from_dict
 from policies.planner.report import explain, live_dict, plan_dict, slo_findings, table
 
@@ -176,6 +181,23 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--fixed-output-tokens", type=int)
     m.add_argument("--rho-max", type=float)
     m.add_argument("--min-pool-rate", type=float)
+    pd = p.add_argument_group(
+        "pd pools", "--pd: a prefill:decode split instead (policies/planner/pd.py; docs/PD.md)"
+    )
+    pd.add_argument("--pd", action="store_true", help="size a kind: pd pool")
+    pd.add_argument("--gpus", type=int, help="split this many workers (else size for --rate)")
+    pd.add_argument("--prompt-tokens", type=float, default=128.0, help="mean prompt, tokens")
+    pd.add_argument("--output-tokens", type=float, default=224.0, help="mean answer, tokens")
+    pd.add_argument("--itl-ms", type=float, help="ITL target: caps the decode batch")
+    pd.add_argument("--rho", type=float, default=0.8, help="utilisation cap when sizing")
+    pd.add_argument("--prefill-token-s", type=float, default=0.00017)
+    pd.add_argument("--prefill-budget", type=int, default=2048, help="prefill step tokens")
+    pd.add_argument("--prefill-seqs", type=int, default=32, help="prefill max_num_seqs")
+    pd.add_argument("--prefill-w", type=float, default=0.008)
+    pd.add_argument("--prefill-h", type=float, default=0.00065)
+    pd.add_argument("--decode-w", type=float, default=0.008)
+    pd.add_argument("--decode-h", type=float, default=0.00001)
+    pd.add_argument("--decode-seqs", type=int, default=256, help="decode max_num_seqs")
     out = p.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="JSON instead of a table")
     out.add_argument("--explain", action="store_true", help="print the per-γ sweep")
@@ -333,6 +355,8 @@ def _table6(args: argparse.Namespace, opts: PlannerOptions, spec: FleetSpec) -> 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.pd:
+        return _run_pd(args)
     try:
         # the tables are the paper's: its choices unless a flag overrides one
         opts = options_from(args, PAPER if args.table3 or args.table6 else DEFAULT)
@@ -372,6 +396,48 @@ def main(argv: list[str] | None = None) -> int:
             print("\n" + explain(p))
         _print_findings(p)
     return _exit(p, args.strict)
+
+
+def _run_pd(args: argparse.Namespace) -> int:
+    """`--pd`: the prefill:decode split of --gpus workers, or the pool for --rate."""
+    try:
+        wl = PdWorkload(args.prompt_tokens, args.output_tokens)
+        prefill = RoleEngine(
+            w=args.prefill_w,
+            h=args.prefill_h,
+            prefill_token_s=args.prefill_token_s,
+            max_num_batched_tokens=args.prefill_budget,
+            max_num_seqs=args.prefill_seqs,
+        )
+        decode = RoleEngine(w=args.decode_w, h=args.decode_h, max_num_seqs=args.decode_seqs)
+        itl = None if args.itl_ms is None else args.itl_ms / 1e3
+        if args.gpus is not None:
+            p = pd_split(wl, args.gpus, prefill, decode, itl)
+        else:
+            p = pd_size(wl, args.rate, prefill, decode, itl, args.rho)
+    except ValueError as exc:
+        print(f"fleetgate plan: {exc}", file=sys.stderr)
+        return 2
+    rows = [
+        {"prefill": s.prefill, "decode": s.decode, "prefill_rps": s.prefill_rps,
+         "decode_rps": s.decode_rps, "capacity_rps": s.capacity, "bound": s.bound}
+        for s in p.splits
+    ]  # fmt: skip
+    best = {"prefill": p.best.prefill, "decode": p.best.decode}
+    if args.json:
+        doc = {"mu_prefill": p.mu_prefill, "mu_decode": p.mu_decode, "best": best,
+               "balanced_prefill_share": p.balanced_prefill_share, "splits": rows}  # fmt: skip
+        print(json.dumps(doc, indent=2))
+        return 0
+    print(f"one prefill worker: {p.mu_prefill:.1f} req/s; one decode worker: "
+          f"{p.mu_decode:.1f} req/s; balanced: {p.balanced_prefill_share:.0%} prefill")  # fmt: skip
+    print("| split | prefill req/s | decode req/s | capacity | bound by |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        mark = " ←" if (r["prefill"], r["decode"]) == (best["prefill"], best["decode"]) else ""
+        print(f"| {r['prefill']}P/{r['decode']}D{mark} | {r['prefill_rps']:.1f} | "
+              f"{r['decode_rps']:.1f} | {r['capacity_rps']:.1f} | {r['bound']} |")  # fmt: skip
+    return 0
 
 
 def _print_findings(p: Plan) -> None:

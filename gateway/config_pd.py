@@ -28,7 +28,9 @@ class PairChoice(BaseModel):
     policy: str = Field(
         DEFAULT_SELECTOR,
         description="The pair selector (policies/pd/): kv_cost_decode_load (prefill by"
-        " Dynamo's KV cost, decode by its active decode load), round_robin, random.",
+        " Dynamo's KV cost, decode by its active decode load), kv_cost_decode (decode by"
+        " Dynamo's KV cost at (τ, ω)), regime_adaptive (kv_cost_decode with the paper's"
+        " Table 2 by the pool's saturation regime), round_robin, random.",
     )
     params: dict[str, Any] = Field(default_factory=dict, description="The selector's own.")
 

@@ -147,7 +147,8 @@ class GatewayDriver:
         self.route_fields = request_fields(spec)
         if self.route_fields:  # cache-aware routing: its gauges, its decisions timed
             core.router_for = routing_gauges.timed(core.router_for, metrics.registry)
-            metrics.registry.register(routing_gauges.RoutingCollector(core.routers))
+            pairs = {name: pd.selector for name, pd in core.pd_pools.items()}
+            metrics.registry.register(routing_gauges.RoutingCollector(core.routers, pairs))
         self.estimator = core.intake.estimator
         metrics.watch_budget(self.estimator)
         self._fallback_changes = 0  # the calibration's fallback flips already logged

@@ -13,7 +13,8 @@ time, and only for those routers:
     fleetgate_prefix_index_hit_blocks_total{pool}  of them, held by the index for the
                                                    chosen worker: its hit-rate estimate
 
-The engines' own hit rate is `fleetgate_worker_engine_prefix_hit_rate` (gateway/metrics.py).
+A `pd` pool's pair selector is read the same way (its decode choice's τ, ω and regime;
+the prefix index of the side it keeps). The engines' own hit rate is `fleetgate_worker_engine_prefix_hit_rate` (gateway/metrics.py).
 """
 
 from __future__ import annotations
@@ -77,8 +78,13 @@ def timed(
 
 
 class RoutingCollector(Collector):
-    def __init__(self, routers: Mapping[str, Router]) -> None:
+    def __init__(
+        self, routers: Mapping[str, Router], pairs: Mapping[str, Any] | None = None
+    ) -> None:
         self.routers = routers  # the core's, filled as pools are first routed
+        # the `pd` pools' pair selectors (policies/pd/), read the same way: the decode
+        # side's τ, ω and regime (kv_cost_decode, regime_adaptive), a side's prefix index
+        self.pairs = dict(pairs or {})
 
     def collect(self) -> Iterator[Metric]:
         def gauge(name: str, doc: str) -> GaugeMetricFamily:
@@ -110,7 +116,7 @@ class RoutingCollector(Collector):
             "fleetgate_prefix_index_hit_blocks",
             "Dispatched prompt blocks the prefix index held for the chosen worker.",
         )
-        for pool, router in list(self.routers.items()):
+        for pool, router in [*self.routers.items(), *self.pairs.items()]:
             r: Any = router
             lv = [pool]
             if hasattr(r, "overlap_weight") and hasattr(r, "temperature"):

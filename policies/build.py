@@ -12,7 +12,9 @@ A router that keeps state from the request stream (the cache-aware routers' pref
 and active blocks, `regime_adaptive`'s TTFT sampler: docs/CACHE_ROUTING.md) offers it as
 `hooks()`; they join the core's hooks when the router is built (a pool's first decision,
 or `routers` given here), so the core's dispatch and completion events keep them current
-in both drivers alike. A router without `hooks` adds nothing to any request's path.
+in both drivers alike. A router without `hooks` adds nothing to any request's path. A `pd` pool's pair selector
+offers its hooks the same way; those that are `PairHook`s (policies/hooks.py) — and the
+driver's hooks that are — also hear the pool's pairs and hand-offs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from policies.core import Core
 from policies.dispatch import attach_clock, make_dispatcher
 from policies.dp_group import DpGroup, DpGroupSpec
 from policies.health import Breaker
-from policies.hooks import Hook
+from policies.hooks import Hook, PairHook
 from policies.intake import Classifier, Intake, Prompt
 from policies.pd import DEFAULT_SELECTOR, PdPool, make_pair_selector
 from policies.pools import make_placement
@@ -130,7 +132,11 @@ def build_core(
         attach_router_hooks(core, r)
     for name, pd in spec.pd_pools.items():
         selector = make_pair_selector(pd.pair.policy, dict(pd.pair.params))
-        core.pd_pools[name] = PdPool(name, pd.protocol, selector)
+        own = router_hooks(selector)
+        attach_hooks(core, own)
+        # the pool's pair events: its selector's, and the driver's hooks that want them
+        pair = tuple(h for h in (*hooks, *own) if isinstance(h, PairHook))
+        core.pd_pools[name] = PdPool(name, pd.protocol, selector, pair)
     # a dispatcher that reads the time between events (QUARTZ's wait bound) gets the clock
     attach_clock(core.dispatcher, clock)
     predictor = predictor_for(core) if predictor_for is not None else None
@@ -153,7 +159,11 @@ def router_hooks(router: object) -> tuple[Hook, ...]:
 def attach_router_hooks(core: Core, router: object) -> None:
     """Add `router`'s hooks to the core's, once each (a hook given twice — by the driver
     and by the router — would count every event twice)."""
-    extra = router_hooks(router)
+    attach_hooks(core, router_hooks(router))
+
+
+def attach_hooks(core: Core, extra: tuple[Hook, ...]) -> None:
+    """Add `extra` to the core's hooks, each once."""
     if extra:
         have = core.hooks
         core.hooks = (*have, *(h for h in extra if not any(h is o for o in have)))
@@ -167,4 +177,7 @@ def request_fields(spec: CoreSpec) -> frozenset[str]:
     for choice in (spec.routing, *spec.pool_routing.values()):
         router = make_router(choice.policy, dict(choice.params))
         out.update(getattr(router, "request_fields", ()))
+    for pd in spec.pd_pools.values():  # a pair selector reads the prompt's chain too
+        selector = make_pair_selector(pd.pair.policy, dict(pd.pair.params))
+        out.update(getattr(selector, "request_fields", ()))
     return frozenset(out)

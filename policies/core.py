@@ -228,7 +228,7 @@ class Core:
             self.answered(ticket, now)
             return PROCEED
         if event is HANDED_OFF:
-            return self._handed_off(ticket)
+            return self._handed_off(ticket, now)
         if event is ANSWERED:
             slot = ticket.slot
             if self.breaker is not None and slot is not None:
@@ -522,18 +522,24 @@ class Core:
         ticket.slot, ticket.worker, ticket.pool = d_slot, d, pd.name
         for h in self.hooks:
             h.on_dispatch(info, p, now)  # the prompt's KV is computed (and cached) there
+        for ph in pd.hooks:
+            ph.on_pair(info, p, d, now)
         if self.log is not None:
             self.log(info.id, "send_pair", f"{pd.name}/{p}+{d}")
         attempt = ticket.retries + ticket.context_retried
         return SendPair(ticket, pd.name, pd.protocol, p, d, p_load, d_load, attempt)
 
-    def _handed_off(self, ticket: Ticket) -> Action:
-        """The prefill is done and its KV left: its slot goes back; vLLM's decode call
-        goes out now (SGLang's is out already)."""
+    def _handed_off(self, ticket: Ticket, now: float) -> Action:
+        """The prefill is done and its KV left: its slot goes back (the pool's pair hooks
+        hear it); vLLM's decode call goes out now (SGLang's is out already)."""
         leg = ticket.pd
         if leg is None or leg.handed_off or ticket.completed:
             return PROCEED
         leg.hand_off()
+        pd = self.pd_pools.get(ticket.pool)
+        if pd is not None:
+            for ph in pd.hooks:
+                ph.on_handoff(ticket.info, leg.prefill, leg.decode, now)
         if self.breaker is not None:
             self.breaker.succeeded(leg.prefill_slot.load)  # type: ignore[arg-type]
         if self.log is not None:

@@ -14,6 +14,10 @@ keeps the last `window_s` seconds of completions, at most `max_requests` of them
   over workers, which a short window needs — and the window's mean total concurrency,
   estimated as the mean n at dispatch times the number of workers used.
 
+In a `pd` pool a request counts on its decode worker (the paper's routing game is played
+among the decode workers): `on_pair` moves it there from the prefill worker the core's
+`on_dispatch` named.
+
 Both are regime indicators, not efficiencies (policies/poa.py says why). Estimating costs a
 Hungarian assignment of the window (milliseconds for a few hundred requests): call it per
 control interval, never per request. The hooks themselves are O(1).
@@ -75,6 +79,13 @@ class PoaWindow:
         self._dispatched[request.id] = (worker, n)
 
     def on_first_token(self, request: RequestInfo, now: float) -> None:
+        return None
+
+    # --- policies/hooks.py PairHook: a `pd` pool's request runs on its decode worker ------
+    def on_pair(self, request: RequestInfo, prefill: str, decode: str, now: float) -> None:
+        self.on_dispatch(request, decode, now)  # (moves it off the prefill `on_dispatch` named)
+
+    def on_handoff(self, request: RequestInfo, prefill: str, decode: str, now: float) -> None:
         return None
 
     def on_complete(self, request: RequestInfo, outcome: Outcome, now: float) -> None:

@@ -13,6 +13,7 @@ from policies.pd import (  # noqa: F401  (each registers itself)
     kv_cost_decode,
     kv_cost_decode_load,
     random_pair,
+    regime_adaptive,
     round_robin,
 )
 from policies.pd.pool import PROTOCOLS, ROLES, PdLeg, PdPool

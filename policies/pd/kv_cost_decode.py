@@ -7,7 +7,9 @@ played among the decode workers, a single prefill worker serving them all).
   c_j = ω·(prompt blocks j has not seen, by the prefix index) + (active blocks on j),
   range-normalised softmax at τ (τ = 0: argmin); (τ, ω) per pool (`params`) and per
   request (`RequestInfo.router_temperature` / `overlap_weight`), so the regime table's
-  values can be switched in as for `kv_cost`;
+  values can be switched in as for `kv_cost`; its index and active blocks follow the
+  core's pair events (`hooks()`: a prompt's blocks active on the decode from the pair's
+  dispatch to the answer's end, in its cache from the hand-off on);
 - prefill: the least prompt work not handed off yet (⌈outstanding tokens / block⌉ —
   prefill slots are released at the hand-off — then requests in flight), ties in turn:
   the pull queue Dynamo's prefill workers serve.
@@ -19,12 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from policies.hooks import Hook
 from policies.pd.kv_cost_decode_load import decode_load
+from policies.pd.pair_state import PairKvState
 from policies.protocols.pairs import config_from, register
 from policies.routing import eligible
 from policies.routing.kv_cost import KvCostConfig, KvCostRouter
+from policies.routing.kv_state import PER_REQUEST, KvState
 from policies.types import RequestInfo, WorkerView
 
 NAME = "kv_cost_decode"
@@ -40,6 +45,8 @@ class KvCostDecodeConfig:
 
 @dataclass(slots=True)
 class KvCostDecode:
+    # what a driver fills for it before Core.start (policies/build.py request_fields)
+    request_fields: ClassVar[tuple[str, ...]] = PER_REQUEST
     config: KvCostDecodeConfig = field(default_factory=KvCostDecodeConfig)
     name: str = NAME
     decode_router: KvCostRouter = field(init=False)
@@ -59,6 +66,24 @@ class KvCostDecode:
     def set_params(self, temperature: float, overlap_weight: float) -> None:
         """Switch (τ, ω) (a regime controller's knob)."""
         self.decode_router.set_params(temperature, overlap_weight)
+
+    @property
+    def state(self) -> KvState:
+        """The decode side's prefix index and active blocks (the gauges read it)."""
+        return self.decode_router.state
+
+    @property
+    def temperature(self) -> float:
+        return self.decode_router.temperature
+
+    @property
+    def overlap_weight(self) -> float:
+        return self.decode_router.overlap_weight
+
+    def hooks(self) -> tuple[Hook, ...]:
+        """The decode side's prefix index and active blocks, kept by the core's pair
+        events (policies/pd/pair_state.py; policies/build.py attaches them)."""
+        return (PairKvState(self.decode_router.state, "decode"),)
 
     def select(
         self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]

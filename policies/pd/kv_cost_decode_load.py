@@ -4,8 +4,10 @@ its active decode load ("The Price of Anarchy in Disaggregated Inference", eq. 1
 - prefill: `kv_cost` (policies/routing/kv_cost.py) over the prefill workers:
   c_j = ω·(blocks still to prefill on j, after its cached prefix overlap) + (active blocks
   on j), sampled by the softmax with temperature τ (τ = 0: argmin) — Dynamo's defaults
-  ω = 1, τ = 0; its prefix index hears the dispatches (the core's `on_dispatch` names the
-  prefill worker), so a shared prefix goes back where its KV is cached;
+  ω = 1, τ = 0; its prefix index and active blocks follow the core's pair events
+  (`hooks()`: policies/pd/pair_state.py) — a prompt's blocks are active on the prefill
+  worker from the pair's dispatch to the hand-off, and its cache holds them from the
+  hand-off on — so a shared prefix goes back where its KV is cached;
 - decode: the least active decode load — the worker's `active_blocks` when the driver
   knows them, else ⌈outstanding tokens / block size⌉ (this gateway's Σ prompt + max_tokens
   held by decode slots), ties by fewer requests in flight, then in turn (so a light load
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from policies.hooks import Hook
+from policies.pd.pair_state import PairKvState
 from policies.protocols.pairs import config_from, register
 from policies.routing import eligible
 from policies.routing.kv_cost import KvCostConfig, KvCostRouter
-from policies.routing.kv_state import blocks_for
+from policies.routing.kv_state import PER_REQUEST, KvState, blocks_for
 from policies.types import RequestInfo, WorkerView
 
 NAME = "kv_cost_decode_load"
@@ -57,6 +61,8 @@ class KvCostDecodeLoadConfig:
 
 @dataclass(slots=True)
 class KvCostDecodeLoad:
+    # what a driver fills for it before Core.start (policies/build.py request_fields)
+    request_fields: ClassVar[tuple[str, ...]] = PER_REQUEST
     config: KvCostDecodeLoadConfig = field(default_factory=KvCostDecodeLoadConfig)
     name: str = NAME
     prefill_router: KvCostRouter = field(init=False)
@@ -72,6 +78,16 @@ class KvCostDecodeLoad:
                 seed=c.seed,
             )
         )
+
+    @property
+    def state(self) -> KvState:
+        """The prefill side's prefix index and active blocks (the gauges read it)."""
+        return self.prefill_router.state
+
+    def hooks(self) -> tuple[Hook, ...]:
+        """The prefill side's prefix index and active blocks, kept by the core's pair
+        events (policies/pd/pair_state.py; policies/build.py attaches them)."""
+        return (PairKvState(self.prefill_router.state, "prefill"),)
 
     def select(
         self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from policies.hooks import PairHook
 from policies.leases import PrefillWork, WorkerSlot
 from policies.protocols.pairs import PairSelector
 from policies.types import WorkerView
@@ -36,6 +37,8 @@ class PdPool:
     name: str
     protocol: str  # "vllm": prefill, then decode; "sglang": both at once
     selector: PairSelector
+    # hear this pool's pairs and hand-offs (policies/hooks.py; policies/build.py fills it)
+    hooks: tuple[PairHook, ...] = ()
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:

@@ -106,17 +106,24 @@ class KvState:
     def on_dispatch(self, request: RequestInfo, worker: str, now: float) -> None:
         if worker not in self._known:
             return
-        if not self.fed:
-            # the routers' own records were timed by request arrival; the events bring the
-            # driver's clock, which need not agree: start the index afresh on it
-            self.fed = True
-            self.index.clear()
+        self.record(request, worker, now)
+        self.hold(request, worker)
+
+    def record(self, request: RequestInfo, worker: str, now: float) -> None:
+        """`worker`'s cache holds the request's prompt now (its chain into the index; the
+        index's hit counts hear how much of it was there already)."""
+        self._feed()
         hashes = request.prefix_hashes
         if hashes:
             self.queried_blocks += len(hashes)
             self.hit_blocks += self.index.overlap(worker, hashes, now)
         self.index.record(worker, hashes, now)
-        self._release(request.id)  # a retry: its blocks move to the new worker
+
+    def hold(self, request: RequestInfo, worker: str) -> None:
+        """The request's prompt blocks are active on `worker` until `release` (a retry:
+        they move from the earlier worker)."""
+        self._feed()
+        self._release(request.id)
         bs = self.block_size
         total = blocks_for(request.prompt_tokens, bs)
         shared: tuple[int, ...] = ()
@@ -128,6 +135,17 @@ class KvState:
         tail = total - len(shared)
         self._tail[worker] = self._tail.get(worker, 0) + tail
         self._requests[request.id] = _InFlight(worker, shared, tail)
+
+    def _feed(self) -> None:
+        if not self.fed:
+            # the routers' own records were timed by request arrival; the events bring the
+            # driver's clock, which need not agree: start the index afresh on it
+            self.fed = True
+            self.index.clear()
+
+    def release(self, request_id: str) -> None:
+        """The request's blocks are no longer active (where they were held)."""
+        self._release(request_id)
 
     def on_first_token(self, request: RequestInfo, now: float) -> None:
         return None

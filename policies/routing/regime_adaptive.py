@@ -80,7 +80,7 @@ class TtftSampler:
         self.detector.advance(now)
 
 
-def _pair(name: str, value: Any) -> tuple[float, float]:
+def table_row(name: str, value: Any) -> tuple[float, float]:
     try:
         tau, omega = (float(v) for v in value)
     except (TypeError, ValueError):
@@ -102,7 +102,7 @@ class RegimeAdaptiveConfig(CacheConfig):
     def __post_init__(self) -> None:
         CacheConfig.__post_init__(self)
         for name in ("below", "transition", "saturated"):
-            object.__setattr__(self, name, _pair(name, getattr(self, name)))
+            object.__setattr__(self, name, table_row(name, getattr(self, name)))
         try:
             config_from(DetectorConfig, self.detector or {})
         except (TypeError, ValueError) as exc:
@@ -110,9 +110,9 @@ class RegimeAdaptiveConfig(CacheConfig):
 
     def table(self) -> dict[Regime, tuple[float, float]]:
         return {
-            Regime.BELOW: _pair("below", self.below),
-            Regime.TRANSITION: _pair("transition", self.transition),
-            Regime.SATURATED: _pair("saturated", self.saturated),
+            Regime.BELOW: table_row("below", self.below),
+            Regime.TRANSITION: table_row("transition", self.transition),
+            Regime.SATURATED: table_row("saturated", self.saturated),
         }
 
     def detector_config(self) -> DetectorConfig:

@@ -187,6 +187,23 @@ def test_decodes_share_the_load(pd: PdFleet):
     assert wait_until(pd.idle)
 
 
+def test_the_prefill_prefix_index_follows_the_handoffs(pd: PdFleet):
+    """The default selector reads the prompt's chain, so the gateway hashes it; its prefill
+    index hears the pairs' hand-offs (policies/pd/pair_state.py): the prefill worker holds
+    the prompt once handed off, and the same prompt's blocks are hits the next time."""
+    text = pd.metrics()
+    q0 = metric(text, "fleetgate_prefix_index_queried_blocks_total", pool="short")
+    h0 = metric(text, "fleetgate_prefix_index_hit_blocks_total", pool="short")
+    for _ in range(2):
+        assert _chat(pd, False)
+    assert wait_until(pd.idle)
+    text = pd.metrics()
+    queried = metric(text, "fleetgate_prefix_index_queried_blocks_total", pool="short") - q0
+    hits = metric(text, "fleetgate_prefix_index_hit_blocks_total", pool="short") - h0
+    assert queried >= 2 and hits >= queried / 2  # the second prompt's blocks, at least
+    assert metric(text, "fleetgate_prefix_index_blocks", pool="short") >= 1
+
+
 # -- failures ---------------------------------------------------------------------------
 
 

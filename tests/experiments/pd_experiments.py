@@ -5,6 +5,7 @@ and a 1P/5D topology ("The Price of Anarchy in Disaggregated Inference", §8; do
     python bench/pd_experiments.py --quick --out out/pd-q  # fewer points, shorter holds
     python bench/pd_experiments.py --split --out out/pd-split  # P:D splits of 6 workers
     python bench/pd_experiments.py --grid --out out/pd-grid    # the 4×4 (τ, ω) grid
+    python bench/pd_experiments.py --spike --out out/pd-spike  # Exp. 3: static vs adaptive
 
 Protocol (the paper's §8.1, in virtual time):
 - closed loop, C clients, a 30 s linear ramp then a 120 s hold (`--quick`: 10 s + 30 s);
@@ -41,14 +42,18 @@ off, so prefill work is Experiment 1's).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import random
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.closed_loop import LoadShape, simulate
+from policies.poa_window import PoaWindow
+from simulator.closed_loop import LoadShape, Spike, simulate
 from simulator.scenario import Scenario, parse
 from simulator.workloads import RequestSpec
 
@@ -76,11 +81,14 @@ def scenario(
     seed: int = 1,
     pair: dict[str, Any] | None = None,
     prefill_cache: bool = True,
+    sample_interval: float | None = None,
+    decode_engine: dict[str, Any] | None = None,
 ) -> Scenario:
     return parse(
         {
             "name": f"pd-{prefill}p{decode}d",
             "seed": seed,
+            "report": {"sample_interval": sample_interval},
             "fleet": {
                 "engine": {"max_num_seqs": 256, "num_kv_blocks": 65536},
                 "pools": [
@@ -99,7 +107,7 @@ def scenario(
                                 "max_num_seqs": PREFILL_SEQS,
                                 "enable_prefix_caching": prefill_cache,
                             },
-                            "decode_engine": {"h": DECODE_H},
+                            "decode_engine": decode_engine or {"h": DECODE_H},
                             "pair": pair or {"policy": "kv_cost_decode_load"},
                         },
                     }
@@ -242,10 +250,26 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--out", type=Path, default=Path("out/pd"))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--topology", choices=list(TOPOLOGIES), action="append")
+    ap.add_argument("--topology", choices=list(TOPOLOGIES_SPIKE), action="append")
     ap.add_argument("--split", action="store_true", help="P:D splits of 6 workers instead")
     ap.add_argument("--grid", action="store_true", help="the (τ, ω) grid at C = 32, 64, 128")
+    ap.add_argument("--spike", action="store_true", help="C = 32 → 128 → 32, static vs adaptive")
+    ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args(argv)
+    if args.spike:
+        plan = SpikePlan(below_s=60.0, saturated_s=90.0, recovery_s=60.0) if args.quick else SPIKE
+        spike_rows = [
+            spike(topo, strategy, seed, plan)
+            for topo in args.topology or list(TOPOLOGIES)
+            for strategy in STRATEGIES
+            for seed in range(1, args.seeds + 1)
+        ]
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "spike.json").write_text(json.dumps(spike_rows, indent=1))
+        text = spike_table(spike_rows)
+        (args.out / "spike.md").write_text(text)
+        print(text)
+        return
     sweep, ramp, hold = (QUICK, 10.0, 30.0) if args.quick else (SWEEP, 30.0, 120.0)
     rows: list[Row] = []
     if args.grid:
@@ -316,6 +340,188 @@ def split_table(rows: list[Row]) -> str:
         f"{r.itl_p99_ms:.1f} ms | {r.rps:.1f} | {r.prefill_busy:.2f} | {r.decode_busy:.2f} |"
         for r in rows
     ]
+    return "\n".join(out) + "\n"
+
+
+# --- the spike (the paper's Experiment 3) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpikePlan:
+    base: int = 32
+    peak: int = 128
+    below_s: float = 120.0  # the paper's 120 / 180 / 120 s
+    saturated_s: float = 180.0
+    recovery_s: float = 120.0
+
+
+SPIKE = SpikePlan()
+# the decode choice by Dynamo's cost, static at its defaults or following the regime table.
+# The detector's baseline is Exp. 1's TTFT P99 at C = 32 (0.17 s on both topologies): θ1 =
+# 4 × 0.17 = 0.68 s, θ2 = 6.7 × θ1 = 4.6 s, the paper's rule of thumb (its 70B: 55 ms,
+# 300 ms, 2 s). Learning it at warm-up would take the start's burst (32 clients at once:
+# a P99 of 0.8 s in the first 30 s) for the baseline and never leave Below.
+BASELINE_S = 0.17
+STRATEGIES: dict[str, dict[str, Any]] = {
+    "static": {"policy": "kv_cost_decode", "params": {}},
+    "adaptive": {"policy": "regime_adaptive", "params": {"detector": {"baseline_s": BASELINE_S}}},
+}
+
+
+def _chain(template: int) -> tuple[int, ...]:
+    return tuple(1_000 * (template + 1) + i for i in range(PROMPT // 16))
+
+
+# a decode-bound pool, where the decode choice could matter: 2P/2D, decode steps 10× costlier
+# per sequence and at most 64 sequences (each decode worker ~20 req/s, two prefills ~85)
+DECODE_BOUND = {"h": 0.0001, "max_num_seqs": 64}
+TOPOLOGIES_SPIKE = {**TOPOLOGIES, "2P/2D decode-bound": (2, 2)}
+
+
+def spike(topology: str, strategy: str, seed: int, plan: SpikePlan = SPIKE) -> dict[str, Any]:
+    """Exp. 3 on a P/D topology: C = base → peak → base, 5 templated prompts (as the grid),
+    the decode choice by `strategy`; per phase TTFT P50/P99, ITL P99, mean latency,
+    throughput, effective concurrency (Little: throughput × mean latency) and PoA^ (eq. 12
+    over a 30 s window of completions on the decode workers, every 5 s); when the regime
+    first left Below after the spike began."""
+    prefill, decode = TOPOLOGIES_SPIKE[topology]
+    choice = STRATEGIES[strategy]
+    params = {**choice["params"], "seed": seed}
+    bound = DECODE_BOUND if "decode-bound" in topology else None
+    if bound is not None and "detector" in params:  # its static TTFT P99 at C = 32: 0.10 s
+        params["detector"] = {"baseline_s": 0.10}
+    pair = {"policy": choice["policy"], "params": params}
+    sc = scenario(prefill, decode, seed, pair, False, 1.0, bound)
+    at, until = plan.below_s, plan.below_s + plan.saturated_s
+    end = until + plan.recovery_s
+    per_client = int(end / 1.5) + 8  # more than a client can send in the run
+    seqs = []
+    for c in range(plan.peak):
+        rng = random.Random(seed * 1_000_003 + c)
+        seqs.append(
+            [
+                RequestSpec(
+                    f"c{c}-{k}",
+                    0.0,
+                    PROMPT,
+                    rng.randint(OUTPUT * 3 // 4, OUTPUT),
+                    OUTPUT,
+                    client=f"c{c}",
+                    prefix_hashes=_chain(rng.randrange(5)),
+                )
+                for k in range(per_client)
+            ]
+        )
+    window = PoaWindow(window_s=30.0, max_requests=512)
+    poa: list[tuple[float, float]] = []
+    regimes: list[tuple[float, int]] = []
+    due = [5.0]
+
+    def probe(core: Any, now: float) -> None:
+        selector = core.pd_pools["short"].selector
+        if hasattr(selector, "regime"):
+            regimes.append((now, int(selector.regime)))
+        if now < due[0]:
+            return
+        due[0] = now + 5.0
+        window.index = (
+            selector.decode_router.state.index
+            if hasattr(selector, "decode_router")
+            else selector.inner.decode_router.state.index
+        )
+        est = window.paper(now)
+        if est is not None:
+            poa.append((now, est.ratio))
+
+    shape = LoadShape(
+        plan.peak, ramp_s=0.0, hold_s=end, seed=seed, spike=Spike(plan.peak - plan.base, at, until)
+    )
+    t0 = time.monotonic()
+    result, _ = simulate(sc, shape, seqs, seed=seed, hooks=(window,), probe=probe)
+    wall = time.monotonic() - t0
+    out: dict[str, Any] = {"topology": topology, "strategy": strategy, "seed": seed}
+    phases = {"below": (10.0, at), "saturated": (at, until), "recovery": (until + 10.0, end)}
+    for name, (t0_, t1) in phases.items():
+        m = phase_metrics(result.records, t0_, t1)
+        # PoA^ over a 30 s window: estimates once the window lies inside the phase
+        xs = [r for t, r in poa if t0_ + 30.0 <= t < t1] or [r for t, r in poa if t0_ <= t < t1]
+        m["poa"] = sum(xs) / len(xs) if xs else math.nan
+        out[name] = m
+    switched = [t for t, g in regimes if t >= at and g >= 1]
+    out["switch_s"] = switched[0] - at if switched else None
+    out["regime_changes"] = sum(1 for a, b in itertools.pairwise(regimes) if a[1] != b[1])
+    out["changes_at"] = [
+        (round(b[0], 1), b[1]) for a, b in itertools.pairwise(regimes) if a[1] != b[1]
+    ]
+    # the adaptive selector's time per regime within each phase (Below's start included)
+    for name, (t0_, t1) in phases.items():
+        inside = [g for t, g in regimes if t0_ <= t < t1]
+        out[name]["in_transition"] = (
+            sum(1 for g in inside if g >= 1) / len(inside) if inside else 0.0
+        )
+    out["max_regime"] = max((g for _, g in regimes), default=0)
+    out["wall_s"] = wall
+    print(topology, strategy, seed, {k: out[k] for k in ("switch_s", "max_regime")}, flush=True)
+    return out
+
+
+def phase_metrics(records: Any, t0: float, t1: float) -> dict[str, float]:
+    """Over requests arriving in [t0, t1) (throughput: completions in it)."""
+    rs = [r for r in records if t0 <= r.arrival < t1 and r.status == "ok"]
+    ttft = [r.first_token - r.arrival for r in rs]
+    itl = [(r.finish - r.first_token) / (r.completion_tokens - 1) for r in rs]
+    lat = [r.finish - r.arrival for r in rs]
+    done = [r for r in records if r.finish is not None and t0 <= r.finish < t1]
+    rps = len(done) / (t1 - t0)
+    mean = sum(lat) / len(lat) if lat else math.nan
+    return {
+        "n": len(rs),
+        "ttft_p50": _q(ttft, 0.5),
+        "ttft_p99": _q(ttft, 0.99),
+        "itl_p99": _q(itl, 0.99),
+        "latency": mean,
+        "rps": rps,
+        "concurrency": rps * mean,
+    }
+
+
+def spike_table(rows: list[dict[str, Any]]) -> str:
+    """Mean ± sd over seeds per (topology, strategy, phase)."""
+    out = [
+        "| topology | strategy | phase | TTFT P50 s | TTFT P99 s | ITL P99 ms | mean latency s "
+        "| req/s | eff. C | PoA^ |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def ms(xs: list[float], f: str = ".3f") -> str:
+        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+        return f"{statistics.mean(xs):{f}} ± {sd:{f}}"
+
+    keys = sorted(
+        {(r["topology"], r["strategy"]) for r in rows}, key=lambda k: (k[0], k[1] != "static")
+    )
+    for topo, strat in keys:
+        mine = [r for r in rows if r["topology"] == topo and r["strategy"] == strat]
+        for phase in ("below", "saturated", "recovery"):
+            col = {k: [r[phase][k] for r in mine] for k in mine[0][phase]}
+            out.append(
+                f"| {topo} | {strat} | {phase} | {ms(col['ttft_p50'])} | {ms(col['ttft_p99'])} | "
+                f"{ms([x * 1000 for x in col['itl_p99']], '.1f')} | {ms(col['latency'], '.2f')} | "
+                f"{ms(col['rps'], '.1f')} | {statistics.mean(col['concurrency']):.1f} | "
+                f"{ms(col['poa'], '.1f')} |"
+            )
+    out.append("")
+    for topo, strat in keys:
+        mine = [r for r in rows if r["topology"] == topo and r["strategy"] == strat]
+        if strat != "static":
+            out.append(
+                f"- {topo} {strat}: left Below after "
+                f"{[r['switch_s'] for r in mine]} s; highest regime "
+                f"{[r['max_regime'] for r in mine]}; regime changes "
+                f"{[r['regime_changes'] for r in mine]} (at, to: {mine[0]['changes_at']}, seed "
+                f"{mine[0]['seed']}); share of the saturated phase out of Below "
+                f"{[round(r['saturated']['in_transition'], 2) for r in mine]}"
+            )
     return "\n".join(out) + "\n"
 
 

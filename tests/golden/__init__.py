@@ -182,3 +182,21 @@ def cache_routing_series() -> set[str]:
     registry.register(RoutingCollector({"short": build("short")}))
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
     return {fam.name + s for fam in registry.collect() for s in suffixes.get(fam.type, ("",))}
+
+
+def pd_series() -> set[str]:
+    """The sample names the gateway exposes only with a `pd` pool configured
+    (gateway/pd_metrics.py: not in the golden list), every family's whether or not it has
+    samples yet. Rules and dashboards may query these too."""
+    from prometheus_client import CollectorRegistry
+
+    from gateway.config import load_config
+    from gateway.pd_metrics import PdMetrics
+    from gateway.workers import Fleet
+
+    pool = {"max_model_len": 8192, "models": ["m"], "workers": [{"url": "http://127.0.0.1:9/"}]}
+    cfg = load_config(data={"pools": {"short": pool}}, environ={})
+    registry = CollectorRegistry(auto_describe=True)
+    PdMetrics(registry, Fleet(cfg))
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    return {fam.name + s for fam in registry.collect() for s in suffixes.get(fam.type, ("",))}

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.actions import Action, Refuse, Send, Wait
-from policies.budget import BudgetConfig, ChatSize, BudgetEstimator
+from policies.budget import BudgetConfig, BudgetEstimator, ChatSize
 from policies.clock import ManualClock
 from policies.core import Core
 from policies.dp_group import DpGroup, DpGroupSpec

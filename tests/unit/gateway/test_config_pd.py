@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.config import ConfigError, load_config
+from gateway.proxy import gateway_core_spec
 
 
 def _pd(**pool: Any) -> dict[str, Any]:
@@ -35,7 +36,7 @@ def test_a_pd_pool_reaches_the_core_with_its_protocol_and_selector():
     cfg = load_config(
         data=_pd(pd={"protocol": "vllm", "pair": {"policy": "round_robin"}}), environ={}
     )
-    spec = cfg.core_spec().pd_pools["short"]
+    spec = gateway_core_spec(cfg).pd_pools["short"]
     assert spec.protocol == "vllm" and spec.pair.policy == "round_robin"
     assert [w.role for w in cfg.pools["short"].workers] == ["prefill", "decode"]
 

@@ -23,7 +23,7 @@ from emulator.metrics import _Family
 from emulator.metrics_sglang import SglangMetrics
 from emulator.metrics_vllm import VllmMetrics
 from gateway import metrics as gateway_metrics
-from tests.golden import cache_routing_series, quartz_series, read_golden
+from tests.golden import cache_routing_series, pd_series, quartz_series, read_golden
 
 ROOT = Path(__file__).resolve().parents[3]
 PROM = ROOT / "deploy" / "prometheus"
@@ -162,7 +162,8 @@ def engine_metric_names() -> set[str]:
 def test_every_metric_the_rules_use_exists():
     golden = set(read_golden())
     engines = engine_metric_names()
-    known = golden | quartz_series() | cache_routing_series() | engines | recorded() | BUILTIN
+    known = golden | quartz_series() | cache_routing_series() | pd_series() | engines
+    known |= recorded() | BUILTIN
     used = {
         name: metric_names(r["expr"]) for r in rules() for name in [r.get("record", r.get("alert"))]
     }
