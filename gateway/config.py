@@ -402,6 +402,12 @@ class Telemetry(_Section):
     scrape_interval_s: float = Field(0.5, gt=0)
     stale_after_s: float = Field(2.0, gt=0)
     timeout_s: float = Field(1.0, gt=0)
+    poa_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="With a cache-aware router: how often the price-of-anarchy diagnostics"
+        " are estimated, off the event loop (docs/CACHE_ROUTING.md); 0: never.",
+    )
 
 
 class Upstream(_Section):

@@ -45,6 +45,7 @@ from gateway.forward import Forwarder, refusal
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest, parse
 from gateway.placing import classify_prompt, core_request, start_request
+from gateway.poa_gauges import PoaCollector, PoaMonitor
 from gateway.requestlog import RequestLog
 from gateway.responder import ClientGone, Headers, Responder
 from gateway.settle import Settler
@@ -100,6 +101,16 @@ def _byte_chunks(choice: Choice) -> Choice:
     return Choice(choice.policy, params)
 
 
+def cache_pools(config: GatewayConfig, spec: CoreSpec) -> list[str]:
+    """The worker pools whose router is cache-aware (reads request fields)."""
+    return [
+        name
+        for name, pool in config.pools.items()
+        if pool.kind == "workers"
+        and request_fields(CoreSpec(routing=spec.pool_routing.get(name, spec.routing)))
+    ]
+
+
 def gateway_core_spec(config: GatewayConfig) -> CoreSpec:
     """The configuration's `CoreSpec` (the simulator's translation, policies/spec.py), its
     cache-aware routers told the size of the gateway's hashed blocks."""
@@ -145,9 +156,22 @@ class GatewayDriver:
         # what the configured routers read of a request (the cache-aware ones: prefix
         # hashes, session, a (τ, ω) override); empty by default, and then nothing is read
         self.route_fields = request_fields(spec)
+        self.poa: PoaMonitor | None = None
         if self.route_fields:  # cache-aware routing: its gauges, its decisions timed
             core.router_for = routing_gauges.timed(core.router_for, metrics.registry)
             metrics.registry.register(routing_gauges.RoutingCollector(core.routers))
+            pools = cache_pools(config, spec)
+            if pools and config.telemetry.poa_interval_s > 0:
+                # the PoA diagnostics: windows among the hooks, estimates off the loop
+                self.poa = PoaMonitor(
+                    pools,
+                    core.routers,
+                    lambda pool: [w.id for w in fleet.pools.get(pool, ())],
+                    lambda worker: getattr(fleet.workers.get(worker), "pool", None),
+                    config.telemetry.poa_interval_s,
+                )
+                core.hooks = (*core.hooks, *self.poa.hooks())
+                metrics.registry.register(PoaCollector(self.poa))
         self.estimator = core.intake.estimator
         metrics.watch_budget(self.estimator)
         self._fallback_changes = 0  # the calibration's fallback flips already logged
@@ -208,6 +232,8 @@ class GatewayDriver:
         # and the routers' own hooks (the cache-aware routers' index) stay attached
         own = () if self.predictor is None else (self.predictor,)
         kept = tuple(h for r in self.core.routers.values() for h in router_hooks(r))
+        if self.poa is not None:
+            kept = (*kept, *self.poa.hooks())
         given = tuple(h for h in hooks if h is not self.predictor and not _among(h, kept))
         self.core.hooks = (*own, *kept, *given)
 
