@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import Executor
 from dataclasses import replace
 from typing import Any, Protocol
@@ -38,10 +38,11 @@ from compressor.script import script_of_prompt
 from compressor.served import AUTO, ENGINE, load_served
 from gateway import cache_routing, logs, quartz, request_ids, routing_gauges, tracing
 from gateway.attempt import Attempt
-from gateway.config import GatewayConfig
+from gateway.config import ConfigError, GatewayConfig
 from gateway.errors import AuthenticationFailed, GatewayError
 from gateway.fitting import PromptFitter
 from gateway.forward import Forwarder, refusal
+from gateway.kv_events import KvEventCollector, KvEventConsumer, Stream, endpoint_for
 from gateway.metrics import GatewayMetrics
 from gateway.openai_request import ParsedRequest, parse
 from gateway.placing import classify_prompt, core_request, start_request
@@ -59,6 +60,7 @@ from policies.build import Choice, CoreSpec, build_core, request_fields, router_
 from policies.events import Admitted
 from policies.hooks import Hook
 from policies.leases import Load
+from policies.prefix_index import PrefixIndex
 from policies.ticket import Ticket
 from policies.types import WorkerView
 from policies.uncertainty import ByteBounds
@@ -91,14 +93,22 @@ class KeyCheck(Protocol):
         ...
 
 
-def _byte_chunks(choice: Choice) -> Choice:
-    """A cache-aware router reads the gateway's byte-chunk hashes (gateway/cache_routing.py):
-    a hashed block stands for ~PREFIX_BLOCK_BYTES / 4 tokens unless configured."""
+def _hashed_blocks(choice: Choice, tokens: int) -> Choice:
+    """A cache-aware router reads the gateway's prefix hashes (gateway/cache_routing.py): a
+    hashed block stands for `tokens` tokens unless configured."""
     fields = request_fields(CoreSpec(routing=choice))
     if "prefix_hashes" not in fields or "hash_block_tokens" in choice.params:
         return choice
-    params = {**choice.params, "hash_block_tokens": cache_routing.HASH_BLOCK_TOKENS}
-    return Choice(choice.policy, params)
+    return Choice(choice.policy, {**choice.params, "hash_block_tokens": tokens})
+
+
+def hashed_block_tokens(config: GatewayConfig) -> int:
+    """Tokens per hashed block of a request's prefix hashes: the engines' KV block when
+    some pool follows their KV events (token-id chains), else a byte chunk's ~128."""
+    events = config.kv_events_pools()
+    if events:
+        return next(iter(events.values())).block_size
+    return cache_routing.HASH_BLOCK_TOKENS
 
 
 def cache_pools(config: GatewayConfig, spec: CoreSpec) -> list[str]:
@@ -115,11 +125,23 @@ def gateway_core_spec(config: GatewayConfig) -> CoreSpec:
     """The configuration's `CoreSpec` (the simulator's translation, policies/spec.py), its
     cache-aware routers told the size of the gateway's hashed blocks."""
     spec = config.core_spec()
+    tokens = hashed_block_tokens(config)
     return replace(
         spec,
-        routing=_byte_chunks(spec.routing),
-        pool_routing={name: _byte_chunks(c) for name, c in spec.pool_routing.items()},
+        routing=_hashed_blocks(spec.routing, tokens),
+        pool_routing={name: _hashed_blocks(c, tokens) for name, c in spec.pool_routing.items()},
     )
+
+
+def kv_event_streams(config: GatewayConfig, fleet: Fleet) -> list[Stream]:
+    """One stream per worker of each pool with `kv_events`."""
+    streams = []
+    for name, ev in config.kv_events_pools().items():
+        own = {w.url: w.kv_events_endpoint for w in config.pools[name].workers}
+        for w in fleet.pools.get(name, ()):
+            endpoint = endpoint_for(ev.endpoint, w.url, own.get(w.url))
+            streams.append(Stream(name, w.id, endpoint, ev.topic, ev.max_message_bytes))
+    return streams
 
 
 class GatewayDriver:
@@ -157,6 +179,9 @@ class GatewayDriver:
         # hashes, session, a (τ, ω) override); empty by default, and then nothing is read
         self.route_fields = request_fields(spec)
         self.poa: PoaMonitor | None = None
+        self.kv_events: KvEventConsumer | None = None
+        # prefix hashes: byte chunks, or token-id chains where engines publish KV events
+        self.hasher: Callable[[ParsedRequest], tuple[int, ...]] = cache_routing.prompt_hashes
         if self.route_fields:  # cache-aware routing: its gauges, its decisions timed
             core.router_for = routing_gauges.timed(core.router_for, metrics.registry)
             metrics.registry.register(routing_gauges.RoutingCollector(core.routers))
@@ -172,6 +197,8 @@ class GatewayDriver:
                 )
                 core.hooks = (*core.hooks, *self.poa.hooks())
                 metrics.registry.register(PoaCollector(self.poa))
+            if config.kv_events_pools() and "prefix_hashes" in self.route_fields:
+                self._follow_kv_events(config, fleet, spec)
         self.estimator = core.intake.estimator
         metrics.watch_budget(self.estimator)
         self._fallback_changes = 0  # the calibration's fallback flips already logged
@@ -211,6 +238,38 @@ class GatewayDriver:
         # without a key secret no key can name an entitlement (the admin API refuses keys
         # then too; `auth` changes need a restart): an open gateway reads no header
         self.keys_name_entitlements = bool(config.auth.key_secret)
+
+    def _follow_kv_events(self, config: GatewayConfig, fleet: Fleet, spec: CoreSpec) -> None:
+        """The pools with `kv_events`: requests hashed as token-id chains, the pools'
+        routers built now and their indexes fed by the engines' events."""
+        events = config.kv_events_pools()
+        first = next(iter(events))
+        self.hasher = cache_routing.token_hasher(
+            load_served(config.pools[first].tokenizer), hashed_block_tokens(config)
+        )
+        core = self.core
+        followed = cache_pools(config, spec)
+        for pool in events:
+            if pool not in followed:
+                continue
+            router = core.routers.get(pool)
+            if router is None:
+                router = core.routers[pool] = core.router_for(pool)
+            state: Any = getattr(router, "state", None)
+            if state is not None and hasattr(state, "fed"):
+                state.fed = True  # the events (and dispatches) keep the index, not choices
+        try:
+            self.kv_events = KvEventConsumer(kv_event_streams(config, fleet), self._index_of)
+        except ImportError:
+            raise ConfigError(
+                "pools.*.kv_events: needs pyzmq and msgpack (pip install fleetgate[kv-events])"
+            ) from None
+        self.metrics.registry.register(KvEventCollector(self.kv_events))
+
+    def _index_of(self, pool: str) -> PrefixIndex | None:
+        state: Any = getattr(self.core.routers.get(pool), "state", None)
+        index = getattr(state, "index", None)
+        return index if isinstance(index, PrefixIndex) else None
 
     @property
     def tenancy(self) -> Tenancy | None:
@@ -265,7 +324,9 @@ class GatewayDriver:
             raw = request_ids.scrub(parsed, raw)
             request = core_request(parsed, own, self.fleet, att.t0)
             if self.route_fields:
-                cache_routing.describe(request, parsed, self.route_fields, *routing)
+                cache_routing.describe(
+                    request, parsed, self.route_fields, *routing, hasher=self.hasher
+                )
             tenancy = self.settler.tenancy  # (`self.tenancy`, read once)
             if att.entitlement or tenancy is not None or self.predictor is not None:
                 self._describe(request, parsed, att)
