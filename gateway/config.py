@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
 from gateway.config_pd import PdSettings
-from policies.build import Choice, CoreSpec, PdSpec
+from policies.build import Choice, CoreSpec, PdSpec, request_fields
 from policies.dp_config import DpGroup
 from policies.spec import PolicySpec, RoutingSpec, core_spec, describe_errors
 
@@ -539,6 +539,15 @@ class GatewayConfig(PolicySpec):
         for pname in events:
             if self.pools[pname].kind != "workers":
                 raise ValueError(f"pools.{pname}.kv_events: only for a pool of kind: workers")
+        if events:
+            spec = self.core_spec()
+            for pname in events:
+                choice = spec.pool_routing.get(pname, spec.routing)
+                if "prefix_hashes" not in request_fields(CoreSpec(routing=choice)):
+                    raise ValueError(
+                        f"pools.{pname}.kv_events: the pool's router ({choice.policy}) reads"
+                        " no prefix index: use kv_cost, prefix_overlap or regime_adaptive"
+                    )
         if len({e.block_size for e in events.values()}) > 1:
             # a request's prefix hashes are one chain of token blocks of that size
             raise ValueError("pools.*.kv_events.block_size: every pool's must be the same")

@@ -137,11 +137,13 @@ def test_kv_events_make_the_hashes_token_blocks_of_the_engines_size():
         ({"long": {"kv_events": {"block_size": 32}}}, "kv_events.block_size"),
         ({"short": {"kv_events": {"endpoint": "http://x"}}}, "endpoint"),
         ({"short": {"kv_events": {"block_size": 0}}}, "block_size"),
+        ({"short": {"routing": {"policy": "least_loaded"}}}, "reads no prefix index"),
     ],
 )
 def test_kv_events_settings_are_checked(change: dict[str, dict[str, object]], key: str):
     cfg = gateway_config(["http://127.0.0.1:1"], ["http://127.0.0.1:2"])
     cfg["pools"]["short"]["kv_events"] = {"block_size": 16}  # type: ignore[index]
+    cfg["routing"] = {"policy": "kv_cost"}
     for pool, extra in change.items():
         cfg["pools"][pool].update(extra)  # type: ignore[index]
     with pytest.raises(ConfigError) as err:
