@@ -42,6 +42,8 @@ from policies.prefix_index import byte_block_hashes, token_block_hashes
 PREFIX_BLOCK_BYTES = 512  # one chained hash per this many prompt bytes (~128 tokens)
 HASH_BLOCK_TOKENS = PREFIX_BLOCK_BYTES // 4  # the tokens a chunk stands for (~4 bytes each)
 MAX_SESSION_BYTES = 256
+# with kv_events, a request body longer than this is token-hashed on a thread (the driver)
+OFF_LOOP_BYTES = 8192
 SESSION_HEADER = "x-fleetgate-session"
 TEMPERATURE_HEADER = "x-fleetgate-router-temperature"
 OVERLAP_HEADER = "x-fleetgate-overlap-weight"

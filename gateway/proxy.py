@@ -182,6 +182,10 @@ class GatewayDriver:
         self.kv_events: KvEventConsumer | None = None
         # prefix hashes: byte chunks, or token-id chains where engines publish KV events
         self.hasher: Callable[[ParsedRequest], tuple[int, ...]] = cache_routing.prompt_hashes
+        # token-id hashing (kv_events) of a long prompt runs on a thread (tiktoken releases
+        # the GIL): ~80 µs a KiB would stall the loop (bench/prompt_hashing.py)
+        self.hash_off_loop = False
+        self.hash_executor = compress_executor  # None: the loop's default executor
         if self.route_fields:  # cache-aware routing: its gauges, its decisions timed
             core.router_for = routing_gauges.timed(core.router_for, metrics.registry)
             metrics.registry.register(routing_gauges.RoutingCollector(core.routers))
@@ -247,6 +251,7 @@ class GatewayDriver:
         self.hasher = cache_routing.token_hasher(
             load_served(config.pools[first].tokenizer), hashed_block_tokens(config)
         )
+        self.hash_off_loop = True
         core = self.core
         followed = cache_pools(config, spec)
         for pool in events:
@@ -324,6 +329,10 @@ class GatewayDriver:
             raw = request_ids.scrub(parsed, raw)
             request = core_request(parsed, own, self.fleet, att.t0)
             if self.route_fields:
+                if self.hash_off_loop and len(raw) > cache_routing.OFF_LOOP_BYTES:
+                    request.prefix_hashes = await loop.run_in_executor(
+                        self.hash_executor, self.hasher, parsed
+                    )
                 cache_routing.describe(
                     request, parsed, self.route_fields, *routing, hasher=self.hasher
                 )

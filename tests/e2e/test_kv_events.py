@@ -31,9 +31,9 @@ def events_flag(endpoint: str) -> str:
     return json.dumps(doc)
 
 
-def messages(i: int) -> list[dict[str, str]]:
+def messages(i: int, repeat: int = 60) -> list[dict[str, str]]:
     return [
-        {"role": "system", "content": f"Document {i}: " + f"fact {i} is recorded here. " * 60},
+        {"role": "system", "content": f"Document {i}: " + f"fact {i} is recorded here. " * repeat},
         {"role": "user", "content": "summarise"},
     ]
 
@@ -131,8 +131,10 @@ def test_a_gateway_routes_by_the_engines_events(fresh_procs):
     assert stored() > 0
     workers: dict[int, set[str]] = {}
     cached: list[int] = []
-    for conv in range(3):
-        history = messages(conv)
+    long_cached: list[int] = []
+    for conv in range(4):
+        # the last one's ~12 KiB body is token-hashed on a thread (OFF_LOOP_BYTES)
+        history = messages(conv, 500 if conv == 3 else 60)
         for turn in range(3):
             raw = client.chat.completions.with_raw_response.create(
                 model=MODEL, messages=history, max_tokens=4
@@ -143,6 +145,8 @@ def test_a_gateway_routes_by_the_engines_events(fresh_procs):
             assert details is not None
             if turn:
                 cached.append(details.cached_tokens or 0)
+                if conv == 3:
+                    long_cached.append(details.cached_tokens or 0)
             history = [
                 *history,
                 {"role": "assistant", "content": reply.choices[0].message.content or ""},
@@ -151,6 +155,7 @@ def test_a_gateway_routes_by_the_engines_events(fresh_procs):
     # each conversation stayed where its prefix is cached, and the engine served it from there
     assert all(len(w) == 1 for w in workers.values()), workers
     assert all(c >= 320 for c in cached), cached
+    assert len(long_cached) == 2 and min(long_cached) >= 2500, long_cached  # ~2.8k tokens
     text = httpx.get(gw.url + "/metrics", timeout=5).text
     assert metric(text, "fleetgate_kv_event_gaps_total", pool="short") == 0
     hits = metric(text, "fleetgate_prefix_index_hit_blocks_total", pool="short")
