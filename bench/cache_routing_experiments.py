@@ -3,7 +3,7 @@ docs/CACHE_ROUTING.md): the Price-of-Anarchy paper's protocol on an ordinary poo
 sweep, the 4×4 (τ, ω) grid, the 32 → 128 → 32 spike with 3 seeds — and the workload it
 never ran (multi-turn sessions over 128 shared system prompts).
 
-    python bench/cache_routing_experiments.py [--quick] [--only sweep,grid,spike,hetero]
+    python bench/cache_routing_experiments.py [--quick] [--only sweep,grid,spike,hetero,hold,...]
 
 Virtual time: the figures do not depend on the machine (a full run takes a few minutes).
 """
@@ -123,6 +123,17 @@ def plateau(quick: bool) -> None:
     print()
 
 
+def hold(quick: bool) -> None:
+    """The detector's false alarms: regime_adaptive held 30 minutes at 0.5·C* (C* ≈ 96,
+    the sweep's knee), 3 seeds; it should never leave Below."""
+    hold_s = 120.0 if quick else 1800.0
+    print(f"## regime_adaptive held at C = 48 (0.5·C*), {hold_s:.0f} s, seeds 1–3\n")
+    rows = [cr.quiet_hold(48, hold_s, seed) for seed in (1, 2, 3)]
+    cols = ("seed", "regime_changes", "max_regime", "baseline", "theta1", "smoothed_median")
+    print(table(rows, (*cols, "smoothed_max", "ttft_p99", "rps", "n")))
+    print()
+
+
 PARTS = {
     "sweep": sweep,
     "grid": grid,
@@ -130,6 +141,7 @@ PARTS = {
     "hetero": hetero,
     "engine_queues": engine_queues,
     "plateau": plateau,
+    "hold": hold,
 }
 
 

@@ -37,9 +37,36 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from compressor.chat_ids import (
+    BOS as BOS,
+)
+from compressor.chat_ids import (
+    END_HEADER as END_HEADER,
+)
+from compressor.chat_ids import (
+    EOS as EOS,
+)
+from compressor.chat_ids import (
+    EOT as EOT,
+)
+from compressor.chat_ids import (
+    SPECIALS as SPECIALS,
+)
+from compressor.chat_ids import (
+    START_HEADER as START_HEADER,
+)
+from compressor.chat_ids import (
+    chat_ids,
+    completion_ids,
+)
+from compressor.chat_ids import (
+    encode as encode,
+)
+from compressor.chat_ids import (
+    message_text as message_text,
+)
 from compressor.hf_template import HFTemplate
 from compressor.served import load_served
-from compressor.template import TOOLS_ROLE, call_json, tool_calls, tools_text
 from compressor.tokenizer import cl100k
 
 _served: HFTemplate | None = None  # a real model's template (--tokenizer hf:…); None: cl100k
@@ -52,24 +79,7 @@ def use_tokenizer(spec: str) -> None:
     _served = template if isinstance(template, HFTemplate) else None
 
 
-BOS = 100257
-EOT = 100258
-START_HEADER = 100259
-END_HEADER = 100260
-EOS = 100261  # <|eot_id|>: ends every assistant turn, the token generation stops on
-
-SPECIALS: dict[int, str] = {
-    BOS: "<|begin_of_text|>",
-    EOT: "<|end_of_text|>",
-    START_HEADER: "<|start_header_id|>",
-    END_HEADER: "<|end_header_id|>",
-    EOS: "<|eot_id|>",
-}
 _TEXT_VOCAB = 100256  # cl100k's ordinary tokens are 0 … 100255
-
-
-def encode(text: str) -> list[int]:
-    return cl100k().encode(text)
 
 
 def decode(ids: Iterable[int]) -> str:
@@ -91,67 +101,15 @@ def decode(ids: Iterable[int]) -> str:
     return "".join(out)
 
 
-def message_text(content: Any) -> str:
-    """The countable text of one message's `content`."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping):
-                if part.get("type", "text") == "text" and isinstance(part.get("text"), str):
-                    parts.append(part["text"])
-            else:
-                raise TypeError("content parts must be objects")
-        return "".join(parts)
-    raise TypeError("message content must be a string, a list of parts or null")
-
-
 def render_chat(
     messages: Sequence[Mapping[str, Any]],
     add_generation_prompt: bool = True,
     tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[int]:
     """Token ids of a chat prompt under the template above (or the --tokenizer model's)."""
-    if _served is not None:
-        for m in messages:
-            message_text(m.get("content"))  # the same TypeError for a bad content
-        return _served.tokenizer.encode(_served.render(messages, tools or ()))
-    ids = [BOS]
-    if tools:
-        ids.append(START_HEADER)
-        ids += encode(TOOLS_ROLE)
-        ids.append(END_HEADER)
-        ids += encode(tools_text(tools))
-        ids.append(EOS)
-    for m in messages:
-        role = m.get("role")
-        if not isinstance(role, str):
-            raise TypeError("every message needs a string role")
-        ids.append(START_HEADER)
-        ids += encode(role)
-        ids.append(END_HEADER)
-        ids += encode("\n\n" + message_text(m.get("content")))
-        for call in tool_calls(m):
-            ids += encode(call_json(call))
-        ids.append(EOS)
-    if add_generation_prompt:
-        ids.append(START_HEADER)
-        ids += encode("assistant")
-        ids.append(END_HEADER)
-        ids += encode("\n\n")
-    return ids
+    return chat_ids(messages, add_generation_prompt, tools, _served)
 
 
 def render_completion(prompt: str | Sequence[int], add_special_tokens: bool = True) -> list[int]:
     """Token ids of one completion prompt: BOS + text, or the ids as given."""
-    if isinstance(prompt, str):
-        if _served is not None:
-            t = _served.tokenizer
-            return t.encode_with_specials(prompt) if add_special_tokens else t.encode(prompt)
-        return ([BOS] if add_special_tokens else []) + encode(prompt)
-    return list(prompt)
+    return completion_ids(prompt, add_special_tokens, _served)

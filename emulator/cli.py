@@ -18,6 +18,7 @@ import sys
 from emulator.config import DEFAULT_MODEL_PATH, EmulatorConfig, Faults
 from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
+from emulator.kv_events import parse_config as parse_kv_events
 from emulator.pd_config import add_arguments as add_pd_arguments
 from emulator.pd_config import from_args as pd_from_args
 
@@ -39,6 +40,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--api-key", default=None)
     s.add_argument("--enable-request-id-headers", action="store_true",
                    help="vLLM: echo X-Request-Id on responses")  # fmt: skip
+    s.add_argument("--kv-events-config", default=None, metavar="JSON",
+                   help="vLLM's: publish KV-cache events over ZMQ (emulator/kv_events.py)")  # fmt: skip
     s.add_argument("--enable-prompt-tokens-details", "--enable-cache-report", dest="details",
                    action="store_true", help="usage.prompt_tokens_details with cached_tokens")  # fmt: skip
     s.add_argument("--enable-metrics", action=argparse.BooleanOptionalAction, default=True,
@@ -184,6 +187,9 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
     if args.time_scale <= 0:
         raise ValueError("--time-scale must be > 0")
     port = args.port if args.port is not None else (8000 if args.personality == "vllm" else 30000)
+    kv_events = parse_kv_events(args.kv_events_config)
+    if kv_events is not None and args.dp_size > 1:
+        raise ValueError("--kv-events-config: not with --data-parallel-size > 1")
     return EmulatorConfig(
         host=args.host,
         port=port,
@@ -200,6 +206,7 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
         prompt_tokens_details=args.details,
         enable_metrics=args.enable_metrics,
         dp=DpConfig(args.dp_size, args.dp_t_sync, args.dp_k),
+        kv_events=kv_events,
         faults=Faults(
             error_rate=args.error_rate,
             added_latency_ms=args.added_latency_ms,

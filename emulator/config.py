@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from emulator.dp_engine import DpConfig
 from emulator.engine import EngineConfig
+from emulator.kv_events import KvEventsConfig
 from emulator.pd_config import PdConfig
 
 VLLM_VERSION = "0.33.0"
@@ -53,6 +54,7 @@ class EmulatorConfig:
     faults: Faults = field(default_factory=Faults)
     dp: DpConfig = field(default_factory=DpConfig)  # --data-parallel-size and its step model
     pd: PdConfig | None = None  # one side of a P/D pair (--role; emulator/pd.py)
+    kv_events: KvEventsConfig | None = None  # --kv-events-config (emulator/kv_events.py)
 
     @property
     def version(self) -> str:

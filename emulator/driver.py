@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -114,6 +115,7 @@ class Driver:
         self._step_end: float | None = None  # engine time the in-flight step ends
         self._task: asyncio.Task[None] | None = None
         self._seq = 0
+        self.after_step: Callable[[], None] | None = None  # the KV-event publisher's
 
     # -- request side -------------------------------------------------------------------
 
@@ -196,6 +198,8 @@ class Driver:
         finally:
             self._step_end = None
         clock.advance_to(end)
+        if self.after_step is not None:
+            self.after_step()
         self.recorder.on_step(result)
         self._deliver(result, end)
 

@@ -75,7 +75,9 @@ see bench/engine_step.py.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from policies.clock import Clock
 
@@ -129,6 +131,8 @@ class EngineRequest:
     dp_rank: int | None = None
     # prompt tokens whose KV arrived from a remote prefill (a P/D decode server)
     remote_tokens: int = 0
+    # the prompt's token ids: only KV events read them (a stored block's tokens)
+    token_ids: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +246,9 @@ class Engine:
         self._free = config.num_kv_blocks
         self._cache: dict[int, int] = {}
         self._evictable: OrderedDict[int, None] = OrderedDict()
+        # KV-cache events (vLLM's --kv-events-config; emulator/kv_events.py drains them):
+        # ("stored", request, first block index, hashes) and ("removed", hashes); None: off
+        self.kv_events: list[tuple[Any, ...]] | None = None
         # Counters.
         self._queries = 0
         self._hits = 0
@@ -533,6 +540,8 @@ class Engine:
         if self._evictable:
             h, _ = self._evictable.popitem(last=False)
             del self._cache[h]
+            if self.kv_events is not None:
+                self.kv_events.append(("removed", (h,)))
             return True
         return False
 
@@ -542,20 +551,48 @@ class Engine:
         self._free -= plain
         evictable = self._evictable
         cache = self._cache
+        events = self.kv_events
         for _ in range(k - plain):
             h, _ = evictable.popitem(last=False)
             del cache[h]
+            if events is not None:
+                events.append(("removed", (h,)))
 
     def _register(self, s: _Seq) -> None:
         """Cache the prompt blocks this request has finished computing."""
         computed = (s.prompt + s.gen - s.todo) // self._bs
         stop = min(computed, len(s.hashes))
         cache = self._cache
+        events = self.kv_events
+        if events is not None:
+            self._register_told(s, stop, events)
+            return
         for h in s.hashes[s.registered : stop]:
             if h not in cache:  # else another request computed it too: ours stays private
                 cache[h] = 1
                 s.private -= 1
                 s.shared.append(h)
+        s.registered = max(stop, s.registered)
+
+    def _register_told(self, s: _Seq, stop: int, events: list[tuple[Any, ...]]) -> None:
+        """`_register`, telling each run of newly cached blocks as a "stored" event."""
+        cache = self._cache
+        run: list[int] = []
+        first = s.registered
+        for i in range(s.registered, stop):
+            h = s.hashes[i]
+            if h not in cache:
+                cache[h] = 1
+                s.private -= 1
+                s.shared.append(h)
+                if not run:
+                    first = i
+                run.append(h)
+            elif run:
+                events.append(("stored", s.req, first, tuple(run)))
+                run = []
+        if run:
+            events.append(("stored", s.req, first, tuple(run)))
         s.registered = max(stop, s.registered)
 
     def _release(self, s: _Seq) -> None:

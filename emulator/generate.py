@@ -121,6 +121,7 @@ async def generate(
                         finish_reason=s.outcome.finish_reason,
                         dp_rank=rank,
                         remote_tokens=s.prompt_tokens if turn is not None and turn.receives else 0,
+                        token_ids=s.token_ids,
                     ),
                     queue,
                     s.index,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,7 @@ class SeqPlan:
     max_tokens: int  # effective, fits the context
     outcome: Outcome  # how it ends: tokens the engine generates (EOS included), text, reason
     key: int = 0  # names the choice: its logprobs derive from it
+    token_ids: Sequence[int] = ()  # the prompt's ids (the engine's KV events carry a block's)
 
     @property
     def output_tokens(self) -> int:
@@ -174,7 +175,7 @@ def plan(kind: str, body: Any, headers: Mapping[str, str], info: ModelInfo) -> G
                 vllm=vllm,
             )
             key = info.output.choice_key(ids, i, b.get("seed"))
-            seqs.append(SeqPlan(p_idx * n + i, len(ids), hashes, max_tokens, out, key))
+            seqs.append(SeqPlan(p_idx * n + i, len(ids), hashes, max_tokens, out, key, ids))
     opts = opts or {}
     include_usage = bool(opts.get("include_usage"))
     rid = _request_id(b, headers, info)

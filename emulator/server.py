@@ -32,8 +32,9 @@ from emulator.chat_template import decode, render_chat, render_completion
 from emulator.config import EmulatorConfig
 from emulator.dp_engine import DpEngine
 from emulator.driver import Event
-from emulator.engine import EngineRequest
+from emulator.engine import Engine, EngineRequest
 from emulator.generate import generate
+from emulator.kv_events import Publisher
 from emulator.metrics import RequestTag
 from emulator.pd import add_pd
 from emulator.routes_sglang import sglang_routes
@@ -346,6 +347,7 @@ async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None)
     """Serve until SIGTERM/SIGINT; `ready(url)` is called once the socket listens."""
     emu = build_state(cfg)
     warm_up()  # load the tokenizer before listening, as a real server loads its model
+    publisher = _kv_events(emu, cfg)
     emu.driver.start()
     # Streams in flight get 1 s to end on SIGTERM (aiohttp would wait 60 s).
     runner = web.AppRunner(
@@ -368,6 +370,20 @@ async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None)
     finally:
         await runner.cleanup()
         await emu.driver.stop()
+        if publisher is not None:
+            publisher.close()
+
+
+def _kv_events(emu: Emulator, cfg: EmulatorConfig) -> Publisher | None:
+    """--kv-events-config: the engine tells its cache's changes, published every step."""
+    engine = emu.driver.engine
+    if cfg.kv_events is None or not isinstance(engine, Engine):
+        return None
+    publisher = Publisher(cfg.kv_events, cfg.engine.block_size)
+    events: list[tuple[Any, ...]] = []
+    engine.kv_events = events
+    emu.driver.after_step = lambda: publisher.publish(events)
+    return publisher
 
 
 def warm_up() -> None:

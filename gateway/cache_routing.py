@@ -16,6 +16,10 @@
   `x-fleetgate-overlap-weight` headers, a number >= 0 each (400 otherwise), overriding the
   pool's kv_cost (τ, ω) for this request (Dynamo's `router_config_override`).
 
+With `kv_events` on a pool (its engines publish their KV-cache events), `prefix_hashes` are
+instead chained hashes of the prompt's token ids per KV block (`token_hasher`), the chain
+the event consumer (gateway/kv_events.py) keeps the index in.
+
 Only what a configured router reads is computed (`policies.build.request_fields`): with
 the default routing none of this runs.
 """
@@ -23,18 +27,23 @@ the default routing none of this runs.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import orjson
 
+from compressor.chat_ids import chat_ids, completion_ids
+from compressor.hf_template import HFTemplate
+from compressor.template import ServedTemplate
 from gateway.errors import InvalidRequest
 from gateway.openai_request import CHAT, ParsedRequest
 from policies.events import Request
-from policies.prefix_index import byte_block_hashes
+from policies.prefix_index import byte_block_hashes, token_block_hashes
 
 PREFIX_BLOCK_BYTES = 512  # one chained hash per this many prompt bytes (~128 tokens)
 HASH_BLOCK_TOKENS = PREFIX_BLOCK_BYTES // 4  # the tokens a chunk stands for (~4 bytes each)
 MAX_SESSION_BYTES = 256
+# with kv_events, a request body longer than this is token-hashed on a thread (the driver)
+OFF_LOOP_BYTES = 8192
 SESSION_HEADER = "x-fleetgate-session"
 TEMPERATURE_HEADER = "x-fleetgate-router-temperature"
 OVERLAP_HEADER = "x-fleetgate-overlap-weight"
@@ -57,6 +66,40 @@ def prompt_hashes(parsed: ParsedRequest) -> tuple[int, ...]:
     return byte_block_hashes(prompt_bytes(parsed), PREFIX_BLOCK_BYTES)
 
 
+def token_hasher(
+    served: ServedTemplate | None, block_size: int
+) -> Callable[[ParsedRequest], tuple[int, ...]]:
+    """Prefix hashes from token ids, for pools whose engines publish KV events: the prompt
+    rendered and encoded as the engine does (compressor/chat_ids.py; `served` a real
+    model's template, else the emulated model's) and chained per `block_size` tokens —
+    the chain the event consumer rebuilds from the engines' `token_ids`. A full encode
+    per request: only with `kv_events`."""
+    template = served if isinstance(served, HFTemplate) else None
+
+    def hashes(parsed: ParsedRequest) -> tuple[int, ...]:
+        body = parsed.body
+        try:
+            if parsed.endpoint == CHAT:
+                ids = chat_ids(
+                    body.get("messages") or (),
+                    bool(body.get("add_generation_prompt", True)),
+                    body.get("tools"),
+                    template,
+                )
+            else:
+                prompt = body.get("prompt")
+                if not isinstance(prompt, str) and not (
+                    isinstance(prompt, list) and all(type(t) is int for t in prompt)
+                ):
+                    return ()  # a batch: no one chain
+                ids = completion_ids(prompt, bool(body.get("add_special_tokens", True)), template)
+        except (TypeError, ValueError, AttributeError):
+            return ()  # not renderable: the engine will say why
+        return token_block_hashes(ids, block_size)
+
+    return hashes
+
+
 def _weight(raw: bytes, header: str) -> float:
     try:
         value = float(raw.decode("ascii"))
@@ -74,10 +117,11 @@ def describe(
     session: bytes | None,
     temperature: bytes | None,
     overlap: bytes | None,
+    hasher: Callable[[ParsedRequest], tuple[int, ...]] = prompt_hashes,
 ) -> None:
     """Set the `fields` the routers read (module docstring) on the core's `request`."""
     if "prefix_hashes" in fields and not request.prefix_hashes:
-        request.prefix_hashes = prompt_hashes(parsed)
+        request.prefix_hashes = hasher(parsed)
     if "session" in fields:
         if session:
             request.session = session[:MAX_SESSION_BYTES].decode("utf-8", "replace")

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from compressor.served import load_served, parse_spec
 from gateway.apikeys import stored_form
 from gateway.config_pd import PdSettings
-from policies.build import Choice, CoreSpec, PdSpec
+from policies.build import Choice, CoreSpec, PdSpec, request_fields
 from policies.dp_config import DpGroup
 from policies.spec import PolicySpec, RoutingSpec, core_spec, describe_errors
 
@@ -153,6 +153,9 @@ class Worker(_Section):
     role: Literal["prefill", "decode"] | None = None
     # an SGLang prefill's bootstrap port (--disaggregation-bootstrap-port); None: its URL's
     bootstrap_port: int | None = Field(None, ge=1, le=65535)
+    # where this engine publishes its KV-cache events (ZMQ), overriding the pool's
+    # `kv_events.endpoint` (docs/CACHE_ROUTING.md)
+    kv_events_endpoint: str | None = Field(None, pattern=r"^(tcp|ipc)://\S+$")
 
     @field_validator("url")
     @classmethod
@@ -308,6 +311,23 @@ class KubernetesDiscovery(_Section):
         return v
 
 
+class KvEvents(_Section):
+    """The engines' KV-cache event streams (vLLM's --kv-events-config; docs/WIRE_SPEC.md
+    §8) keeping a cache-aware router's prefix index current (docs/CACHE_ROUTING.md)."""
+
+    endpoint: str = Field(
+        "tcp://{host}:5557",
+        pattern=r"^(tcp|ipc)://\S+$",
+        description="Each worker's ZMQ PUB endpoint; `{host}` is the worker URL's host"
+        " (a worker's `kv_events_endpoint` overrides it).",
+    )
+    topic: str = Field("", max_length=256, description="The engines' `topic` (a prefix).")
+    block_size: int = Field(16, ge=1, le=4096, description="The engines' KV block size.")
+    max_message_bytes: int = Field(
+        16 << 20, ge=1024, description="Larger event batches are refused (and resynchronise)."
+    )
+
+
 class Pool(_Section):
     # workers: independent replicas, per-request routing; dp_group: G data-parallel ranks
     # fed from a holding pool by an assignment policy (`dp_group`, policies/dp_config.py;
@@ -338,6 +358,9 @@ class Pool(_Section):
     # this pool's own routing policy (as the simulator's scenario pools have); None: the
     # top-level `routing`
     routing: RoutingSpec | None = None
+    # the engines publish KV-cache events: a cache-aware router's index follows them
+    # (optional, needs pyzmq: fleetgate[kv-events]); None: the index is the gateway's guess
+    kv_events: KvEvents | None = None
 
     @field_validator("tokenizer")
     @classmethod
@@ -402,6 +425,12 @@ class Telemetry(_Section):
     scrape_interval_s: float = Field(0.5, gt=0)
     stale_after_s: float = Field(2.0, gt=0)
     timeout_s: float = Field(1.0, gt=0)
+    poa_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="With a cache-aware router: how often the price-of-anarchy diagnostics"
+        " are estimated, off the event loop (docs/CACHE_ROUTING.md); 0: never.",
+    )
 
 
 class Upstream(_Section):
@@ -482,6 +511,10 @@ class GatewayConfig(PolicySpec):
     traffic: Traffic = Field(default_factory=Traffic)
     tracing: Tracing = Field(default_factory=Tracing)
 
+    def kv_events_pools(self) -> dict[str, KvEvents]:
+        """The pools whose engines publish KV-cache events (`kv_events`)."""
+        return {n: p.kv_events for n, p in self.pools.items() if p.kv_events is not None}
+
     @model_validator(mode="after")
     def _consistent(self) -> GatewayConfig:
         self._keys_name_entitlements()
@@ -502,6 +535,22 @@ class GatewayConfig(PolicySpec):
                 f"placement.short_pool: no pool named {pl.short_pool!r}"
                 f" (the pools are {', '.join(map(repr, self.pools))})"
             )
+        events = {n: p.kv_events for n, p in self.pools.items() if p.kv_events is not None}
+        for pname in events:
+            if self.pools[pname].kind != "workers":
+                raise ValueError(f"pools.{pname}.kv_events: only for a pool of kind: workers")
+        if events:
+            spec = self.core_spec()
+            for pname in events:
+                choice = spec.pool_routing.get(pname, spec.routing)
+                if "prefix_hashes" not in request_fields(CoreSpec(routing=choice)):
+                    raise ValueError(
+                        f"pools.{pname}.kv_events: the pool's router ({choice.policy}) reads"
+                        " no prefix index: use kv_cost, prefix_overlap or regime_adaptive"
+                    )
+        if len({e.block_size for e in events.values()}) > 1:
+            # a request's prefix hashes are one chain of token blocks of that size
+            raise ValueError("pools.*.kv_events.block_size: every pool's must be the same")
         for pname, pool in self.pools.items():
             try:
                 load_served(pool.tokenizer)  # once per spec (cached): the gateway uses it

@@ -160,6 +160,10 @@ class Gateway:
         )
         self.metrics.watch_dispatch(self.driver.core.dispatcher)
         self.metrics.watch_dp_groups(self.driver.core.groups)
+        if self.driver.poa is not None:  # a cache-aware router: the PoA diagnostics
+            self.driver.poa.start(loop)
+        if self.driver.kv_events is not None:  # engines' KV events feed the index
+            self.driver.kv_events.start(loop)
         # tokenizer: auto — which counter each pool uses, probed once, exported and logged
         await tokenizer_probe.settle_fleet(
             cfg, self.client, self.fleet, self.metrics, now, self.driver.fitter.engine
@@ -229,9 +233,14 @@ class Gateway:
         return await self.reloader.reload(why)
 
     async def stop(self) -> None:
-        if self.driver is None:
+        driver = self.driver
+        if driver is None:
             return
         self.driver = None
+        if driver.poa is not None:
+            await driver.poa.stop()
+        if driver.kv_events is not None:
+            await driver.kv_events.stop()
         if self.tenancy is not None:
             await self.tenancy.stop()
         if self.reloader is not None:

@@ -26,6 +26,7 @@ control interval, never per request. The hooks themselves are O(1).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from policies.poa import PaperCost, PoaResult, fit_latency, poa_calibrated, poa_paper
@@ -52,6 +53,9 @@ class PoaWindow:
     cost: PaperCost = field(default_factory=PaperCost)
     capacity: float = 64.0  # C for the fitted model (the paper's C_j)
     max_pending: int = 100_000  # requests between arrival and completion, at most
+    # which workers are this window's (a pool's); None: every worker. A request dispatched
+    # elsewhere leaves the window.
+    ours: Callable[[str], bool] | None = None
     _arrived: dict[str, float] = field(default_factory=dict)
     _dispatched: dict[str, tuple[str, int]] = field(default_factory=dict)
     _in_flight: dict[str, int] = field(default_factory=dict)
@@ -74,6 +78,10 @@ class PoaWindow:
 
     def on_dispatch(self, request: RequestInfo, worker: str, now: float) -> None:
         self._leave(request.id)  # a retry: the first attempt no longer loads its worker
+        ours = self.ours
+        if ours is not None and not ours(worker):
+            self._arrived.pop(request.id, None)
+            return
         n = self._in_flight.get(worker, 0) + 1
         self._in_flight[worker] = n
         self._dispatched[request.id] = (worker, n)
@@ -119,39 +127,56 @@ class PoaWindow:
     def paper(self, now: float, workers: list[str] | None = None) -> PoaResult | None:
         """Eq. 12 over the window (None when it is empty). `workers`: the columns (default:
         the workers the window's requests ran on)."""
-        done = self.window(now)
-        if not done:
-            return None
-        loads: dict[str, list[int]] = {w: [] for w in workers or ()}
-        for d in done:
-            loads.setdefault(d.worker, []).append(d.load)
-        n = {w: (sum(v) / len(v) if v else 0.0) for w, v in loads.items()}
-        overlap = None
-        index = self.index
-        if index is not None:
-            overlap = [
-                {w: index.overlap(w, d.hashes, now) / len(d.hashes) for w in n} if d.hashes else {}
-                for d in done
-            ]
-        return poa_paper([d.latency for d in done], n, overlap, self.cost)
+        return paper_estimate(self.window(now), now, workers, self.index, self.cost)
 
     def calibrated(self, now: float, workers: list[str] | None = None) -> PoaResult | None:
         """The calibrated estimate (None with fewer than 3 completions, or when the fit
         cannot serve the window)."""
-        done = self.window(now)
-        if len(done) < 3:
-            return None
-        if any(d.load >= self.capacity for d in done):
-            return None
-        model = fit_latency([(float(d.load), d.latency) for d in done], self.capacity)
-        columns = sorted({*(workers or ()), *(d.worker for d in done)})
-        concurrency = sum(d.load for d in done) / len(done) * len({d.worker for d in done})
-        try:
-            return poa_calibrated(
-                [d.latency for d in done],
-                [d.worker for d in done],
-                dict.fromkeys(columns, model),
-                max(concurrency, 1e-9),
-            )
-        except ValueError:
-            return None
+        return calibrated_estimate(self.window(now), workers, self.capacity)
+
+
+def paper_estimate(
+    done: Sequence[Completed],
+    now: float,
+    workers: Sequence[str] | None = None,
+    index: PrefixIndex | None = None,
+    cost: PaperCost | None = None,
+) -> PoaResult | None:
+    """Eq. 12 over a snapshot of a window (`PoaWindow.window`): n_j frozen at the mean n
+    of a worker's requests, o_qj read from `index` at `now` (None: no overlap term)."""
+    if not done:
+        return None
+    loads: dict[str, list[int]] = {w: [] for w in workers or ()}
+    for d in done:
+        loads.setdefault(d.worker, []).append(d.load)
+    n = {w: (sum(v) / len(v) if v else 0.0) for w, v in loads.items()}
+    overlap = None
+    if index is not None:
+        overlap = [
+            {w: index.overlap(w, d.hashes, now) / len(d.hashes) for w in n} if d.hashes else {}
+            for d in done
+        ]
+    return poa_paper([d.latency for d in done], n, overlap, cost or PaperCost())
+
+
+def calibrated_estimate(
+    done: Sequence[Completed], workers: Sequence[str] | None = None, capacity: float = 64.0
+) -> PoaResult | None:
+    """The calibrated estimate over a snapshot of a window (None with fewer than 3
+    completions, or when the fit cannot serve the window)."""
+    if len(done) < 3:
+        return None
+    if any(d.load >= capacity for d in done):
+        return None
+    model = fit_latency([(float(d.load), d.latency) for d in done], capacity)
+    columns = sorted({*(workers or ()), *(d.worker for d in done)})
+    concurrency = sum(d.load for d in done) / len(done) * len({d.worker for d in done})
+    try:
+        return poa_calibrated(
+            [d.latency for d in done],
+            [d.worker for d in done],
+            dict.fromkeys(columns, model),
+            max(concurrency, 1e-9),
+        )
+    except ValueError:
+        return None

@@ -44,14 +44,18 @@ _TOKEN_ROOT = 0x5EED  # hash_{-1} of a token chain: emulator/prefix.py's, so the
 _BYTE_ROOT = b"fleetgate-prefix"  # the first link's predecessor in a byte chain
 
 
-def token_block_hashes(token_ids: Sequence[int], block_size: int = 16) -> tuple[int, ...]:
+def token_block_hashes(
+    token_ids: Sequence[int], block_size: int = 16, parent: int | None = None
+) -> tuple[int, ...]:
     """Chained hashes of the full `block_size`-token blocks of `token_ids` (a partial last
     block has none: engines cache full blocks only). The engine model's scheme: Python's
-    hash of a tuple of ints is not salted, so the chain is the same in every process."""
+    hash of a tuple of ints is not salted, so the chain is the same in every process.
+    `parent`: the hash of the block before the first (None: the chain's root) — to extend
+    a chain, as an engine's KV event does."""
     if block_size < 1:
         raise ValueError("block_size: must be >= 1")
     out: list[int] = []
-    prev = _TOKEN_ROOT
+    prev = _TOKEN_ROOT if parent is None else parent
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         prev = hash((prev, tuple(token_ids[start : start + block_size])))
         out.append(prev)
@@ -90,6 +94,10 @@ class PrefixIndex:
     _workers: dict[str, OrderedDict[int, float]] = field(default_factory=dict)
     _size: int = 0
     _latest: float = float("-inf")  # the latest `now` recorded (the TTL's time without a clock)
+    # held chains need not be prefixes (`remove` took a block from inside one, or a KV-event
+    # feeder records chains piecewise): `overlap` scans from the first block instead of
+    # binary-searching
+    scan: bool = False
 
     def __post_init__(self) -> None:
         if self.block_tokens < 1:
@@ -151,6 +159,14 @@ class PrefixIndex:
             return 0
         oldest = (self.now() if now is None else now) - self.ttl_s
         get = held.get
+        if self.scan:  # the first block not held ends the prefix (as an engine's match)
+            n = 0
+            for h in block_hashes:
+                t = get(h)
+                if t is None or t < oldest:
+                    break
+                n += 1
+            return n
         t = get(block_hashes[0])
         if t is None or t < oldest:
             return 0
@@ -178,6 +194,25 @@ class PrefixIndex:
         self._workers.clear()
         self._size = 0
         self._latest = float("-inf")
+        self.scan = False
+
+    def remove(self, worker: str, block_hashes: Iterable[int]) -> int:
+        """Drop these blocks of `worker` (its engine evicted them: a KV event); returns how
+        many were held. A block's descendants may stay, but `overlap` stops at the first
+        block not held, as the engine's prefix match does."""
+        held = self._workers.get(worker)
+        if held is None:
+            return 0
+        gone = 0
+        for h in block_hashes:
+            if held.pop(h, None) is not None:
+                gone += 1
+        if gone:
+            self._size -= gone
+            self.scan = True
+            if not held:
+                del self._workers[worker]
+        return gone
 
     def forget(self, worker: str) -> int:
         """Drop everything held for `worker` (it left the pool, or its cache was reset);

@@ -997,6 +997,21 @@ def control() -> db.Dashboard:
             (f"max by (pool) (fleetgate_prefix_index_blocks{{{POOL}}})", "{{pool}}"),
         )
     )
+    d.with_panel(
+        timeseries(
+            "Price of anarchy (diagnostic)",
+            "fleetgate_routing_poa_ratio: observed latency over a model optimum for the last "
+            "window of completions — eq. 12 with the paper's constants (paper) and a cost "
+            "fitted to the window (calibrated). Regime indicators, not efficiencies: they "
+            "track latency scale and load (docs/CACHE_ROUTING.md). Estimated every "
+            "telemetry.poa_interval_s off the event loop.",
+            "short",
+            (
+                f"max by (pool, estimator) (fleetgate_routing_poa_ratio{{{POOL}}})",
+                "{{pool}} {{estimator}}",
+            ),
+        )
+    )
     d.with_row(db.Row("Disaggregated prefill/decode (kind: pd pools)"))
     d.with_panel(
         timeseries(

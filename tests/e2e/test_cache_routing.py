@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway
+from tests.e2e.fleet import MODEL, emulator, gateway_config, metric, start_gateway, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -23,6 +23,7 @@ def test_kv_cost_keeps_each_conversation_on_its_cached_prefix(fresh_procs):
         e.wait_ready()
     cfg = gateway_config([e.url for e in emus], [])
     cfg["pools"]["short"]["routing"] = {"policy": "kv_cost"}  # type: ignore[index]
+    cfg.setdefault("telemetry", {})["poa_interval_s"] = 0.2  # type: ignore[index]
     gw = start_gateway(fresh_procs, cfg)
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
     workers: dict[int, set[str]] = {}
@@ -59,6 +60,16 @@ def test_kv_cost_keeps_each_conversation_on_its_cached_prefix(fresh_procs):
     queried = metric(text, "fleetgate_prefix_index_queried_blocks_total", pool="short")
     hits = metric(text, "fleetgate_prefix_index_hit_blocks_total", pool="short")
     assert 0 < hits < queried and metric(text, "fleetgate_prefix_index_blocks") > 0
+
+    # the PoA diagnostics, estimated off the loop every 0.2 s, cover the 12 completions
+    def poa_window() -> float:
+        text = httpx.get(gw.url + "/metrics", timeout=5).text
+        return metric(text, "fleetgate_routing_poa_window_requests", pool="short")
+
+    assert wait_until(lambda: poa_window() == requests, timeout=20.0)
+    text = httpx.get(gw.url + "/metrics", timeout=5).text
+    for estimator in ("paper", "calibrated"):
+        assert metric(text, "fleetgate_routing_poa_ratio", pool="short", estimator=estimator) > 0
     # a per-request override is bounded: a bad value is a 400 naming the header
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(

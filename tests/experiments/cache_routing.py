@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -408,6 +409,47 @@ def spike(
     out["switch_s"] = switched[0] - at if switched else None
     out["regime_changes"] = sum(1 for a, b in itertools.pairwise(regimes) if a[1] != b[1])
     return out
+
+
+def quiet_hold(c: int = 48, hold_s: float = 1800.0, seed: int = 1) -> dict[str, Any]:
+    """The detector's false-alarm check (the brief's target: it never switches in a
+    30-minute hold at 0.5·C*): regime_adaptive at the paper's defaults (baseline learnt in
+    the first intervals) held at `c` on the paper's pool; the regime, L̄ and the
+    thresholds sampled every second of virtual time."""
+    regimes: list[tuple[float, int]] = []
+    smoothed: list[float] = []
+    seen: dict[str, Any] = {}
+
+    def probe(core: Any, now: float) -> None:
+        r = core.routers.get("short")
+        if r is None or not hasattr(r, "detector"):
+            return
+        d = r.detector
+        regimes.append((now, int(r.regime)))
+        if d.smoothed is not None:
+            smoothed.append(d.smoothed)
+        seen["detector"] = d
+
+    ramp_s = 10.0
+    seqs = sessions(PAPER, c, int(hold_s + ramp_s) + 8, seed)
+    sc = scenario({"policy": "regime_adaptive", "params": {}}, **PAPER_POOL)
+    shape = LoadShape(c, ramp_s=ramp_s, hold_s=hold_s, seed=seed)
+    result, _ = simulate(sc, shape, seqs, seed=seed, probe=probe)
+    m = metrics(result, ramp_s, ramp_s + hold_s)
+    d = seen.get("detector")
+    return {
+        "C": c,
+        "hold_s": hold_s,
+        "seed": seed,
+        "regime_changes": sum(1 for a, b in itertools.pairwise(regimes) if a[1] != b[1]),
+        "detector_changes": None if d is None else d.changes,
+        "max_regime": max((g for _, g in regimes), default=None),
+        "baseline": None if d is None else d.baseline,
+        "theta1": None if d is None else d.theta1,
+        "smoothed_max": max(smoothed, default=float("nan")),
+        "smoothed_median": statistics.median(smoothed) if smoothed else float("nan"),
+        **m,
+    }
 
 
 HETERO_ROUTERS = (

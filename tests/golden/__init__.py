@@ -172,14 +172,22 @@ def cache_routing_series() -> set[str]:
     """The sample names the gateway exposes only with a cache-aware router configured
     (gateway/routing_gauges.py: not in the golden list), every family's whether or not it
     has samples yet. Rules and dashboards may query these too."""
+    from types import SimpleNamespace
+
     from prometheus_client import CollectorRegistry
 
+    from gateway.kv_events import KvEventCollector
+    from gateway.poa_gauges import PoaCollector, PoaMonitor
     from gateway.routing_gauges import RoutingCollector, timed
     from policies.routing import make_router
 
     registry = CollectorRegistry(auto_describe=True)
     build = timed(lambda pool: make_router("regime_adaptive"), registry)
     registry.register(RoutingCollector({"short": build("short")}))
+    # the PoA diagnostics (gateway/poa_gauges.py) and, with `kv_events`, the event counters
+    registry.register(PoaCollector(PoaMonitor([], {}, lambda pool: [], lambda w: None)))
+    no_streams = SimpleNamespace(appliers={}, gaps={})  # the collector reads only these
+    registry.register(KvEventCollector(no_streams))  # type: ignore[arg-type]
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
     return {fam.name + s for fam in registry.collect() for s in suffixes.get(fam.type, ("",))}
 

@@ -1,5 +1,5 @@
-"""The prefix index never holds more than its bound, whatever is recorded, forgotten or
-evicted; it never claims a block that was not sent within the TTL, and while the bound has
+"""The prefix index never holds more than its bound, whatever is recorded, forgotten,
+removed (an engine's eviction, from inside a chain) or evicted; it never claims a block that was not sent within the TTL, and while the bound has
 not bitten it answers exactly what a plain model (every send remembered) answers."""
 
 import math
@@ -17,6 +17,7 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("record"), st.sampled_from("abcd"), chains, st.floats(0, 5)),
         st.tuples(st.just("forget"), st.sampled_from("abcd")),
+        st.tuples(st.just("remove"), st.sampled_from("abcd"), chains),  # an engine evicted
         st.tuples(st.just("evict"), st.floats(0, 5)),
         st.tuples(st.just("overlap"), st.sampled_from("abcd"), chains),
     ),
@@ -41,6 +42,10 @@ def test_never_over_the_bound(bound, ttl, ops):
         elif op[0] == "forget":
             ix.forget(op[1])
             sent = {k: t for k, t in sent.items() if k[0] != op[1]}
+        elif op[0] == "remove":
+            ix.remove(op[1], op[2])
+            for h in op[2]:
+                sent.pop((op[1], h), None)
         elif op[0] == "evict":
             now += op[1]
             ix.evict(now)

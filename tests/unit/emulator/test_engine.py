@@ -378,3 +378,29 @@ def test_defaults_keep_fleetopts_step() -> None:
         EngineConfig(max_num_seqs=64, max_num_batched_tokens=32)
     with pytest.raises(ValueError, match="prefill_token_s"):
         EngineConfig(prefill_token_s=-1.0)
+
+
+def test_kv_events_tell_every_cached_block_and_every_eviction():
+    """The engine's KV events (--kv-events-config) replayed in order give exactly the
+    cached blocks the engine holds, and each stored run's first index and hashes are the
+    prompt's own (what the publisher turns into vLLM's BlockStored token_ids and parent)."""
+    from emulator.prefix import block_hashes
+
+    engine, clock = make(num_kv_blocks=24, block_size=4, max_num_seqs=2, max_model_len=64)
+    events: list[tuple[object, ...]] = []
+    engine.kv_events = events
+    prompts = {f"r{i}": [i * 1000 + t for t in range(40)] for i in range(4)}
+    for rid, ids in prompts.items():
+        hashes = block_hashes(ids, 4)
+        engine.submit(EngineRequest(rid, len(ids), 4, 4, hashes, token_ids=ids))
+    run(engine, clock)
+    held: set[int] = set()
+    for e in events:
+        if e[0] == "stored":
+            _, req, first, run_hashes = e
+            assert run_hashes == req.block_hashes[first : first + len(run_hashes)]  # type: ignore[attr-defined]
+            held.update(run_hashes)  # type: ignore[arg-type]
+        else:
+            held.difference_update(e[1])  # type: ignore[arg-type]
+    assert any(e[0] == "removed" for e in events)  # 4 × 10 blocks do not fit in 24
+    assert held == set(engine._cache)

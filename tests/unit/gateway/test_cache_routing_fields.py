@@ -11,11 +11,14 @@ import sys
 
 import pytest
 
+from compressor.chat_ids import chat_ids
+from emulator.prefix import block_hashes
 from gateway import cache_routing
-from gateway.config import load_config
+from gateway.config import ConfigError, load_config
 from gateway.errors import InvalidRequest
 from gateway.openai_request import parse
-from gateway.proxy import gateway_core_spec
+from gateway.proxy import gateway_core_spec, kv_event_streams
+from gateway.workers import Fleet
 from policies.build import build_core, request_fields
 from policies.clock import ManualClock
 from policies.events import Request
@@ -106,3 +109,43 @@ def test_default_routing_reads_nothing_more():
     cfg = gateway_config(["http://127.0.0.1:1"], ["http://127.0.0.1:2"])
     spec = gateway_core_spec(load_config(data=cfg, environ={}))
     assert request_fields(spec) == frozenset()
+
+
+def test_kv_events_make_the_hashes_token_blocks_of_the_engines_size():
+    cfg = gateway_config(["http://10.0.0.5:8000", "http://127.0.0.1:2"], [])
+    short = cfg["pools"]["short"]  # type: ignore[index]
+    short["routing"] = {"policy": "kv_cost"}
+    short["kv_events"] = {"block_size": 32}
+    short["workers"][1]["kv_events_endpoint"] = "ipc:///tmp/kv-1"
+    config = load_config(data=cfg, environ={})
+    spec = gateway_core_spec(config)
+    assert spec.pool_routing["short"].params == {"hash_block_tokens": 32}
+    fleet = Fleet(config)
+    streams = kv_event_streams(config, fleet)
+    assert [s.endpoint for s in streams] == ["tcp://10.0.0.5:5557", "ipc:///tmp/kv-1"]
+    assert {s.pool for s in streams} == {"short"} and len({s.worker for s in streams}) == 2
+    # the gateway's token chain of a chat is its rendered ids' blocks: the emulator's
+    # /tokenize ids (the same renderer, compressor/chat_ids.py) chained per 32 tokens
+    parsed = chat("q")
+    ids = chat_ids(parsed.body["messages"])
+    assert cache_routing.token_hasher(None, 32)(parsed) == block_hashes(ids, 32)
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"long": {"kv_events": {"block_size": 32}}}, "kv_events.block_size"),
+        ({"short": {"kv_events": {"endpoint": "http://x"}}}, "endpoint"),
+        ({"short": {"kv_events": {"block_size": 0}}}, "block_size"),
+        ({"short": {"routing": {"policy": "least_loaded"}}}, "reads no prefix index"),
+    ],
+)
+def test_kv_events_settings_are_checked(change: dict[str, dict[str, object]], key: str):
+    cfg = gateway_config(["http://127.0.0.1:1"], ["http://127.0.0.1:2"])
+    cfg["pools"]["short"]["kv_events"] = {"block_size": 16}  # type: ignore[index]
+    cfg["routing"] = {"policy": "kv_cost"}
+    for pool, extra in change.items():
+        cfg["pools"][pool].update(extra)  # type: ignore[index]
+    with pytest.raises(ConfigError) as err:
+        load_config(data=cfg, environ={})
+    assert key in str(err.value)

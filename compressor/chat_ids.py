@@ -1,0 +1,102 @@
+"""Token ids of a prompt as the emulated model renders it (emulator/chat_template.py says
+the template): Llama-3's chat layout over cl100k with five special ids, or a real model's
+template and tokenizer (`hf:<folder>`, compressor/hf_template.py). Here, below the
+emulator, so that the gateway can compute the same ids — and so the same KV block hashes
+as the engine (a pool whose engines publish KV events, docs/CACHE_ROUTING.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from compressor.hf_template import HFTemplate
+from compressor.template import TOOLS_ROLE, call_json, tool_calls, tools_text
+from compressor.tokenizer import cl100k
+
+BOS = 100257
+EOT = 100258
+START_HEADER = 100259
+END_HEADER = 100260
+EOS = 100261  # <|eot_id|>: ends every assistant turn, the token generation stops on
+
+SPECIALS: dict[int, str] = {
+    BOS: "<|begin_of_text|>",
+    EOT: "<|end_of_text|>",
+    START_HEADER: "<|start_header_id|>",
+    END_HEADER: "<|end_header_id|>",
+    EOS: "<|eot_id|>",
+}
+
+
+def encode(text: str) -> list[int]:
+    return cl100k().encode(text)
+
+
+def message_text(content: Any) -> str:
+    """The countable text of one message's `content`."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping):
+                if part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+            else:
+                raise TypeError("content parts must be objects")
+        return "".join(parts)
+    raise TypeError("message content must be a string, a list of parts or null")
+
+
+def chat_ids(
+    messages: Sequence[Mapping[str, Any]],
+    add_generation_prompt: bool = True,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    served: HFTemplate | None = None,
+) -> list[int]:
+    """Token ids of a chat prompt under the template above (or `served`, a real model's)."""
+    if served is not None:
+        for m in messages:
+            message_text(m.get("content"))  # the same TypeError for a bad content
+        return served.tokenizer.encode(served.render(messages, tools or ()))
+    ids = [BOS]
+    if tools:
+        ids.append(START_HEADER)
+        ids += encode(TOOLS_ROLE)
+        ids.append(END_HEADER)
+        ids += encode(tools_text(tools))
+        ids.append(EOS)
+    for m in messages:
+        role = m.get("role")
+        if not isinstance(role, str):
+            raise TypeError("every message needs a string role")
+        ids.append(START_HEADER)
+        ids += encode(role)
+        ids.append(END_HEADER)
+        ids += encode("\n\n" + message_text(m.get("content")))
+        for call in tool_calls(m):
+            ids += encode(call_json(call))
+        ids.append(EOS)
+    if add_generation_prompt:
+        ids.append(START_HEADER)
+        ids += encode("assistant")
+        ids.append(END_HEADER)
+        ids += encode("\n\n")
+    return ids
+
+
+def completion_ids(
+    prompt: str | Sequence[int], add_special_tokens: bool = True, served: HFTemplate | None = None
+) -> list[int]:
+    """Token ids of one completion prompt: BOS + text, or the ids as given."""
+    if isinstance(prompt, str):
+        if served is not None:
+            t = served.tokenizer
+            return t.encode_with_specials(prompt) if add_special_tokens else t.encode(prompt)
+        return ([BOS] if add_special_tokens else []) + encode(prompt)
+    return list(prompt)
