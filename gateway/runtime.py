@@ -160,10 +160,10 @@ class Gateway:
         )
         self.metrics.watch_dispatch(self.driver.core.dispatcher)
         self.metrics.watch_dp_groups(self.driver.core.groups)
-        if self.driver.poa is not None:  # a cache-aware router: the PoA diagnostics
-            self.driver.poa.start(loop)
-        if self.driver.kv_events is not None:  # engines' KV events feed the index
-            self.driver.kv_events.start(loop)
+        if self.driver.cache.poa is not None:  # a cache-aware router: the PoA diagnostics
+            self.driver.cache.poa.start(loop)
+        if self.driver.cache.kv_events is not None:  # engines' KV events feed the index
+            self.driver.cache.kv_events.start(loop)
         # tokenizer: auto — which counter each pool uses, probed once, exported and logged
         await tokenizer_probe.settle_fleet(
             cfg, self.client, self.fleet, self.metrics, now, self.driver.fitter.engine
@@ -237,10 +237,10 @@ class Gateway:
         if driver is None:
             return
         self.driver = None
-        if driver.poa is not None:
-            await driver.poa.stop()
-        if driver.kv_events is not None:
-            await driver.kv_events.stop()
+        if driver.cache.poa is not None:
+            await driver.cache.poa.stop()
+        if driver.cache.kv_events is not None:
+            await driver.cache.kv_events.stop()
         if self.tenancy is not None:
             await self.tenancy.stop()
         if self.reloader is not None:

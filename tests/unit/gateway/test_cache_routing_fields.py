@@ -1,5 +1,5 @@
 """What the gateway fills for the cache-aware routers before the core starts a request
-(gateway/cache_routing.py), and how its composition root wires them (gateway/proxy.py
+(gateway/cache_routing.py), and how its composition root wires them (gateway/cache_wiring.py
 `gateway_core_spec`, policies/build.py)."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from compressor.chat_ids import chat_ids
 from emulator.prefix import block_hashes
 from gateway import cache_routing
+from gateway.cache_wiring import gateway_core_spec, kv_event_streams
 from gateway.config import ConfigError, load_config
 from gateway.errors import InvalidRequest
 from gateway.openai_request import parse
-from gateway.proxy import gateway_core_spec, kv_event_streams
 from gateway.workers import Fleet
 from policies.build import build_core, request_fields
 from policies.clock import ManualClock

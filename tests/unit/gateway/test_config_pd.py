@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from gateway.cache_wiring import gateway_core_spec
 from gateway.config import ConfigError, load_config
-from gateway.proxy import gateway_core_spec
 
 
 def _pd(**pool: Any) -> dict[str, Any]:
