@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
 import time
@@ -84,6 +85,9 @@ from policies.tenancy.ledger import SWEEP_MAX, Ledger, StoreConfig
 from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
 
 log = logging.getLogger("fleetgate.tenancy")
+# set in the prober's task (`RedisStore._probe`): its calls go to Redis while the breaker
+# is open, and their success does not close it (the probe does, once Redis counts all)
+_PROBING: contextvars.ContextVar[bool] = contextvars.ContextVar("probing", default=False)
 
 LOCAL = "local:"  # the prefix of a fallback grant's id when its claim named none
 FINISH_BATCH = 64  # completions sent to Redis in one round trip (one pipeline), at most
@@ -165,24 +169,32 @@ class _Live:
 
 @dataclass(slots=True)
 class CircuitBreaker:
-    """closed → (`failures` consecutive errors) → open for `cooldown_s` → half-open: one
-    probe; its success closes, its failure opens again. Calls that were in flight together
+    """closed → (`failures` consecutive errors) → open. Calls that were in flight together
     when one failed count as that one failure: a single hiccup (Redis or this host held up
     for a moment) fails every call in flight at once, and is not an outage; `failures`
-    calls failing one after another are."""
+    calls failing one after another are.
+
+    Open → closed, two ways. A started store (one that heartbeats: `prober` set) probes in
+    the background every `probe_s` (`RedisStore._probe`) and closes the breaker only once
+    Redis answers AND counts every request this replica has in flight; calls never probe.
+    Without a prober: open for `cooldown_s`, then half-open: the next call is the probe,
+    its success closes, its failure opens again."""
 
     failures: int = 3
     cooldown_s: float = 2.0
+    probe_s: float = 0.2  # with a prober: the background probe's period while open
+    prober: bool = False  # a background prober runs (set by `RedisStore.start`)
     state: str = "closed"
     errors: int = 0
     open_until: float = 0.0
     transitions: int = 0
     last_failed: float = float("-inf")  # when the last counted failure was seen
+    on_move: Callable[[str], None] | None = None  # told each new state (wakes the prober)
 
     def allow(self, now: float) -> bool:
         if self.state == "closed":
             return True
-        if self.state == "open" and now >= self.open_until:
+        if self.state == "open" and not self.prober and now >= self.open_until:
             self._move("half_open", "probing")
             return True
         return False
@@ -203,12 +215,16 @@ class CircuitBreaker:
             self._move("open", why)
 
     def retry_in(self, now: float) -> float:
+        if self.prober:
+            return self.probe_s
         return max(0.001, self.open_until - now) if self.state == "open" else self.cooldown_s
 
     def _move(self, state: str, why: str) -> None:
         log.warning("entitlement store breaker %s → %s: %s", self.state, state, why)
         self.state = state
         self.transitions += 1
+        if self.on_move is not None:
+            self.on_move(state)
 
 
 def _scaled_pool(cap: PoolCapacity, n: int) -> PoolCapacity:
@@ -269,6 +285,9 @@ class RedisStore:
     _pending_local: bool = False  # the fallback granted holds Redis has not been told of
     _registering: asyncio.Lock = field(default_factory=asyncio.Lock)
     _rejoins: int = 0
+    # pools where Redis did not know this replica alive while it ran requests there: until
+    # a registration of all of them succeeds, Redis may hold none (restarted, reaped)
+    _unknown_to: set[str] = field(default_factory=set)
     _local_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -334,7 +353,8 @@ class RedisStore:
 
     async def _call(self, script: Any, pool: str, *args: Any) -> Any:
         now = self._local_now()
-        if not self.breaker.allow(now):
+        probing = _PROBING.get()  # the prober's calls go out while the breaker is open
+        if not probing and not self.breaker.allow(now):
             raise StoreUnavailable("the entitlement store's breaker is open")
         for attempt in (1, 2):
             try:
@@ -350,7 +370,8 @@ class RedisStore:
             except (RedisError, OSError, TimeoutError) as exc:
                 self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
-            self.breaker.succeeded()
+            if not probing:  # the probe closes the breaker itself, once Redis counts all
+                self.breaker.succeeded()
             return result
         raise AssertionError("unreachable")
 
@@ -720,24 +741,34 @@ class RedisStore:
                     if self.live.get(e.claim.hold) is e:  # not ended meanwhile
                         e.in_redis = True
                 made += got
+            if not only_local:
+                self._unknown_to.discard(p)  # Redis holds all of this pool's now
         if made:
             log.warning("entitlement store: %d requests in flight registered again", made)
         return made
 
     # --- expiry ----------------------------------------------------------------------
-    async def heartbeat(self, replica: str) -> tuple[str, ...]:
+    async def heartbeat(self, replica: str, strict: bool = False) -> tuple[str, ...]:
+        """Tell Redis this replica is alive, and register what it runs that Redis lacks:
+        all of it in a pool where Redis did not know it alive (restarted empty, or its
+        heartbeat lapsed: kept in `_unknown_to` until a registration of all succeeded),
+        else what the fallback granted. `strict`: raise when that registration cannot be
+        made (the probe must not close the breaker then)."""
         self._forget_expired()
         alive, named = 1, []
         for pool in self.capacities:
             count, lapsed, notes = await self._beat(pool, replica)
             alive = max(alive, count)
             named += notes
+            if lapsed and any(e.claim.pool == pool for e in self.live.values()):
+                self._unknown_to.add(pool)
             unregistered = any(not e.in_redis for e in self.live.values())
-            if (lapsed and self.live) or unregistered:
+            if pool in self._unknown_to or unregistered:
                 try:
-                    await self.register_live(pool, only_local=not lapsed)
+                    await self.register_live(pool, only_local=pool not in self._unknown_to)
                 except StoreUnavailable:
-                    await self.recover()
+                    if not await self.recover() and strict:
+                        raise
         self.live_replicas = alive
         return tuple(named)
 
@@ -757,16 +788,54 @@ class RedisStore:
             del self.live[hold]
 
     def start(self, replica: str) -> None:
-        """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`."""
+        """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`; while the breaker
+        is open, probe Redis every `breaker.probe_s` instead (`_probe`)."""
         self._replica = replica
+        opened = asyncio.Event()
+        self.breaker.prober = True
+        self.breaker.on_move = lambda state: opened.set() if state == "open" else None
 
         async def beat() -> None:
             while True:
-                with contextlib.suppress(StoreUnavailable):
-                    self._noticed(list(await self.heartbeat(replica)))
-                await asyncio.sleep(self.config.heartbeat_ttl_s / 3)
+                opened.clear()
+                if self.breaker.state == "closed":
+                    with contextlib.suppress(StoreUnavailable):
+                        self._noticed(list(await self.heartbeat(replica)))
+                    period = self.config.heartbeat_ttl_s / 3
+                else:
+                    await self._probe(replica)
+                    period = self.breaker.probe_s
+                if self.breaker.state != "closed":
+                    period = min(period, self.breaker.probe_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(opened.wait(), period)  # or woken: it opened
 
         self._beater = asyncio.get_running_loop().create_task(beat())
+
+    async def _probe(self, replica: str) -> bool:
+        """The breaker is open: is Redis back? One heartbeat per pool, sent past the
+        breaker (every `probe_s`, however long the cooldown: for as long as the breaker is
+        open this replica admits on its local share while the others admit up to the limit
+        in Redis, so it must rejoin as soon as Redis answers). The heartbeat registers what
+        this replica runs that Redis lacks — all of it when Redis did not know it alive
+        (restarted empty: the pools published again first, `recover`), else what the
+        fallback granted — and only once Redis holds every request in flight is the
+        breaker closed: Redis grants nothing new to this replica before it counts what
+        it runs. (Requests the fallback grants during the probe are registered by the
+        first reserve after, `_register_pending`.) False: not yet (the breaker stays
+        open, the next probe in `probe_s`)."""
+        token = _PROBING.set(True)
+        try:
+            self._noticed(list(await self.heartbeat(replica, strict=True)))
+            if any(not e.in_redis and not e.sending for e in self.live.values()):
+                await self.register_live(only_local=True)  # raises if Redis cannot yet
+        except StoreUnavailable:
+            return False
+        finally:
+            _PROBING.reset(token)
+        self._pending_local = any(not e.in_redis for e in self.live.values())
+        self.breaker.succeeded()
+        return True
 
     async def expire(self) -> int:
         gone = 0

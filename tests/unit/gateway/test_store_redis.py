@@ -486,3 +486,76 @@ async def test_a_hiccup_is_refused_not_admitted_outside_redis():
         await s.close()
     finally:
         ps.close()
+
+
+async def _until(ok, timeout_s: float) -> bool:
+    """Poll `ok()` until it holds or `timeout_s` has passed (an observable, not a sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not ok():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_a_replica_rejoins_redis_as_soon_as_it_answers_counting_what_it_runs_first():
+    """issue 23, the limit within 2 s after a fault: Redis stalled (SIGSTOP) while replica A
+    runs 2 requests Redis granted; A's breaker opens and A admits on its share (⌊10 / 2⌋ =
+    5: 3 more, locally). When Redis runs again, A's background probe closes the breaker
+    long before its cooldown (an hour here) — and only once Redis holds all 5 of A's
+    requests. So replica B, on Redis, is granted the 5 left of r_e = 10, never 10. (Before:
+    A stayed open for the whole cooldown — 2 s by default — admitting on its share while B
+    filled the limit in Redis: up to 12 against 8 in the fault test's "to +2 s" window.)"""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    a = b = None
+    try:
+        proc = ps.redis()
+        url = f"redis://127.0.0.1:{proc.port}/0"
+        a = await _store(url, expected_replicas=2,
+                         breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        a.timeout_s = 0.2
+        b = RedisStore.from_url(url, timeout_s=2.0, prefix=a.prefix)
+        a.start("rA")
+        closed_with: list[list[str]] = []  # A's requests Redis did not hold when it closed
+        tell = a.breaker.on_move
+
+        def moved(state: str) -> None:
+            if state == "closed":
+                closed_with.append([h for h, e in a.live.items() if not e.in_redis])
+            if tell is not None:
+                tell(state)
+
+        a.breaker.on_move = moved
+        held = [await a.reserve(_own(i, replica="rA")) for i in range(2)]
+        assert all(isinstance(v, Granted) for v in held) and a.degraded_admissions == 0
+        proc.kill(signal.SIGSTOP)
+        try:
+            local = [await a.reserve(_own(i, replica="rA")) for i in range(2, 6)]
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert a.breaker.state == "open"
+        assert [isinstance(v, Granted) for v in local] == [True, True, True, False]
+        assert a.degraded_admissions == 3 and len(a.live) == 5
+        # Redis runs again: A's probe closes the breaker, not the hour's cooldown
+        assert await _until(lambda: a.breaker.state == "closed", 10.0), a.breaker
+        assert closed_with == [[]]  # every request A runs was in Redis before it closed
+        await a.drained()  # the reserve that timed out ran when Redis resumed: cancelled
+        view = await b.view("p")
+        assert view.holds == 5 and view.in_flight == 5
+        verdicts = [await b.reserve(_own(10 + i, replica="rB")) for i in range(8)]
+        granted = [v for v in verdicts if isinstance(v, Granted)]
+        refused = {v.check for v in verdicts if isinstance(v, Denied)}
+        assert refused <= {Check.CONCURRENCY, Check.STORE_UNAVAILABLE}
+        assert len(granted) <= 5  # A's 5 + B's ≤ r_e = 10: the limit, at once
+        if Check.STORE_UNAVAILABLE not in refused:  # nothing timed out: the limit, exactly
+            assert len(granted) == 5
+    finally:
+        for s in (a, b):
+            if s is not None:
+                await s.close()
+        ps.close()
