@@ -20,9 +20,12 @@ Redis unreachable — a per-class posture, never a hang, and a stated bound:
 - a deadline does not count time this process did not run (`RedisDeadline`): a replica
   held up past a call's timeout takes the answer waiting in its socket;
 - a circuit breaker opens after `failures` consecutive errors (calls in flight together
-  count once) and for `cooldown_s` sends nothing to Redis (no latency spent on a dead
-  server), then lets one probe through; a call that fails while it is closed is refused
-  (429 `store_unavailable`), never admitted outside Redis: Redis is not judged away;
+  count once); while it is open no request waits on Redis: a background probe (the
+  heartbeat, every `probe_s`) finds Redis back and closes it — only once Redis holds every
+  request this replica runs (`_probe`), so Redis never grants past what it counts (a store
+  not started, with no heartbeat: open for `cooldown_s`, then one call probes); a call that
+  fails while it is closed is refused (429 `store_unavailable`), never admitted outside
+  Redis: Redis is not judged away;
 - while it is open a request of a class that *fails open* is admitted
   against a local ledger whose pools and entitlements are the shared ones divided by n =
   the larger of the replica count the heartbeat last saw and `expected_replicas` (the
