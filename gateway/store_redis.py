@@ -462,6 +462,7 @@ class RedisStore:
                 self._pending_local = any(not e.in_redis for e in self.live.values())
 
     async def _reserve_or_fallback(self, claim: Claim) -> Verdict:
+        _PROBING.set(False)  # its own task: not the probe's, even if one made it
         await self._register_pending()
         for attempt in (1, 2):
             try:
@@ -647,6 +648,7 @@ class RedisStore:
         clear, and a hold released late is a slot refused for nothing); while Redis is
         away, retried until acknowledged — or until the hold would have expired by its
         TTL anyway (then dropped: the TTL gives it back)."""
+        _PROBING.set(False)  # its own task: not the probe's, even if one made it
         while self._outbox:
             batch = list(itertools.islice(self._outbox, FINISH_BATCH))
             try:

@@ -584,3 +584,63 @@ async def test_a_replica_rejoins_redis_as_soon_as_it_answers_counting_what_it_ru
             if s is not None:
                 await s.close()
         ps.close()
+
+
+async def test_a_replica_away_while_redis_restarted_empty_rejoins_with_all_it_runs():
+    """Redis SIGKILLed and restarted empty on its port while replica A runs 2 requests it
+    granted and 2 its fallback granted: A's probe finds Redis without the pool, publishes
+    it again, registers all 4 — and only then closes the breaker (long before its hour's
+    cooldown); a completion from before the restart releases its own hold only."""
+    import signal
+
+    from tests.experiments.token_pools_faults import start_redis
+    from tests.procs import Procs
+
+    ps = Procs()
+    a = None
+    try:
+        port = free_port()
+        proc = start_redis(ps, port, "redis")
+        url = f"redis://127.0.0.1:{port}/0"
+        a = await _store(url, expected_replicas=2,
+                         breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        a.timeout_s = 0.2
+        store = a
+
+        async def republish() -> None:
+            await store.define_pool("p", POOL)
+            await store.put_entitlement(G, 333.0)
+            await store.put_entitlement(S, 0.3)
+
+        a.republish = republish
+        a.start("rA")
+        closed_with: list[list[str]] = []
+        tell = a.breaker.on_move
+
+        def moved(state: str) -> None:
+            if state == "closed":
+                closed_with.append([h for h, e in store.live.items() if not e.in_redis])
+            if tell is not None:
+                tell(state)
+
+        a.breaker.on_move = moved
+        held = [await a.reserve(_own(i, replica="rA")) for i in range(2)]
+        assert all(isinstance(v, Granted) for v in held)
+        proc.kill(signal.SIGKILL)
+        assert proc.popen is not None
+        proc.popen.wait(5)
+        local = [await a.reserve(_own(i, replica="rA")) for i in range(2, 4)]
+        assert all(isinstance(v, Granted) for v in local) and a.degraded_admissions == 2
+        assert a.breaker.state == "open"
+        start_redis(ps, port, "redis2")  # empty
+        assert await _until(lambda: a.breaker.state == "closed", 10.0), a.breaker
+        assert closed_with == [[]]
+        view = await a.view("p")
+        assert view.holds == 4 and view.in_flight == 4  # all A runs, counted
+        a.finish_soon("p", held[0].reservation, 10, None)  # from before the restart
+        await a.drained()
+        assert (await a.view("p")).in_flight == 3
+    finally:
+        if a is not None:
+            await a.close()
+        ps.close()
