@@ -543,7 +543,8 @@ class RedisStore:
             if self._rejoins != seen:
                 return True
             try:
-                self._noticed(list(await self.heartbeat(self._replica)))
+                # strict: a registration that failed must not let the reserve through
+                self._noticed(list(await self.heartbeat(self._replica, strict=True)))
             except StoreUnavailable:
                 return False
             self._rejoins += 1
