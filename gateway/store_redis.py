@@ -291,6 +291,9 @@ class RedisStore:
     # pools where Redis did not know this replica alive while it ran requests there: until
     # a registration of all of them succeeds, Redis may hold none (restarted, reaped)
     _unknown_to: set[str] = field(default_factory=set)
+    rejoin_window_s: float | None = None  # `rejoin_s`; None: from the probe and timeout
+    # until then (local clock) a reserve must fit this replica's share too (`_within_share`)
+    _share_until: float = float("-inf")
     _local_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -374,9 +377,16 @@ class RedisStore:
                 self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
             if not probing:  # the probe closes the breaker itself, once Redis counts all
-                self.breaker.succeeded()
+                self._answered()
             return result
         raise AssertionError("unreachable")
+
+    def _answered(self) -> None:
+        """A call Redis answered (not the probe's): after failures, Redis is back for
+        this replica, and the others may not have found it yet (`_within_share`)."""
+        if self.breaker.errors:
+            self._share_until = self._local_now() + self.rejoin_s
+        self.breaker.succeeded()
 
     async def _drop_idle_connections(self) -> None:
         with contextlib.suppress(Exception):
@@ -461,9 +471,49 @@ class RedisStore:
                 await self.register_live(only_local=True)
                 self._pending_local = any(not e.in_redis for e in self.live.values())
 
+    @property
+    def rejoin_s(self) -> float:
+        """How long a replica keeps to its share after Redis answered it again: the time
+        the others' probes take to find Redis too (by default two probe periods and a
+        timeout)."""
+        if self.rejoin_window_s is not None:
+            return self.rejoin_window_s
+        return 2 * self.breaker.probe_s + self.timeout_s
+
+    def _within_share(self, claim: Claim) -> Verdict | None:
+        """Right after Redis came back (until `_share_until`) the other replicas may still
+        admit on their local shares, not yet counted in Redis: a reserve must then fit
+        this replica's share too — held in the local ledger before Redis is asked, so that
+        reserves in flight together see each other. None: no share to keep (or no id)."""
+        now = self._local_now()
+        if now >= self._share_until or not claim.hold or claim.hold in self.live:
+            return None
+        verdict = self._local_ledger(now).reserve(claim, now)
+        if isinstance(verdict, Denied) and verdict.check is Check.UNKNOWN:
+            return None
+        return verdict
+
+    def _drop_share(self, claim: Claim) -> None:
+        """The placeholder `_within_share` held, given back (Redis did not grant it)."""
+        if claim.hold and claim.hold not in self.live:
+            now = self._local_now()
+            self.local.settle(claim.pool, claim.hold, 0, None, now)  # its tokens refunded
+            self.local.release(claim.pool, claim.hold)
+
     async def _reserve_or_fallback(self, claim: Claim) -> Verdict:
         _PROBING.set(False)  # its own task: not the probe's, even if one made it
         await self._register_pending()
+        share = self._within_share(claim)
+        if isinstance(share, Denied):
+            return share
+        verdict = await self._ask_redis(claim, share is not None)
+        if share is not None and not (
+            isinstance(verdict, Granted) and verdict.reservation == claim.hold
+        ):
+            self._drop_share(claim)
+        return verdict
+
+    async def _ask_redis(self, claim: Claim, placeholder: bool) -> Verdict:
         for attempt in (1, 2):
             try:
                 raw = await self._call(
@@ -484,6 +534,8 @@ class RedisStore:
                     len(self.live) if self._replica else 0,
                 )
             except StoreUnavailable as exc:
+                if placeholder:  # the fallback counts this replica's share itself
+                    self._drop_share(claim)
                 if exc.sent and claim.hold:
                     # Redis may run it yet (stalled, the answer lost): cancelled by its id,
                     # and a local grant takes another id (it is registered when Redis is back)
@@ -695,7 +747,7 @@ class RedisStore:
                 self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
             break
-        self.breaker.succeeded()
+        self._answered()
         for (_, pool, hold, used, latency), out in zip(batch, results, strict=True):
             if isinstance(out, NoScriptError):  # Redis restarted: the script loads again
                 await self._finish_call(pool, hold, used, latency, release=True)
@@ -840,6 +892,7 @@ class RedisStore:
         finally:
             _PROBING.reset(token)
         self._pending_local = any(not e.in_redis for e in self.live.values())
+        self._share_until = self._local_now() + self.rejoin_s
         self.breaker.succeeded()
         return True
 

@@ -644,3 +644,53 @@ async def test_a_replica_away_while_redis_restarted_empty_rejoins_with_all_it_ru
         if a is not None:
             await a.close()
         ps.close()
+
+
+async def test_a_replica_back_first_keeps_to_its_share_while_the_others_may_not_be():
+    """Redis stalled with both replicas on their local shares (⌊10 / 2⌋ = 5 each): A runs
+    1 request, B 5, and Redis counts none of B's. A's probe finds Redis first; B has not
+    yet (its breaker stays open here). For its rejoin window A's reserves must fit its
+    share as well as Redis's limit: A is granted 4 more in Redis, not the 9 Redis alone
+    would grant — the fleet runs 10, the limit, not 14."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    a = b = None
+    try:
+        proc = ps.redis()
+        url = f"redis://127.0.0.1:{proc.port}/0"
+        a = await _store(url, expected_replicas=2, rejoin_window_s=3600.0,
+                         breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        b = RedisStore.from_url(url, timeout_s=0.2, prefix=a.prefix, expected_replicas=2,
+                                breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        b.capacities, b.definitions = dict(a.capacities), dict(a.definitions)
+        a.timeout_s = 0.2
+        a.start("rA")
+        proc.kill(signal.SIGSTOP)
+        try:
+            on_a = await a.reserve(_own(0, replica="rA"))
+            on_b = [await b.reserve(_own(10 + i, replica="rB")) for i in range(6)]
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert isinstance(on_a, Granted) and a.degraded_admissions == 1
+        assert [isinstance(v, Granted) for v in on_b] == [True] * 5 + [False]
+        assert b.breaker.state == "open"  # B has not found Redis back (no probe here)
+        assert await _until(lambda: a.breaker.state == "closed", 10.0), a.breaker
+        more = [await a.reserve(_own(i, replica="rA")) for i in range(1, 10)]
+        granted = [v for v in more if isinstance(v, Granted)]
+        refused = {v.check for v in more if isinstance(v, Denied)}
+        assert refused <= {Check.CONCURRENCY, Check.STORE_UNAVAILABLE}
+        assert len(granted) <= 4  # A's share: 1 + 4; with B's 5, the limit of 10
+        if Check.STORE_UNAVAILABLE not in refused:
+            assert len(granted) == 4
+        assert a.degraded_admissions == 1  # the 4 are Redis's grants
+        await a.drained()
+        view = await a.view("p")
+        assert view.in_flight == 1 + len(granted)  # Redis counts A's, not yet B's
+    finally:
+        for s in (a, b):
+            if s is not None:
+                await s.close()
+        ps.close()
