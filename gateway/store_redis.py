@@ -44,6 +44,10 @@ Redis unreachable — a per-class posture, never a hang, and a stated bound:
   answered `replica_unknown` and registers them (one heartbeat) before it asks again; the
   first reserve after an outage registers the fallback's grants first (`register_live`):
   Redis counts every request running again, not only those admitted after it came back;
+  and for `rejoin_s` after Redis answers it again (the time the other replicas' probes
+  take to find it: until then they admit on their shares, uncounted in Redis) a reserve
+  must fit this replica's share too (`_within_share`), so the fleet holds L, not L plus
+  the others' shares;
 - hold ids are the replica's own (`<replica run id>#<counter>`, set by the admitter):
   never reused across Redis's lifetimes, so a completion from before a restart cannot
   release a hold granted after it; a reserve that timed out (Redis stalled: it may still
