@@ -269,6 +269,7 @@ class RedisStore:
     live_replicas: int = 0  # the last count a heartbeat saw (0: never saw Redis)
     # the fallback's divisor when it never saw Redis, and its floor: the replicas expected
     expected_replicas: int = 1
+    rejoin_window_s: float | None = None  # `rejoin_s`; None: from the probe and timeout
     local: Ledger = field(init=False)
     capacities: dict[str, PoolCapacity] = field(default_factory=dict)
     definitions: dict[tuple[str, str], tuple[Entitlement, float]] = field(default_factory=dict)
@@ -295,7 +296,6 @@ class RedisStore:
     # pools where Redis did not know this replica alive while it ran requests there: until
     # a registration of all of them succeeds, Redis may hold none (restarted, reaped)
     _unknown_to: set[str] = field(default_factory=set)
-    rejoin_window_s: float | None = None  # `rejoin_s`; None: from the probe and timeout
     # until then (local clock) a reserve must fit this replica's share too (`_within_share`)
     _share_until: float = float("-inf")
     _local_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
