@@ -860,13 +860,15 @@ class RedisStore:
         async def beat() -> None:
             while True:
                 opened.clear()
-                if self.breaker.state == "closed":
-                    with contextlib.suppress(StoreUnavailable):
-                        self._noticed(list(await self.heartbeat(replica)))
-                    period = self.config.heartbeat_ttl_s / 3
-                else:
-                    await self._probe(replica)
-                    period = self.breaker.probe_s
+                period = self.config.heartbeat_ttl_s / 3
+                try:
+                    if self.breaker.state == "closed":
+                        with contextlib.suppress(StoreUnavailable):
+                            self._noticed(list(await self.heartbeat(replica)))
+                    else:
+                        await self._probe(replica)
+                except Exception:  # never ends: only the probe closes the breaker
+                    log.exception("entitlement store: heartbeat failed")
                 if self.breaker.state != "closed":
                     period = min(period, self.breaker.probe_s)
                 with contextlib.suppress(TimeoutError):
