@@ -20,9 +20,12 @@ Redis unreachable — a per-class posture, never a hang, and a stated bound:
 - a deadline does not count time this process did not run (`RedisDeadline`): a replica
   held up past a call's timeout takes the answer waiting in its socket;
 - a circuit breaker opens after `failures` consecutive errors (calls in flight together
-  count once) and for `cooldown_s` sends nothing to Redis (no latency spent on a dead
-  server), then lets one probe through; a call that fails while it is closed is refused
-  (429 `store_unavailable`), never admitted outside Redis: Redis is not judged away;
+  count once); while it is open no request waits on Redis: a background probe (the
+  heartbeat, every `probe_s`) finds Redis back and closes it — only once Redis holds every
+  request this replica runs (`_probe`), so Redis never grants past what it counts (a store
+  not started, with no heartbeat: open for `cooldown_s`, then one call probes); a call that
+  fails while it is closed is refused (429 `store_unavailable`), never admitted outside
+  Redis: Redis is not judged away;
 - while it is open a request of a class that *fails open* is admitted
   against a local ledger whose pools and entitlements are the shared ones divided by n =
   the larger of the replica count the heartbeat last saw and `expected_replicas` (the
@@ -41,6 +44,10 @@ Redis unreachable — a per-class posture, never a hang, and a stated bound:
   answered `replica_unknown` and registers them (one heartbeat) before it asks again; the
   first reserve after an outage registers the fallback's grants first (`register_live`):
   Redis counts every request running again, not only those admitted after it came back;
+  and for `rejoin_s` after Redis answers it again (the time the other replicas' probes
+  take to find it: until then they admit on their shares, uncounted in Redis) a reserve
+  must fit this replica's share too (`_within_share`), so the fleet holds L, not L plus
+  the others' shares;
 - hold ids are the replica's own (`<replica run id>#<counter>`, set by the admitter):
   never reused across Redis's lifetimes, so a completion from before a restart cannot
   release a hold granted after it; a reserve that timed out (Redis stalled: it may still
@@ -60,6 +67,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
 import time
@@ -84,6 +92,9 @@ from policies.tenancy.ledger import SWEEP_MAX, Ledger, StoreConfig
 from policies.tenancy.verdict import Check, Claim, Denied, Granted, Verdict
 
 log = logging.getLogger("fleetgate.tenancy")
+# set in the prober's task (`RedisStore._probe`): its calls go to Redis while the breaker
+# is open, and their success does not close it (the probe does, once Redis counts all)
+_PROBING: contextvars.ContextVar[bool] = contextvars.ContextVar("probing", default=False)
 
 LOCAL = "local:"  # the prefix of a fallback grant's id when its claim named none
 FINISH_BATCH = 64  # completions sent to Redis in one round trip (one pipeline), at most
@@ -165,24 +176,32 @@ class _Live:
 
 @dataclass(slots=True)
 class CircuitBreaker:
-    """closed → (`failures` consecutive errors) → open for `cooldown_s` → half-open: one
-    probe; its success closes, its failure opens again. Calls that were in flight together
+    """closed → (`failures` consecutive errors) → open. Calls that were in flight together
     when one failed count as that one failure: a single hiccup (Redis or this host held up
     for a moment) fails every call in flight at once, and is not an outage; `failures`
-    calls failing one after another are."""
+    calls failing one after another are.
+
+    Open → closed, two ways. A started store (one that heartbeats: `prober` set) probes in
+    the background every `probe_s` (`RedisStore._probe`) and closes the breaker only once
+    Redis answers AND counts every request this replica has in flight; calls never probe.
+    Without a prober: open for `cooldown_s`, then half-open: the next call is the probe,
+    its success closes, its failure opens again."""
 
     failures: int = 3
     cooldown_s: float = 2.0
+    probe_s: float = 0.2  # with a prober: the background probe's period while open
+    prober: bool = False  # a background prober runs (set by `RedisStore.start`)
     state: str = "closed"
     errors: int = 0
     open_until: float = 0.0
     transitions: int = 0
     last_failed: float = float("-inf")  # when the last counted failure was seen
+    on_move: Callable[[str], None] | None = None  # told each new state (wakes the prober)
 
     def allow(self, now: float) -> bool:
         if self.state == "closed":
             return True
-        if self.state == "open" and now >= self.open_until:
+        if self.state == "open" and not self.prober and now >= self.open_until:
             self._move("half_open", "probing")
             return True
         return False
@@ -203,12 +222,16 @@ class CircuitBreaker:
             self._move("open", why)
 
     def retry_in(self, now: float) -> float:
+        if self.prober:
+            return self.probe_s
         return max(0.001, self.open_until - now) if self.state == "open" else self.cooldown_s
 
     def _move(self, state: str, why: str) -> None:
         log.warning("entitlement store breaker %s → %s: %s", self.state, state, why)
         self.state = state
         self.transitions += 1
+        if self.on_move is not None:
+            self.on_move(state)
 
 
 def _scaled_pool(cap: PoolCapacity, n: int) -> PoolCapacity:
@@ -246,6 +269,7 @@ class RedisStore:
     live_replicas: int = 0  # the last count a heartbeat saw (0: never saw Redis)
     # the fallback's divisor when it never saw Redis, and its floor: the replicas expected
     expected_replicas: int = 1
+    rejoin_window_s: float | None = None  # `rejoin_s`; None: from the probe and timeout
     local: Ledger = field(init=False)
     capacities: dict[str, PoolCapacity] = field(default_factory=dict)
     definitions: dict[tuple[str, str], tuple[Entitlement, float]] = field(default_factory=dict)
@@ -269,6 +293,11 @@ class RedisStore:
     _pending_local: bool = False  # the fallback granted holds Redis has not been told of
     _registering: asyncio.Lock = field(default_factory=asyncio.Lock)
     _rejoins: int = 0
+    # pools where Redis did not know this replica alive while it ran requests there: until
+    # a registration of all of them succeeds, Redis may hold none (restarted, reaped)
+    _unknown_to: set[str] = field(default_factory=set)
+    # until then (local clock) a reserve must fit this replica's share too (`_within_share`)
+    _share_until: float = float("-inf")
     _local_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self) -> None:
@@ -334,7 +363,8 @@ class RedisStore:
 
     async def _call(self, script: Any, pool: str, *args: Any) -> Any:
         now = self._local_now()
-        if not self.breaker.allow(now):
+        probing = _PROBING.get()  # the prober's calls go out while the breaker is open
+        if not probing and not self.breaker.allow(now):
             raise StoreUnavailable("the entitlement store's breaker is open")
         for attempt in (1, 2):
             try:
@@ -350,9 +380,17 @@ class RedisStore:
             except (RedisError, OSError, TimeoutError) as exc:
                 self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
-            self.breaker.succeeded()
+            if not probing:  # the probe closes the breaker itself, once Redis counts all
+                self._answered()
             return result
         raise AssertionError("unreachable")
+
+    def _answered(self) -> None:
+        """A call Redis answered (not the probe's): after failures, Redis is back for
+        this replica, and the others may not have found it yet (`_within_share`)."""
+        if self.breaker.errors:
+            self._share_until = self._local_now() + self.rejoin_s
+        self.breaker.succeeded()
 
     async def _drop_idle_connections(self) -> None:
         with contextlib.suppress(Exception):
@@ -437,8 +475,49 @@ class RedisStore:
                 await self.register_live(only_local=True)
                 self._pending_local = any(not e.in_redis for e in self.live.values())
 
+    @property
+    def rejoin_s(self) -> float:
+        """How long a replica keeps to its share after Redis answered it again: the time
+        the others' probes take to find Redis too (by default two probe periods and a
+        timeout)."""
+        if self.rejoin_window_s is not None:
+            return self.rejoin_window_s
+        return 2 * self.breaker.probe_s + self.timeout_s
+
+    def _within_share(self, claim: Claim) -> Verdict | None:
+        """Right after Redis came back (until `_share_until`) the other replicas may still
+        admit on their local shares, not yet counted in Redis: a reserve must then fit
+        this replica's share too — held in the local ledger before Redis is asked, so that
+        reserves in flight together see each other. None: no share to keep (or no id)."""
+        now = self._local_now()
+        if now >= self._share_until or not claim.hold or claim.hold in self.live:
+            return None
+        verdict = self._local_ledger(now).reserve(claim, now)
+        if isinstance(verdict, Denied) and verdict.check is Check.UNKNOWN:
+            return None
+        return verdict
+
+    def _drop_share(self, claim: Claim) -> None:
+        """The placeholder `_within_share` held, given back (Redis did not grant it)."""
+        if claim.hold and claim.hold not in self.live:
+            now = self._local_now()
+            self.local.settle(claim.pool, claim.hold, 0, None, now)  # its tokens refunded
+            self.local.release(claim.pool, claim.hold)
+
     async def _reserve_or_fallback(self, claim: Claim) -> Verdict:
+        _PROBING.set(False)  # its own task: not the probe's, even if one made it
         await self._register_pending()
+        share = self._within_share(claim)
+        if isinstance(share, Denied):
+            return share
+        verdict = await self._ask_redis(claim, share is not None)
+        if share is not None and not (
+            isinstance(verdict, Granted) and verdict.reservation == claim.hold
+        ):
+            self._drop_share(claim)
+        return verdict
+
+    async def _ask_redis(self, claim: Claim, placeholder: bool) -> Verdict:
         for attempt in (1, 2):
             try:
                 raw = await self._call(
@@ -459,6 +538,8 @@ class RedisStore:
                     len(self.live) if self._replica else 0,
                 )
             except StoreUnavailable as exc:
+                if placeholder:  # the fallback counts this replica's share itself
+                    self._drop_share(claim)
                 if exc.sent and claim.hold:
                     # Redis may run it yet (stalled, the answer lost): cancelled by its id,
                     # and a local grant takes another id (it is registered when Redis is back)
@@ -518,7 +599,8 @@ class RedisStore:
             if self._rejoins != seen:
                 return True
             try:
-                self._noticed(list(await self.heartbeat(self._replica)))
+                # strict: a registration that failed must not let the reserve through
+                self._noticed(list(await self.heartbeat(self._replica, strict=True)))
             except StoreUnavailable:
                 return False
             self._rejoins += 1
@@ -623,6 +705,7 @@ class RedisStore:
         clear, and a hold released late is a slot refused for nothing); while Redis is
         away, retried until acknowledged — or until the hold would have expired by its
         TTL anyway (then dropped: the TTL gives it back)."""
+        _PROBING.set(False)  # its own task: not the probe's, even if one made it
         while self._outbox:
             batch = list(itertools.islice(self._outbox, FINISH_BATCH))
             try:
@@ -668,7 +751,7 @@ class RedisStore:
                 self.breaker.failed(self._local_now(), f"{type(exc).__name__}: {exc}", now)
                 raise StoreUnavailable(str(exc) or type(exc).__name__, sent=True) from exc
             break
-        self.breaker.succeeded()
+        self._answered()
         for (_, pool, hold, used, latency), out in zip(batch, results, strict=True):
             if isinstance(out, NoScriptError):  # Redis restarted: the script loads again
                 await self._finish_call(pool, hold, used, latency, release=True)
@@ -720,24 +803,34 @@ class RedisStore:
                     if self.live.get(e.claim.hold) is e:  # not ended meanwhile
                         e.in_redis = True
                 made += got
+            if not only_local:
+                self._unknown_to.discard(p)  # Redis holds all of this pool's now
         if made:
             log.warning("entitlement store: %d requests in flight registered again", made)
         return made
 
     # --- expiry ----------------------------------------------------------------------
-    async def heartbeat(self, replica: str) -> tuple[str, ...]:
+    async def heartbeat(self, replica: str, strict: bool = False) -> tuple[str, ...]:
+        """Tell Redis this replica is alive, and register what it runs that Redis lacks:
+        all of it in a pool where Redis did not know it alive (restarted empty, or its
+        heartbeat lapsed: kept in `_unknown_to` until a registration of all succeeded),
+        else what the fallback granted. `strict`: raise when that registration cannot be
+        made (the probe must not close the breaker then)."""
         self._forget_expired()
         alive, named = 1, []
         for pool in self.capacities:
             count, lapsed, notes = await self._beat(pool, replica)
             alive = max(alive, count)
             named += notes
+            if lapsed and any(e.claim.pool == pool for e in self.live.values()):
+                self._unknown_to.add(pool)
             unregistered = any(not e.in_redis for e in self.live.values())
-            if (lapsed and self.live) or unregistered:
+            if pool in self._unknown_to or unregistered:
                 try:
-                    await self.register_live(pool, only_local=not lapsed)
+                    await self.register_live(pool, only_local=pool not in self._unknown_to)
                 except StoreUnavailable:
-                    await self.recover()
+                    if not await self.recover() and strict:
+                        raise
         self.live_replicas = alive
         return tuple(named)
 
@@ -757,16 +850,57 @@ class RedisStore:
             del self.live[hold]
 
     def start(self, replica: str) -> None:
-        """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`."""
+        """Heartbeat `replica` every heartbeat_ttl_s / 3 until `close`; while the breaker
+        is open, probe Redis every `breaker.probe_s` instead (`_probe`)."""
         self._replica = replica
+        opened = asyncio.Event()
+        self.breaker.prober = True
+        self.breaker.on_move = lambda state: opened.set() if state == "open" else None
 
         async def beat() -> None:
             while True:
-                with contextlib.suppress(StoreUnavailable):
-                    self._noticed(list(await self.heartbeat(replica)))
-                await asyncio.sleep(self.config.heartbeat_ttl_s / 3)
+                opened.clear()
+                period = self.config.heartbeat_ttl_s / 3
+                try:
+                    if self.breaker.state == "closed":
+                        with contextlib.suppress(StoreUnavailable):
+                            self._noticed(list(await self.heartbeat(replica)))
+                    else:
+                        await self._probe(replica)
+                except Exception:  # never ends: only the probe closes the breaker
+                    log.exception("entitlement store: heartbeat failed")
+                if self.breaker.state != "closed":
+                    period = min(period, self.breaker.probe_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(opened.wait(), period)  # or woken: it opened
 
         self._beater = asyncio.get_running_loop().create_task(beat())
+
+    async def _probe(self, replica: str) -> bool:
+        """The breaker is open: is Redis back? One heartbeat per pool, sent past the
+        breaker (every `probe_s`, however long the cooldown: for as long as the breaker is
+        open this replica admits on its local share while the others admit up to the limit
+        in Redis, so it must rejoin as soon as Redis answers). The heartbeat registers what
+        this replica runs that Redis lacks — all of it when Redis did not know it alive
+        (restarted empty: the pools published again first, `recover`), else what the
+        fallback granted — and only once Redis holds every request in flight is the
+        breaker closed: Redis grants nothing new to this replica before it counts what
+        it runs. (Requests the fallback grants during the probe are registered by the
+        first reserve after, `_register_pending`.) False: not yet (the breaker stays
+        open, the next probe in `probe_s`)."""
+        token = _PROBING.set(True)
+        try:
+            self._noticed(list(await self.heartbeat(replica, strict=True)))
+            if any(not e.in_redis and not e.sending for e in self.live.values()):
+                await self.register_live(only_local=True)  # raises if Redis cannot yet
+        except StoreUnavailable:
+            return False
+        finally:
+            _PROBING.reset(token)
+        self._pending_local = any(not e.in_redis for e in self.live.values())
+        self._share_until = self._local_now() + self.rejoin_s
+        self.breaker.succeeded()
+        return True
 
     async def expire(self) -> int:
         gone = 0

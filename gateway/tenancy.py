@@ -177,7 +177,9 @@ class Tenancy:
                 config=adm.config.store_config(),
                 prefix=s.key_prefix,
                 fail_open=fail_open,
-                breaker=CircuitBreaker(s.breaker_failures, s.breaker_cooldown_s),
+                breaker=CircuitBreaker(
+                    s.breaker_failures, s.breaker_cooldown_s, probe_s=s.breaker_probe_s
+                ),
                 expected_replicas=s.expected_replicas,
             )
             self.store = store

@@ -137,7 +137,12 @@ class EntitlementStoreSettings(Section):
     # failed calls one after another (those in flight together count once) that open the
     # breaker; until it is open a failed call is a 429 store_unavailable, never admitted
     breaker_failures: int = Field(3, ge=1)
-    breaker_cooldown_s: float = Field(2.0, gt=0)  # open this long, then one probe
+    # while the breaker is open a replica probes Redis in the background this often (a
+    # heartbeat past the breaker) and closes it as soon as Redis answers and counts the
+    # requests the replica runs: back on the shared limit within about this long
+    breaker_probe_s: float = Field(0.2, gt=0)
+    # a store that does not heartbeat (no prober): open this long, then one call probes
+    breaker_cooldown_s: float = Field(2.0, gt=0)
     # Redis unreachable: a class that fails open is admitted against local limits / live
     # replicas, one that fails closed gets 429 store_unavailable. Defaults: dedicated,
     # guaranteed, elastic open; spot, preemptible closed

@@ -110,6 +110,7 @@ class FaultResult:
     peak_during: int = 0
     peak_settling: int = 0  # from the fault's end to settle_s after
     peak_after: int = 0  # from then until the next fault
+    over_s: float = 0.0  # after the fault's end, the engine above the limit until this
     answered: int = 0  # 200s to the guaranteed class during the fault
     refused: int = 0  # 429s
     five_xx: int = 0  # gateway 5xx answers to the guaranteed class, fault start → next
@@ -155,12 +156,13 @@ class Report:
             f"limit {s.limit}, {s.replicas} replicas, {s.clients} clients, heartbeat TTL "
             f"{s.heartbeat_ttl_s:g} s, hold TTL {s.hold_ttl_s:g} s, stall {s.stall_s:g} s",
             "| fault | engine peak during (bound) | to +2 s after (bound) | later (limit) "
-            "| 200 / 429 during | 5xx | cut |",
-            "|---|---|---|---|---|---|---|",
+            "| over the limit until | 200 / 429 during | 5xx | cut |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         rows.extend(
             f"| {f.name} | {f.peak_during} ({f.bound}) | {f.peak_settling} ({f.settle_bound}) | "
-            f"{f.peak_after} ({f.limit}) | {f.answered} / {f.refused} | {f.five_xx} | "
+            f"{f.peak_after} ({f.limit}) | +{f.over_s:.2f} s | {f.answered} / {f.refused} | "
+            f"{f.five_xx} | "
             f"{f.lost} |"
             for f in self.faults
         )
@@ -203,8 +205,7 @@ def gateway_config(s: Settings, engine: str, redis_url: str) -> dict[str, Any]:
                 "redis_url": redis_url,
                 "hold_ttl_s": s.hold_ttl_s,
                 "heartbeat_ttl_s": s.heartbeat_ttl_s,
-                "timeout_s": 0.2,
-                "breaker_cooldown_s": 0.5,
+                "timeout_s": 0.2,  # the breaker's settings are the defaults
                 "expected_replicas": s.replicas,
             },
         },
@@ -307,6 +308,12 @@ class Sampler:
         """The highest count any window overlapping [start, end) saw."""
         return max((p for a, b, p in self.samples if b > start and a < end), default=0)
 
+    def over_until(self, start: float, end: float, limit: int) -> float:
+        """The end of the last window in [start, end) whose peak was above `limit`
+        (`start` if none): when the count was back within the limit for good."""
+        return max((b for a, b, p in self.samples if b > start and a < end and p > limit),
+                   default=start)  # fmt: skip
+
     def peak_from(self, start: float, end: float, ends_by: bool = False) -> int:
         """The highest count of the windows that began in [start, end) (and, with
         `ends_by`, ended by `end`). A window that straddles `start` belongs to the phase
@@ -398,6 +405,7 @@ def _run(s: Settings, ps: Procs) -> Report:
         r.peak_settling = sampler.peak(end, end + s.settle_s)
         # a window running into the next fault is judged with that fault's
         r.peak_after = sampler.peak_from(end + s.settle_s, nxt, ends_by=i + 1 < len(marks))
+        r.over_s = sampler.over_until(end, nxt, s.limit) - end
         for t, status in load.records:
             if start <= t < end:
                 r.answered += status == "200"

@@ -41,17 +41,33 @@ def _claim(i, name="g", replica="r1"):
 
 
 async def test_concurrent_reserves_on_two_connections_never_over_admit(redis_url):
-    a = await _store(redis_url)  # the server's clock (TIME)
-    b = RedisStore.from_url(redis_url, timeout_s=2.0, prefix=a.prefix)
+    """200 reserves at once on two stores (two connection pools) against r_e = 10: Redis's
+    check-and-reserve is atomic, so at most 10 are ever granted — nothing is released
+    before the end, so that is every moment — and every refusal is a legitimate one:
+    `concurrency`, or `store_unavailable` for a call that timed out on a loaded host (a
+    call failing while the breaker is closed is refused, never admitted outside Redis).
+    With no timeout, exactly 10. The breakers never open here (the fallback's local share
+    is not under test), and a reserve that timed out is cancelled by its id: Redis holds
+    nothing after."""
+    never = 10**9  # failures to open the breaker
+    a = await _store(redis_url, breaker=CircuitBreaker(failures=never))  # the server's clock
+    b = RedisStore.from_url(redis_url, timeout_s=2.0, prefix=a.prefix,
+                            breaker=CircuitBreaker(failures=never))  # fmt: skip
     try:
-        verdicts = await asyncio.gather(
-            *[(a if i % 2 else b).reserve(_claim(i)) for i in range(200)]
-        )
-        granted = [v for v in verdicts if isinstance(v, Granted)]
-        assert len(granted) == 10  # r_e, exactly
-        assert {v.check for v in verdicts if isinstance(v, Denied)} == {Check.CONCURRENCY}
-        for v in granted:
-            assert await (a if hash(v.reservation) % 2 else b).finish("p", v.reservation, 50)
+        stores = [a if i % 2 else b for i in range(200)]
+        verdicts = await asyncio.gather(*[s.reserve(_own(i)) for i, s in enumerate(stores)])
+        granted = [(s, v) for s, v in zip(stores, verdicts, strict=True) if isinstance(v, Granted)]
+        refused = [v.check for v in verdicts if isinstance(v, Denied)]
+        assert len(granted) + len(refused) == 200
+        assert len(granted) <= 10  # r_e: never over-admitted
+        assert set(refused) <= {Check.CONCURRENCY, Check.STORE_UNAVAILABLE}
+        assert a.degraded_admissions == b.degraded_admissions == 0  # every grant is Redis's
+        if Check.STORE_UNAVAILABLE not in refused:
+            assert len(granted) == 10  # nothing timed out: the limit, exactly
+        for s, v in granted:
+            s.finish_soon("p", v.reservation, 50)  # retried until Redis acknowledges it
+        await a.drained()
+        await b.drained()  # and the cancels of reserves that timed out
         view = await a.view("p")
         assert view.in_flight == 0 and view.holds == 0
     finally:
@@ -60,17 +76,26 @@ async def test_concurrent_reserves_on_two_connections_never_over_admit(redis_url
 
 
 async def test_a_cancelled_reserve_leaves_nothing_held(redis_url):
+    """A reserve cancelled in flight (the client left) still runs to its end in the
+    background, and its grant, if any, is released: Redis holds nothing once those have
+    ended (polled with a deadline — on a loaded host they may take a while)."""
     s = await _store(redis_url)
     try:
         for i in range(20):
-            task = asyncio.ensure_future(s.reserve(_claim(i)))
+            task = asyncio.ensure_future(s.reserve(_own(i)))
             await asyncio.sleep(0)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        await asyncio.sleep(0.2)
-        await s.drained()
-        assert (await s.view("p")).in_flight == 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10.0
+        while True:
+            await s.drained()
+            view = await s.view("p")
+            if view.in_flight == 0 and view.holds == 0:
+                break
+            assert loop.time() < deadline, view
+            await asyncio.sleep(0.01)
     finally:
         await s.close()
 
@@ -485,4 +510,187 @@ async def test_a_hiccup_is_refused_not_admitted_outside_redis():
         assert isinstance(one_after_another[1], Granted) and s.degraded_admissions == 1
         await s.close()
     finally:
+        ps.close()
+
+
+async def _until(ok, timeout_s: float) -> bool:
+    """Poll `ok()` until it holds or `timeout_s` has passed (an observable, not a sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not ok():
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_a_replica_rejoins_redis_as_soon_as_it_answers_counting_what_it_runs_first():
+    """issue 23, the limit within 2 s after a fault: Redis stalled (SIGSTOP) while replica A
+    runs 2 requests Redis granted; A's breaker opens and A admits on its share (⌊10 / 2⌋ =
+    5: 3 more, locally). When Redis runs again, A's background probe closes the breaker
+    long before its cooldown (an hour here) — and only once Redis holds all 5 of A's
+    requests. So replica B, on Redis, is granted the 5 left of r_e = 10, never 10. (Before:
+    A stayed open for the whole cooldown — 2 s by default — admitting on its share while B
+    filled the limit in Redis: up to 12 against 8 in the fault test's "to +2 s" window.)"""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    a = b = None
+    try:
+        proc = ps.redis()
+        url = f"redis://127.0.0.1:{proc.port}/0"
+        a = await _store(url, expected_replicas=2,
+                         breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        a.timeout_s = 0.2
+        b = RedisStore.from_url(url, timeout_s=2.0, prefix=a.prefix)
+        a.start("rA")
+        closed_with: list[list[str]] = []  # A's requests Redis did not hold when it closed
+        tell = a.breaker.on_move
+
+        def moved(state: str) -> None:
+            if state == "closed":
+                closed_with.append([h for h, e in a.live.items() if not e.in_redis])
+            if tell is not None:
+                tell(state)
+
+        a.breaker.on_move = moved
+        held = [await a.reserve(_own(i, replica="rA")) for i in range(2)]
+        assert all(isinstance(v, Granted) for v in held) and a.degraded_admissions == 0
+        proc.kill(signal.SIGSTOP)
+        try:
+            local = [await a.reserve(_own(i, replica="rA")) for i in range(2, 6)]
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert a.breaker.state == "open"
+        assert [isinstance(v, Granted) for v in local] == [True, True, True, False]
+        assert a.degraded_admissions == 3 and len(a.live) == 5
+        # Redis runs again: A's probe closes the breaker, not the hour's cooldown
+        assert await _until(lambda: a.breaker.state == "closed", 10.0), a.breaker
+        assert closed_with == [[]]  # every request A runs was in Redis before it closed
+        await a.drained()  # the reserve that timed out ran when Redis resumed: cancelled
+        view = await b.view("p")
+        assert view.holds == 5 and view.in_flight == 5
+        verdicts = [await b.reserve(_own(10 + i, replica="rB")) for i in range(8)]
+        granted = [v for v in verdicts if isinstance(v, Granted)]
+        refused = {v.check for v in verdicts if isinstance(v, Denied)}
+        assert refused <= {Check.CONCURRENCY, Check.STORE_UNAVAILABLE}
+        assert len(granted) <= 5  # A's 5 + B's ≤ r_e = 10: the limit, at once
+        if Check.STORE_UNAVAILABLE not in refused:  # nothing timed out: the limit, exactly
+            assert len(granted) == 5
+    finally:
+        for s in (a, b):
+            if s is not None:
+                await s.close()
+        ps.close()
+
+
+async def test_a_replica_away_while_redis_restarted_empty_rejoins_with_all_it_runs():
+    """Redis SIGKILLed and restarted empty on its port while replica A runs 2 requests it
+    granted and 2 its fallback granted: A's probe finds Redis without the pool, publishes
+    it again, registers all 4 — and only then closes the breaker (long before its hour's
+    cooldown); a completion from before the restart releases its own hold only."""
+    import signal
+
+    from tests.experiments.token_pools_faults import start_redis
+    from tests.procs import Procs
+
+    ps = Procs()
+    a = None
+    try:
+        port = free_port()
+        proc = start_redis(ps, port, "redis")
+        url = f"redis://127.0.0.1:{port}/0"
+        a = await _store(url, expected_replicas=2,
+                         breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        a.timeout_s = 0.2
+        store = a
+
+        async def republish() -> None:
+            await store.define_pool("p", POOL)
+            await store.put_entitlement(G, 333.0)
+            await store.put_entitlement(S, 0.3)
+
+        a.republish = republish
+        a.start("rA")
+        closed_with: list[list[str]] = []
+        tell = a.breaker.on_move
+
+        def moved(state: str) -> None:
+            if state == "closed":
+                closed_with.append([h for h, e in store.live.items() if not e.in_redis])
+            if tell is not None:
+                tell(state)
+
+        a.breaker.on_move = moved
+        held = [await a.reserve(_own(i, replica="rA")) for i in range(2)]
+        assert all(isinstance(v, Granted) for v in held)
+        proc.kill(signal.SIGKILL)
+        assert proc.popen is not None
+        proc.popen.wait(5)
+        local = [await a.reserve(_own(i, replica="rA")) for i in range(2, 4)]
+        assert all(isinstance(v, Granted) for v in local) and a.degraded_admissions == 2
+        assert a.breaker.state == "open"
+        start_redis(ps, port, "redis2")  # empty
+        assert await _until(lambda: a.breaker.state == "closed", 10.0), a.breaker
+        assert closed_with == [[]]
+        view = await a.view("p")
+        assert view.holds == 4 and view.in_flight == 4  # all A runs, counted
+        a.finish_soon("p", held[0].reservation, 10, None)  # from before the restart
+        await a.drained()
+        assert (await a.view("p")).in_flight == 3
+    finally:
+        if a is not None:
+            await a.close()
+        ps.close()
+
+
+async def test_a_replica_back_first_keeps_to_its_share_while_the_others_may_not_be():
+    """Redis stalled with both replicas on their local shares (⌊10 / 2⌋ = 5 each): A runs
+    1 request, B 5, and Redis counts none of B's. A's probe finds Redis first; B has not
+    yet (its breaker stays open here). For its rejoin window A's reserves must fit its
+    share as well as Redis's limit: A is granted 4 more in Redis, not the 9 Redis alone
+    would grant — the fleet runs 10, the limit, not 14."""
+    import signal
+
+    from tests.procs import Procs
+
+    ps = Procs()
+    a = b = None
+    try:
+        proc = ps.redis()
+        url = f"redis://127.0.0.1:{proc.port}/0"
+        a = await _store(url, expected_replicas=2, rejoin_window_s=3600.0,
+                         breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        b = RedisStore.from_url(url, timeout_s=0.2, prefix=a.prefix, expected_replicas=2,
+                                breaker=CircuitBreaker(failures=1, cooldown_s=3600))  # fmt: skip
+        b.capacities, b.definitions = dict(a.capacities), dict(a.definitions)
+        a.timeout_s = 0.2
+        a.start("rA")
+        proc.kill(signal.SIGSTOP)
+        try:
+            on_a = await a.reserve(_own(0, replica="rA"))
+            on_b = [await b.reserve(_own(10 + i, replica="rB")) for i in range(6)]
+        finally:
+            proc.kill(signal.SIGCONT)
+        assert isinstance(on_a, Granted) and a.degraded_admissions == 1
+        assert [isinstance(v, Granted) for v in on_b] == [True] * 5 + [False]
+        assert b.breaker.state == "open"  # B has not found Redis back (no probe here)
+        assert await _until(lambda: a.breaker.state == "closed", 10.0), a.breaker
+        more = [await a.reserve(_own(i, replica="rA")) for i in range(1, 10)]
+        granted = [v for v in more if isinstance(v, Granted)]
+        refused = {v.check for v in more if isinstance(v, Denied)}
+        assert refused <= {Check.CONCURRENCY, Check.STORE_UNAVAILABLE}
+        assert len(granted) <= 4  # A's share: 1 + 4; with B's 5, the limit of 10
+        if Check.STORE_UNAVAILABLE not in refused:
+            assert len(granted) == 4
+        assert a.degraded_admissions == 1  # the 4 are Redis's grants
+        await a.drained()
+        view = await a.view("p")
+        assert view.in_flight == 1 + len(granted)  # Redis counts A's, not yet B's
+    finally:
+        for s in (a, b):
+            if s is not None:
+                await s.close()
         ps.close()
