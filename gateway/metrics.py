@@ -365,7 +365,7 @@ class _TenancyCollector(Collector):
 # Per-request updates on children bound once (a series of the proxy's hot path). The
 # library's `Counter.inc` and `Histogram.observe` check on every call what a bound child
 # always satisfies (it is observable; our amounts are not negative) and walk the buckets
-# one by one: a tenth of a request's Python bytecode went to those calls. These update
+# one by one: skipping that saves ~5 % of a request's Python bytecode. These update
 # the same values, under the same locks, as prometheus_client does: the exposition is
 # the library's (tests/unit/gateway/test_fast_metrics.py holds the two equal).
 class FastCounter:

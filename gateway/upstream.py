@@ -120,6 +120,7 @@ class _Stop(Exception):
 class _Conn(asyncio.Protocol):
     __slots__ = (
         "_chunks",
+        "_fresh",
         "_paused",
         "_stop",
         "_waiter",
@@ -172,6 +173,7 @@ class _Conn(asyncio.Protocol):
         self.on_expire: Callable[[], object] | None = None
         self.head_bytes = 0
         self.buffered = 0
+        self._fresh = False  # body bytes arrived in the read being parsed
         self._stop: UpstreamError | None = None
         self._chunks.clear()
         if self._paused and self.transport is not None:
@@ -220,6 +222,17 @@ class _Conn(asyncio.Protocol):
                 )
             )
             return
+        if self._fresh:
+            # body bytes came in this read (an SSE stream: many events in one read): its
+            # idle deadline, read-side back-pressure and the reader's wake once per read,
+            # not once per event
+            self._fresh = False
+            if not self.complete:
+                self.deadline = self.loop.time() + self.pool.timeouts.idle
+            if self.buffered > _READ_HIGH_WATER and self.transport is not None and not self._paused:
+                self._paused = True
+                self.transport.pause_reading()
+            self._wake()
         if not self.got_head:
             self.head_bytes += len(data)
             if self.head_bytes > MAX_HEAD_BYTES and self.transport is not None:
@@ -268,13 +281,8 @@ class _Conn(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
         self.buffered += len(body)
-        if not self.got_body:
-            self.got_body = True
-        self.deadline = self.loop.time() + self.pool.timeouts.idle
-        if self.buffered > _READ_HIGH_WATER and self.transport is not None and not self._paused:
-            self._paused = True
-            self.transport.pause_reading()
-        self._wake()
+        self.got_body = True
+        self._fresh = True  # `data_received` finishes the read's bookkeeping
 
     def on_message_complete(self) -> None:
         if not self.got_head:
