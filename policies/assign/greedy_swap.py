@@ -28,6 +28,9 @@ from policies.assign.registry import Decision
 from policies.assign.state import Instance
 
 _EPS = 1e-9
+# steps in the window from which pooled exchanges are scored in closed form (below it the
+# direct [U × P × H+1] block costs less than the sort and searches)
+_CLOSED_FORM_FROM = 4
 
 
 def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
@@ -98,7 +101,8 @@ def _greedy(inst: Instance, levels: list[float | None]) -> list[_State]:
         need = u - placed
         ceiling = np.maximum(loads.max(axis=1), floor)  # [start, step]
         # room_g: the largest request rank g takes without raising any step's ceiling
-        room = (ceiling[:, None, :] - loads - hs).min(axis=2)
+        slack = ceiling[:, None, :] - loads  # [start, rank, step]
+        room = (slack - hs).min(axis=2)
         full = free <= 0
         room[full] = -np.inf
         most = room.max(axis=1)
@@ -111,7 +115,7 @@ def _greedy(inst: Instance, levels: list[float | None]) -> list[_State]:
             left_sizes[n].pop(k)
             chosen[n] = by_size[left[n].pop(k)]
         w = sizes[chosen][:, None] + hs  # [start, step]
-        rise = np.maximum(loads + w[:, None, :] - ceiling[:, None, :], 0.0).sum(axis=2)
+        rise = np.maximum(w[:, None, :] - slack, 0.0).sum(axis=2)
         rise[full] = np.inf
         ties = rise <= (rise.min(axis=1) + _EPS)[:, None]
         g = np.argmax(ties, axis=1)  # the only (or first) tie
@@ -173,7 +177,8 @@ def _pooled_gain(
     n_adm, n_h = la.shape
     if n_adm == 0:
         return np.empty((0, d.shape[1]))
-    if not np.isfinite(outside).all():  # one rank: no maximum outside x's; sum directly
+    if n_h <= _CLOSED_FORM_FROM or not np.isfinite(outside).all():
+        # a short window (the block is small) or one rank (no maximum outside x's)
         block = np.maximum(la[:, None, :] - d[:, :, None], outside[:, None, :]) - top
         direct: npt.NDArray[np.float64] = n_ranks * block.sum(axis=2) + n_h * d
         return direct
@@ -227,13 +232,16 @@ def _improve(
     # column gets this score; the admitted ones are overwritten below.
     outside_a = _max_outside(idx, vals, ra, np.full(n_adm, -1, dtype=np.int64))
     gain = _pooled_gain(sizes, sizes[admitted], la, outside_a, d, top, n_ranks)
-    if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both
-        pa, pb = np.repeat(ra, n_adm), np.tile(ra, n_adm)
-        outside_ab = _max_outside(idx, vals, pa, pb).reshape(n_adm, n_adm, n_h)
-        da = d[:, admitted][:, :, None]
-        new_top = np.maximum(np.maximum(outside_ab, la[:, None, :] - da), la[None, :, :] + da)
+    if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both;
+        # symmetric in (x, y) (the same maxima of the same values), so one triangle
+        xs, ys = np.triu_indices(n_adm, 1)
+        outside_ab = _max_outside(idx, vals, ra[xs], ra[ys])
+        da = d[xs, admitted[ys]][:, None]
+        new_top = np.maximum(np.maximum(outside_ab, la[xs] - da), la[ys] + da)
         np.subtract(new_top, top, out=new_top)
-        gain[:, admitted] = n_ranks * new_top.sum(axis=2)
+        pair = np.zeros((n_adm, n_adm))  # the diagonal is x itself: excluded below
+        pair[xs, ys] = pair[ys, xs] = n_ranks * new_top.sum(axis=1)
+        gain[:, admitted] = pair
     pooled = where < 0  # [P]
     same = ra[:, None] == where[None, :]  # y on x's own rank (x itself included): no exchange
     gain[same] = np.inf
