@@ -20,6 +20,7 @@ when exchanging them would lower the maximum.
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
@@ -159,6 +160,14 @@ def _max_outside(
     return out
 
 
+@lru_cache(maxsize=64)
+def _pairs(n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The (x, y) index pairs with x < y of n admitted requests (rounds reuse them)."""
+    xs, ys = (a.astype(np.int64) for a in np.triu_indices(n, 1))
+    xs.flags.writeable = ys.flags.writeable = False  # shared between calls
+    return xs, ys
+
+
 def _pooled_gain(
     sizes: npt.NDArray[np.float64],
     admitted_sizes: npt.NDArray[np.float64],
@@ -234,7 +243,7 @@ def _improve(
     gain = _pooled_gain(sizes, sizes[admitted], la, outside_a, d, top, n_ranks)
     if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both;
         # symmetric in (x, y) (the same maxima of the same values), so one triangle
-        xs, ys = np.triu_indices(n_adm, 1)
+        xs, ys = _pairs(n_adm)
         outside_ab = _max_outside(idx, vals, ra[xs], ra[ys])
         da = d[xs, admitted[ys]][:, None]
         new_top = np.maximum(np.maximum(outside_ab, la[xs] - da), la[ys] + da)
