@@ -9,9 +9,13 @@ Not in the paper (which only enumerates); both phases are needed:
    exchange a just-admitted request with a pooled one (changes *which* are admitted) or with
    one just admitted elsewhere (changes *where*), or move one to a rank with a slot still
    empty (only when the pool is smaller than the free slots). Every candidate move is scored
-   exactly in one numpy pass: a new request adds s_i + h at step k+h, so exchanging x and y
+   exactly, all at once: a new request adds s_i + h at step k+h, so exchanging x and y
    shifts both ranks by the constant s_x − s_y and the new maximum is the larger of the two
-   shifted ranks and the best rank outside them (kept as the per-step top three).
+   shifted ranks and the best rank outside them (kept as the per-step top three); with a
+   pooled y that is a piecewise-linear function of s_x − s_y, evaluated in closed form.
+Loads and sizes are token counts: integers, so every score is an exact integer in float64
+and the decisions do not depend on the order of summation (tests compare them with the
+previous implementation, tests/unit/policies/assign/greedy_swap_reference.py).
 A swap-stable result has the separation property the paper's H = 0 analysis rests on: no
 admitted request on the heaviest rank is larger than one on the lightest or still pooled
 when exchanging them would lower the maximum.
