@@ -243,7 +243,7 @@ def _improve(
     # piecewise-linear function of d evaluated for every y from x's sorted e and its
     # prefix sums (the rows are x's, U·P searches instead of a U·P·(H+1) block). Every
     # column gets this score; the admitted ones are overwritten below.
-    outside_a = _max_outside(idx, vals, ra, np.full(n_adm, -1, dtype=np.int64))
+    outside_a = np.where(idx[0] != ra[:, None], vals[0], vals[1])  # [U, H+1]
     gain = _pooled_gain(sizes, sizes[admitted], la, outside_a, d, top, n_ranks)
     if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both;
         # symmetric in (x, y) (the same maxima of the same values), so one triangle
