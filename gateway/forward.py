@@ -33,7 +33,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.openai_request import CHAT, ParsedRequest
 from gateway.pd_forward import PairForwarder
 from gateway.pd_metrics import PdMetrics
-from gateway.relay import StreamScanner, usage_of
+from gateway.relay import StreamScanner, token_events, usage_of
 from gateway.responder import Headers, Responder
 from gateway.upstream import UpstreamClient, UpstreamResponse
 from gateway.upstream_errors import UpstreamError
@@ -306,7 +306,9 @@ class Forwarder:
         else:
             self._answered(att)
             if up.status == 200:
-                att.count_usage(usage_of(body))
+                usage = usage_of(body)
+                att.count_usage(usage)
+                self._reconcile(att, usage)
                 # a whole answer: its prompt leaves the backlog, but no first token was
                 # seen (its time is the whole answer's: QUARTZ must not learn it as a prefill)
                 ticket = att.ticket
@@ -342,8 +344,10 @@ class Forwarder:
                 if not out:
                     continue
                 if ranked:  # a dp_group rank's load follows its streamed tokens
-                    events += out.count(b"data: {")
-                    self.core.on(att.ticket, Streamed(events), 0.0)  # type: ignore[arg-type]
+                    more = token_events(out, events > 0)
+                    if more:
+                        events += more
+                        self.core.on(att.ticket, Streamed(events), 0.0)  # type: ignore[arg-type]
                 if source.client_blocked():
                     # waiting on our client, not on the engine: the engine's idle timer
                     # pauses, and a client that reads nothing for the write timeout is cut
@@ -362,7 +366,23 @@ class Forwarder:
             att.status = err.status
             await responder.write(sse_error_frame(err))
         att.count_usage(scanner.usage)
+        if ranked:
+            self._reconcile(att, scanner.usage)
         await responder.end_stream()
+
+    def _reconcile(self, att: Attempt, usage: dict[str, Any] | None) -> None:
+        """A dp_group request's end: the engine's usage replaces the streamed (or, for a
+        whole answer, estimated) count of its rank's load, and teaches the group its
+        decode rate (policies/dp_group.py)."""
+        ticket = att.ticket
+        if ticket is None or ticket.rank is None or not usage:
+            return
+        try:
+            completion = int(usage.get("completion_tokens") or 0)
+            prompt = int(usage.get("prompt_tokens") or 0) or None
+        except (TypeError, ValueError):
+            return  # a malformed usage object is not a count
+        self.core.on(ticket, Streamed(completion, prompt, exact=True), self.loop.time())
 
     def _answered(self, att: Attempt) -> None:
         assert att.ticket is not None

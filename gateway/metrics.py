@@ -781,10 +781,12 @@ class GatewayMetrics:
             self._quartz_ratio.observe(prefill_s / q)
         self._quartz_prefill.observe(prefill_s)
 
-    def watch_dp_groups(self, groups: Mapping[str, DpGroup]) -> None:
+    def watch_dp_groups(
+        self, groups: Mapping[str, DpGroup], clock: Callable[[], float] | None = None
+    ) -> None:
         """The dp_group pools' per-rank series (gateway/metrics_dp.py); declared, without
-        samples, when there is none."""
-        self.registry.register(DpGroupCollector(groups))
+        samples, when there is none. `clock`: the core's, to read loads at."""
+        self.registry.register(DpGroupCollector(groups, clock))
 
     def watch_budget(self, estimator: BudgetEstimator) -> None:
         """Expose ĉ_k, the learnt bytes per token of each content category."""

@@ -5,7 +5,7 @@ each assignment (gateway/forward.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -18,14 +18,18 @@ POOL_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 
 
 
 class DpGroupCollector(Collector):
-    def __init__(self, groups: Mapping[str, DpGroup]) -> None:
+    def __init__(
+        self, groups: Mapping[str, DpGroup], clock: Callable[[], float] | None = None
+    ) -> None:
         self.groups = groups
+        self.clock = clock  # the core's: a whole answer's estimated tokens grow with it
 
     def collect(self) -> Iterator[Metric]:
         load = GaugeMetricFamily(
             "fleetgate_dp_rank_load_tokens",
             "A data-parallel rank's load L_g: Σ over its requests in flight of prompt"
-            " tokens + tokens streamed so far.",
+            " tokens + tokens streamed so far (a whole answer's: estimated at the group's"
+            " decode rate).",
             labels=["pool", "rank"],
         )
         running = GaugeMetricFamily(
@@ -55,7 +59,8 @@ class DpGroupCollector(Collector):
             labels=["pool"],
         )
         for name, group in list(self.groups.items()):
-            loads, counts = group.loads(), group.counts()
+            loads = group.loads(self.clock() if self.clock is not None else None)
+            counts = group.counts()
             for g, (L, n) in enumerate(zip(loads, counts, strict=True)):
                 load.add_metric([name, str(g)], L)
                 running.add_metric([name, str(g)], n)

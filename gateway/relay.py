@@ -147,3 +147,42 @@ def usage_of(body: bytes) -> dict[str, Any] | None:
         return None
     usage = obj.get("usage") if isinstance(obj, dict) else None
     return usage if isinstance(usage, dict) else None
+
+
+def token_events(out: bytes, started: bool) -> int:
+    """How many of the SSE events in `out` (whole events, as `StreamScanner.feed` returns
+    them) carry generated tokens, for a dp_group rank's load. Once the stream has `started`
+    (a token event was seen) every `data: {` event counts, by bytes alone (a finish-only or
+    usage event at the end is corrected by the engine's usage); before it, each event is
+    parsed so the chat stream's role-only first events (one per choice) count nothing."""
+    if started:
+        return out.count(b"data: {")
+    n = 0
+    for event in out.split(_SEP):
+        data = _data_of(event.lstrip(b"\r\n"))
+        if not data.startswith(b"{"):
+            continue
+        if n or _carries_tokens(data):
+            n += 1
+    return n
+
+
+def _carries_tokens(data: bytes) -> bool:
+    """An event with generated output: a completion's `text`, or a chat delta with more
+    than its `role` (content, reasoning, tool calls)."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return True  # not ours to judge: count it, as the byte count would
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    if not isinstance(choices, list):
+        return True
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return True
+        if choice.get("text"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and any(v for k, v in delta.items() if k != "role"):
+            return True
+    return False

@@ -159,7 +159,7 @@ class Gateway:
             self.compress_pool,
         )
         self.metrics.watch_dispatch(self.driver.core.dispatcher)
-        self.metrics.watch_dp_groups(self.driver.core.groups)
+        self.metrics.watch_dp_groups(self.driver.core.groups, self.driver.core.clock.now)
         if self.driver.cache.poa is not None:  # a cache-aware router: the PoA diagnostics
             self.driver.cache.poa.start(loop)
         if self.driver.cache.kv_events is not None:  # engines' KV events feed the index

@@ -56,7 +56,9 @@ free slots, on every arrival and every completion (a seat given back):
                                    other requests it assigned → Send, through `on_action`
                                    pool full → Refuse(429 queue_full)
     a seat given back (Finished)   the policy decides again → Send through `on_action`
-    on Streamed(generated)         the rank's load L_g follows the streamed tokens
+    on Streamed(generated)         the rank's load L_g follows the streamed tokens (exact: the
+                                   engine's usage at the end, which also teaches the
+                                   group's decode rate for whole answers)
     on DEADLINE (still pooled)       → Refuse(503 queue_timeout)
     on UpstreamFailed              → Fail (a rank is never retried elsewhere: the
                                    decision was the group's)
@@ -219,7 +221,11 @@ class Core:
         if isinstance(event, Streamed):
             seat = ticket.dp
             if isinstance(seat, Seat):
-                seat.group.progress(seat.key, seat.rank, event.generated, event.prompt_tokens)
+                group = seat.group
+                if event.exact:
+                    group.reconcile(seat.key, seat.rank, event.generated, event.prompt_tokens, now)
+                else:
+                    group.progress(seat.key, seat.rank, event.generated, event.prompt_tokens)
             return PROCEED
         if event is FIRST_TOKEN:
             self.first_token(ticket, now)
@@ -350,7 +356,7 @@ class Core:
         any others it assigns now: those through `on_action`)."""
         info = ticket.info
         pooled = PooledRequest(info.id, self.prompt_sent(ticket), now, info.max_tokens)
-        if not group.hold(pooled, ticket):
+        if not group.hold(pooled, ticket, whole=not info.stream):
             return self._refuse(
                 ticket,
                 429,

@@ -13,7 +13,11 @@ the engine's per-request rank selector; the simulator: the lockstep engine's ran
 What the group keeps is the assignment policy's view, exactly: per rank the in-flight
 requests with their prompt tokens and the tokens generated so far (the drivers report
 the streamed count, `events.Streamed`), so L_g = Σ (prompt + generated); and the pool,
-oldest first. A request holds a `Pooled` lease while it waits and a `Seat` lease while it
+oldest first. At a request's end the engine's usage replaces the streamed count
+(`Streamed(exact=True)`) and teaches the group its decode rate (tokens a second of one
+running request: the ranks step in lockstep); a request answered whole, which streams
+nothing, is counted at that rate times its time on the rank (at most its max_tokens)
+while it runs, not at its prompt alone. A request holds a `Pooled` lease while it waits and a `Seat` lease while it
 runs on a rank; `Finished` (or an eviction, a timeout, a client gone) releases them, and
 a seat given back asks the policy again.
 
@@ -52,7 +56,18 @@ class DpGroupSpec:
 class _Running:
     prompt_tokens: int
     max_tokens: int | None
+    since: float = 0.0  # when it was given its rank
+    whole: bool = False  # answered whole (not streamed): no progress is seen until it ends
     generated: int = 0
+    reported: bool = False  # a driver reported progress (then `generated` is observed)
+
+    def generated_at(self, now: float, rate: float | None) -> int:
+        """Tokens generated so far: the reported count, or for a whole answer nothing
+        reports, the group's decode rate times its time on the rank (≤ max_tokens)."""
+        if self.reported or not self.whole or rate is None:
+            return self.generated
+        guess = int(rate * max(0.0, now - self.since))
+        return guess if self.max_tokens is None else min(guess, self.max_tokens)
 
 
 @dataclass(slots=True)
@@ -114,17 +129,26 @@ class DpGroup:
         self.pooled: dict[str, tuple[PooledRequest, object]] = {}
         self.decisions = 0
         self.assigned = [0] * spec.ranks  # requests each rank was given (a counter)
+        self.whole: set[str] = set()  # pooled requests that will be answered whole
+        # decode tokens per second of one running request (lockstep: every running request
+        # makes one token a step), learnt from the engine's usage at each completion
+        self.rate: float | None = None
+        self.now = 0.0  # the latest time the group was told (metrics read loads then)
 
     # --- what the drivers observed, through the core ---------------------------------
-    def hold(self, request: PooledRequest, token: object) -> bool:
-        """Into the pool; False when it is full (the request is refused)."""
+    def hold(self, request: PooledRequest, token: object, whole: bool = False) -> bool:
+        """Into the pool; False when it is full (the request is refused). `whole`: it will
+        be answered whole, so no progress is seen until it ends (its load is estimated)."""
         if len(self.pooled) >= self.spec.max_pooled:
             return False
         self.pooled[request.id] = (request, token)
+        if whole:
+            self.whole.add(request.id)
         return True
 
     def drop(self, key: str) -> bool:
         """Out of the pool without a rank (timed out, evicted, its client gone)."""
+        self.whole.discard(key)
         return self.pooled.pop(key, None) is not None
 
     def progress(self, key: str, rank: int, generated: int, prompt_tokens: int | None) -> None:
@@ -132,23 +156,45 @@ class DpGroup:
         count when it reported one: the rank's load follows."""
         r = self.running[rank].get(key)
         if r is not None:
+            r.reported = True
             if generated > r.generated:
                 r.generated = generated
             if prompt_tokens:
                 r.prompt_tokens = prompt_tokens
 
+    def reconcile(
+        self, key: str, rank: int, completion_tokens: int, prompt_tokens: int | None, now: float
+    ) -> None:
+        """The engine's usage at the end of a request: its exact counts replace what was
+        streamed or estimated (an SSE event is not a token: a role-only first event, a
+        usage event, several tokens in one chunk), and its tokens over its time on the
+        rank teach the group's decode rate, which estimates whole answers still running."""
+        r = self.running[rank].get(key)
+        if r is None:
+            return
+        r.reported = True
+        r.generated = max(0, completion_tokens)
+        if prompt_tokens:
+            r.prompt_tokens = prompt_tokens
+        self.now = max(self.now, now)
+        took = now - r.since
+        if completion_tokens > 1 and took > 0:
+            seen = completion_tokens / took
+            self.rate = seen if self.rate is None else 0.8 * self.rate + 0.2 * seen
+
     def leave(self, key: str, rank: int) -> None:
         self.running[rank].pop(key, None)
 
     # --- the decision ------------------------------------------------------------------
-    def ranks(self) -> list[RankState]:
+    def ranks(self, now: float | None = None) -> list[RankState]:
         B = self.spec.slots
+        at = self.now if now is None else now
         return [
             RankState(
                 str(g),
                 B,
                 tuple(
-                    Resident(k, r.prompt_tokens, r.generated, r.max_tokens)
+                    Resident(k, r.prompt_tokens, r.generated_at(at, self.rate), r.max_tokens)
                     for k, r in running.items()
                 ),
             )
@@ -165,20 +211,28 @@ class DpGroup:
         if not self.pooled or self.free() == 0:
             return []
         self.decisions += 1
+        self.now = max(self.now, now)
         pool = [p for p, _ in self.pooled.values()]
         out: list[Assignment] = []
-        for p, rank in self.assigner.assign(pool, self.ranks(), now):
+        for p, rank in self.assigner.assign(pool, self.ranks(now), now):
             g = int(rank.id)
             _, token = self.pooled.pop(p.id)
-            self.running[g][p.id] = _Running(p.prompt_tokens, p.max_tokens)
+            whole = p.id in self.whole
+            self.whole.discard(p.id)
+            self.running[g][p.id] = _Running(p.prompt_tokens, p.max_tokens, now, whole)
             self.assigned[g] += 1
             out.append(Assignment(token, g, max(0.0, now - p.arrival)))
         return out
 
     # --- what metrics read ---------------------------------------------------------------
-    def loads(self) -> list[int]:
-        """L_g = Σ over rank g's in-flight requests of (prompt + generated so far)."""
-        return [sum(r.prompt_tokens + r.generated for r in rs.values()) for rs in self.running]
+    def loads(self, now: float | None = None) -> list[int]:
+        """L_g = Σ over rank g's in-flight requests of (prompt + generated so far), at
+        `now` (default: the latest time the group was told)."""
+        at = self.now if now is None else now
+        return [
+            sum(r.prompt_tokens + r.generated_at(at, self.rate) for r in rs.values())
+            for rs in self.running
+        ]
 
     def counts(self) -> list[int]:
         return [len(r) for r in self.running]

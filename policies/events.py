@@ -115,6 +115,9 @@ class Finished:
 class Streamed:
     generated: int  # output tokens so far (the streamed count)
     prompt_tokens: int | None = None  # the engine's count, when it reported one
+    # the engine's usage at the request's end (completion_tokens): exact, it replaces the
+    # streamed count and teaches the group's decode rate (policies/dp_group.py)
+    exact: bool = False
 
 
 FIRST_TOKEN = FirstToken()

@@ -75,6 +75,24 @@ class GroupConfig:
     seed: int = 0
     step_model: StepModel = field(default_factory=StepModel)
     record_loads: bool = False  # keep every rank's L_g per measured step
+    # Instant dispatch (the paper's §7.3 interface; ablation): each request is bound to a
+    # rank the moment it is revealed and waits in that rank's FIFO queue; a rank admits from
+    # its own queue only. "count": the rank with the fewest running + queued requests;
+    # "tokens": the smallest running load + queued prompts. None: the central pool and the
+    # assigner (every policy of policies/assign/).
+    instant_dispatch: str | None = None
+    # Clients' max_tokens (for the max_tokens_bound predictor; BurstGPT has none): each
+    # request's true output length o times (1 + slack·u), u ~ U(0, 1) from a generator of
+    # its own (the lengths stay those of every other run), rounded up. None: no max_tokens.
+    max_tokens_slack: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.instant_dispatch not in (None, "count", "tokens"):
+            raise ValueError(
+                f"instant_dispatch: count, tokens or None, not {self.instant_dispatch!r}"
+            )
+        if self.max_tokens_slack is not None and self.max_tokens_slack < 0:
+            raise ValueError("max_tokens_slack cannot be negative")
 
 
 @dataclass
@@ -123,6 +141,9 @@ def run_group(
     pool_o: list[int] = []
     pool_t: list[float] = []
     pool_id: list[int] = []
+    pool_rank: list[int] = []  # instant dispatch: the rank each pooled request is bound to
+    pool_mt: list[int | None] = []  # each pooled request's max_tokens
+    mt_rng = np.random.default_rng([config.seed, 1])
     next_id = 0
     batch_s, batch_o = lengths.draw(rng, 4096)
     batch_at = 0
@@ -142,12 +163,29 @@ def run_group(
 
     for k in range(total):
         measuring = k >= config.warmup
+        if config.instant_dispatch is not None and len(pool_s) < config.pool_target:
+            # what each rank holds now: running + queued requests, and their tokens
+            held = active.sum(axis=1) + np.bincount(pool_rank, minlength=g_n)
+            held_tokens = np.where(active, context, 0.0).sum(axis=1) + np.bincount(
+                pool_rank, weights=pool_s, minlength=g_n
+            )
+            by = held if config.instant_dispatch == "count" else held_tokens
         while len(pool_s) < config.pool_target:
             if batch_at == len(batch_s):
                 batch_s, batch_o = lengths.draw(rng, 4096)
                 batch_at = 0
             pool_s.append(int(batch_s[batch_at]))
             pool_o.append(int(batch_o[batch_at]))
+            if config.max_tokens_slack is None:
+                pool_mt.append(None)
+            else:
+                factor = 1.0 + config.max_tokens_slack * float(mt_rng.random())
+                pool_mt.append(math.ceil(pool_o[-1] * factor))
+            if config.instant_dispatch is not None:
+                g = int(np.argmin(by))  # ties: the lowest index
+                pool_rank.append(g)
+                held[g] += 1
+                held_tokens[g] += pool_s[-1]
             pool_t.append(now)
             pool_id.append(next_id)
             next_id += 1
@@ -171,7 +209,15 @@ def run_group(
             sizes=np.array(pool_s, dtype=np.int64),
             waited=now - np.array(pool_t, dtype=np.float64),
         )
-        decision = deciding.decide(inst)
+        if config.instant_dispatch is None:
+            decision = deciding.decide(inst)
+        else:  # each rank admits the head of its own queue
+            room = inst.free.copy()
+            decision = []
+            for i, g in enumerate(pool_rank):
+                if room[g] > 0:
+                    room[g] -= 1
+                    decision.append((i, g))
         taken = []
         for i, g in decision:
             b = int(np.flatnonzero(~active[g])[0])
@@ -179,13 +225,16 @@ def run_group(
             context[g, b] = pool_s[i]
             generated[g, b] = 0
             output[g, b] = pool_o[i]
-            predicted[g, b] = predictor.predicted_length(_Seen(str(pool_id[i]), pool_o[i]))
+            seen = _Seen(str(pool_id[i]), pool_o[i], max_tokens=pool_mt[i])
+            predicted[g, b] = predictor.predicted_length(seen)
             started[g, b] = now
             if measuring:
                 waits.append(now - pool_t[i])
             taken.append(i)
         for i in sorted(taken, reverse=True):
-            del pool_s[i], pool_o[i], pool_t[i], pool_id[i]
+            del pool_s[i], pool_o[i], pool_t[i], pool_id[i], pool_mt[i]
+            if pool_rank:
+                del pool_rank[i]
 
         running = active.sum(axis=1)
         loads = np.where(active, context, 0.0).sum(axis=1)

@@ -9,9 +9,13 @@ Not in the paper (which only enumerates); both phases are needed:
    exchange a just-admitted request with a pooled one (changes *which* are admitted) or with
    one just admitted elsewhere (changes *where*), or move one to a rank with a slot still
    empty (only when the pool is smaller than the free slots). Every candidate move is scored
-   exactly in one numpy pass: a new request adds s_i + h at step k+h, so exchanging x and y
+   exactly, all at once: a new request adds s_i + h at step k+h, so exchanging x and y
    shifts both ranks by the constant s_x − s_y and the new maximum is the larger of the two
-   shifted ranks and the best rank outside them (kept as the per-step top three).
+   shifted ranks and the best rank outside them (kept as the per-step top three); with a
+   pooled y that is a piecewise-linear function of s_x − s_y, evaluated in closed form.
+Loads and sizes are token counts: integers, so every score is an exact integer in float64
+and the decisions do not depend on the order of summation (tests compare them with the
+previous implementation, tests/unit/policies/assign/greedy_swap_reference.py).
 A swap-stable result has the separation property the paper's H = 0 analysis rests on: no
 admitted request on the heaviest rank is larger than one on the lightest or still pooled
 when exchanging them would lower the maximum.
@@ -20,14 +24,18 @@ when exchanging them would lower the maximum.
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
 
 from policies.assign.registry import Decision
-from policies.assign.state import Instance, objective
+from policies.assign.state import Instance
 
 _EPS = 1e-9
+# steps in the window from which pooled exchanges are scored in closed form (below it the
+# direct [U × P × H+1] block costs less than the sort and searches)
+_CLOSED_FORM_FROM = 4
 
 
 def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
@@ -45,7 +53,8 @@ def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
     # every start's greedy is cheap (all run at once, one array per start); only the best
     # one is polished by the swap search, from its greedy state
     states = _greedy(inst, levels)
-    scored = [(objective(inst, _decision(st[2])), n) for n, st in enumerate(states)]
+    # J of each start from its loads (the same exact integers objective() would add up)
+    scored = [(_objective_of(inst.ranks, st[0]), n) for n, st in enumerate(states)]
     loads, free, where = states[min(scored)[1]]
     rounds = min(8 * u + 16, 64) if max_rounds is None else max_rounds
     plateau_left = 2 * u  # J-neutral steps allowed: they only set up the next improvement
@@ -61,6 +70,11 @@ def greedy_swap(inst: Instance, max_rounds: int | None = None) -> Decision:
 
 def _decision(where: npt.NDArray[np.int64]) -> Decision:
     return [(int(i), int(where[i])) for i in np.flatnonzero(where >= 0)]
+
+
+def _objective_of(n_ranks: int, loads: npt.NDArray[np.float64]) -> float:
+    """J = Σ_h (G·max_g L_g(k+h) − Σ_g L_g(k+h)) of final loads [G, H+1]."""
+    return float((n_ranks * loads.max(axis=0) - loads.sum(axis=0)).sum())
 
 
 _State = tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
@@ -92,7 +106,8 @@ def _greedy(inst: Instance, levels: list[float | None]) -> list[_State]:
         need = u - placed
         ceiling = np.maximum(loads.max(axis=1), floor)  # [start, step]
         # room_g: the largest request rank g takes without raising any step's ceiling
-        room = (ceiling[:, None, :] - loads - hs).min(axis=2)
+        slack = ceiling[:, None, :] - loads  # [start, rank, step]
+        room = (slack - hs).min(axis=2)
         full = free <= 0
         room[full] = -np.inf
         most = room.max(axis=1)
@@ -105,7 +120,7 @@ def _greedy(inst: Instance, levels: list[float | None]) -> list[_State]:
             left_sizes[n].pop(k)
             chosen[n] = by_size[left[n].pop(k)]
         w = sizes[chosen][:, None] + hs  # [start, step]
-        rise = np.maximum(loads + w[:, None, :] - ceiling[:, None, :], 0.0).sum(axis=2)
+        rise = np.maximum(w[:, None, :] - slack, 0.0).sum(axis=2)
         rise[full] = np.inf
         ties = rise <= (rise.min(axis=1) + _EPS)[:, None]
         g = np.argmax(ties, axis=1)  # the only (or first) tie
@@ -149,6 +164,56 @@ def _max_outside(
     return out
 
 
+@lru_cache(maxsize=64)
+def _pairs(n: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The (x, y) index pairs with x < y of n admitted requests (rounds reuse them)."""
+    xs, ys = (a.astype(np.int64) for a in np.triu_indices(n, 1))
+    xs.flags.writeable = ys.flags.writeable = False  # shared between calls
+    return xs, ys
+
+
+def _pooled_gain(
+    sizes: npt.NDArray[np.float64],
+    admitted_sizes: npt.NDArray[np.float64],
+    la: npt.NDArray[np.float64],
+    outside: npt.NDArray[np.float64],
+    d: npt.NDArray[np.float64],
+    top: npt.NDArray[np.float64],
+    n_ranks: int,
+) -> npt.NDArray[np.float64]:
+    """[U, P]: the change of J when x (row; its rank's loads `la`, the best load outside
+    its rank `outside`) leaves for pooled y and y takes its slot (d = s_x − s_y):
+    G·Σ_h (max(la_h − d, outside_h) − top_h) + (H+1)·d, in closed form per row.
+
+    With integer-valued loads and sizes (token counts, as every driver supplies) every
+    term is an exact integer in float64, so this equals the direct sum bit for bit."""
+    n_adm, n_h = la.shape
+    if n_adm == 0:
+        return np.empty((0, d.shape[1]))
+    if n_h <= _CLOSED_FORM_FROM or not np.isfinite(outside).all():
+        # a short window (the block is small) or one rank (no maximum outside x's)
+        block = np.maximum(la[:, None, :] - d[:, :, None], outside[:, None, :]) - top
+        direct: npt.NDArray[np.float64] = n_ranks * block.sum(axis=2) + n_h * d
+        return direct
+    excess = np.sort(la - outside, axis=1)  # [U, H+1] ascending
+    # tail[x, k]: the sum of x's k largest excesses (k = 0..H+1)
+    tail = np.zeros((n_adm, n_h + 1))
+    np.cumsum(excess[:, ::-1], axis=1, out=tail[:, 1:])
+    # above[x, y] = #{h: e_xh > s_x − s_y} = #{h: s_y > s_x − e_xh}: with the pool sorted
+    # by size once, a histogram of where each threshold s_x − e_xh falls, accumulated
+    order = np.argsort(sizes, kind="stable")
+    n_pool = len(sizes)
+    falls = np.searchsorted(sizes[order], (admitted_sizes[:, None] - excess).ravel(), "right")
+    rows = np.repeat(np.arange(n_adm) * (n_pool + 1), n_h)
+    hist = np.bincount(rows + falls, minlength=n_adm * (n_pool + 1)).reshape(n_adm, -1)
+    above = np.empty((n_adm, n_pool), dtype=np.int64)
+    above[:, order] = np.cumsum(hist[:, :n_pool], axis=1)
+    rise = np.take_along_axis(tail, above, axis=1) - above * d  # Σ_h max(e_h − d, 0)
+    base = (outside - top).sum(axis=1)  # [U]
+    out: npt.NDArray[np.float64] = n_ranks * (base[:, None] + rise) + n_h * d
+    return out
+
+
 def _improve(
     loads: npt.NDArray[np.float64],
     free: npt.NDArray[np.int64],
@@ -161,10 +226,10 @@ def _improve(
     """Apply the single best improving move (1), else a J-neutral one that spreads the load
     less (2, when `plateau`); 0 when there is none.
 
-    Exchanges are scored as one [admitted × pool × step] block: x admitted on rank a with
-    every y, pooled (b = −1: the maximum outside a is one row per x) or admitted on b ≠ a
-    (the maximum outside a and b: one row per pair of admitted requests); the same values,
-    in the same order, as scoring each pair on its own, with a third of the array passes."""
+    Exchanges of x admitted on rank a with a pooled y are scored in closed form per x
+    (`_pooled_gain`: U·P searches, no [U × P × step] block); with y admitted on b ≠ a as
+    one [admitted × admitted × step] block (the maximum outside a and b: one row per pair).
+    The scores are exactly those of scoring each pair on its own step by step."""
     top = loads.max(axis=0)
     idx, vals = _top3(loads)
     admitted = np.flatnonzero(where >= 0)
@@ -172,22 +237,25 @@ def _improve(
     n_adm = len(admitted)
     ra = where[admitted]  # [U] each admitted request's rank
     la = loads[ra]  # [U, H+1]
-    pooled = where < 0  # [P]
     d = sizes[admitted][:, None] - sizes[None, :]  # [U, P]: s_x − s_y
-    # x ↔ pooled y: rank a sheds d; the new maximum is a's or the best outside a
-    outside_a = _max_outside(idx, vals, ra, np.full(n_adm, -1, dtype=np.int64))
-    # one [U, P, H+1] buffer, reused in place (a fresh one per pass costs page faults)
-    new_top = np.subtract(la[:, None, :], d[:, :, None])
-    np.maximum(new_top, outside_a[:, None, :], out=new_top)
-    if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both
-        pa, pb = np.repeat(ra, n_adm), np.tile(ra, n_adm)
-        outside_ab = _max_outside(idx, vals, pa, pb).reshape(n_adm, n_adm, n_h)
-        da = d[:, admitted][:, :, None]
-        new_top[:, admitted, :] = np.maximum(
-            np.maximum(outside_ab, la[:, None, :] - da), la[None, :, :] + da
-        )
-    np.subtract(new_top, top, out=new_top)
-    gain = n_ranks * new_top.sum(axis=2) + np.where(pooled[None, :], d * n_h, 0.0)
+    # x ↔ pooled y: rank a sheds d, the new maximum is a's or the best outside a (o):
+    # Σ_h max(la_h − d, o_h) = Σ_h o_h + Σ_{h: e_h > d} (e_h − d) with e = la − o, a
+    # piecewise-linear function of d evaluated for every y from x's sorted e and its
+    # prefix sums (the rows are x's, U·P searches instead of a U·P·(H+1) block). Every
+    # column gets this score; the admitted ones are overwritten below.
+    outside_a = np.where(idx[0] != ra[:, None], vals[0], vals[1])  # [U, H+1]
+    gain = _pooled_gain(sizes, sizes[admitted], la, outside_a, d, top, n_ranks)
+    if n_adm > 1:  # x ↔ y admitted on b: b gains d too, and the best outside both;
+        # symmetric in (x, y) (the same maxima of the same values), so one triangle
+        xs, ys = _pairs(n_adm)
+        outside_ab = _max_outside(idx, vals, ra[xs], ra[ys])
+        da = d[xs, admitted[ys]][:, None]
+        new_top = np.maximum(np.maximum(outside_ab, la[xs] - da), la[ys] + da)
+        np.subtract(new_top, top, out=new_top)
+        pair = np.zeros((n_adm, n_adm))  # the diagonal is x itself: excluded below
+        pair[xs, ys] = pair[ys, xs] = n_ranks * new_top.sum(axis=1)
+        gain[:, admitted] = pair
+    pooled = where < 0  # [P]
     same = ra[:, None] == where[None, :]  # y on x's own rank (x itself included): no exchange
     gain[same] = np.inf
     flat = gain.ravel()
@@ -202,12 +270,13 @@ def _improve(
         neutral = np.flatnonzero(flat <= _EPS)
         if len(neutral):
             xs, ys = np.divmod(neutral, n_pool)
-            dn = d[xs, ys][:, None]
-            lx = la[xs]
-            lb = np.where(pooled[ys][:, None], 0.0, loads[np.maximum(where[ys], 0)])
-            spread = ((lx - dn) ** 2 - lx**2).sum(axis=1) + np.where(
-                pooled[ys], 0.0, ((lb + dn) ** 2 - lb**2).sum(axis=1)
-            )
+            # Σ_h ((L_a − d)² − L_a²) + Σ_h ((L_b + d)² − L_b²), expanded: from each
+            # rank's Σ_h L (exact integers, the same values as summing step by step)
+            dn = d[xs, ys]
+            sums = loads.sum(axis=1)
+            spread = n_h * dn**2 - 2 * dn * sums[ra[xs]]
+            on_b = ~pooled[ys]
+            spread[on_b] += n_h * dn[on_b] ** 2 + 2 * dn[on_b] * sums[where[ys[on_b]]]
             k = int(np.argmin(spread))
             if float(spread[k]) < -1e-6:
                 best_j, best, neutral_step = int(neutral[k]), -1.0, True  # as if it improved

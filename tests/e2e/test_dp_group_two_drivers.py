@@ -141,3 +141,65 @@ async def test_both_drivers_assign_the_same_ranks_in_the_same_order():
     # the emulated group exports its ranks as vLLM's DP engines do: one `engine` each
     for g in range(G):
         assert f'vllm:num_requests_running{{engine="{g}",model_name="{MODEL}"}}' in emu_metrics
+
+
+async def test_live_rank_loads_follow_the_engines_usage():
+    """The gateway in front of an emulated DP group: a streamed chat answer's load counts
+    its tokens, not the role-only first event (its count equals the engine's usage when
+    the request ends); a whole answer's usage teaches the group its decode rate; a whole
+    answer still running then counts more than its prompt; every load leaves with its
+    request."""
+    from tests.procs import procs
+
+    seen: list[tuple[str, int, int]] = []  # (request, count before the usage, usage)
+    with procs() as ps, _client_ids() as ids:
+        emu = emulator(
+            ps, "dp2", 8192, "--time-scale", "1.0", "--data-parallel-size", "2",
+            "--max-num-seqs", "2",
+        ).wait_ready()  # fmt: skip
+        cfg = gateway_config([emu.url], [])
+        cfg["pools"]["short"].update(  # type: ignore[index]
+            kind="dp_group", dp_group={"ranks": 2, "slots": 2, "assigner": {"policy": "bfio"}}
+        )
+        app = create_app(load_config(data=cfg, environ={}))
+        await app.gateway.start()
+        try:
+            driver = app.gateway.driver
+            assert driver is not None
+            group = driver.core.groups["short"]
+            reconcile = group.reconcile
+
+            def spy(key: str, rank: int, completion: int, prompt: int | None, now: float) -> None:
+                seen.append((key, group.running[rank][key].generated, completion))
+                reconcile(key, rank, completion, prompt, now)
+
+            group.reconcile = spy  # type: ignore[method-assign]
+            loop = asyncio.get_running_loop()
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw",
+                                         timeout=60) as c:  # fmt: skip
+                chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 30, "ignore_eos": True, "stream": True}  # fmt: skip
+                r = await c.post("/v1/chat/completions", json=chat, headers={"x-request-id": "s"})
+                assert r.status_code == 200 and "[DONE]" in r.text
+                whole = {"model": MODEL, "prompt": list(range(1000, 1100)), "max_tokens": 60,
+                         "ignore_eos": True}  # fmt: skip
+                r = await c.post("/v1/completions", json=whole, headers={"x-request-id": "w"})
+                assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 60
+                assert group.rate is not None and group.rate > 0
+                long = {**whole, "max_tokens": 400}
+                task = asyncio.create_task(
+                    c.post("/v1/completions", json=long, headers={"x-request-id": "l"})
+                )
+                deadline = time.monotonic() + 20
+                while sum(group.loads(loop.time())) <= 100 + 20:
+                    assert time.monotonic() < deadline, "the whole answer's load never grew"
+                    await asyncio.sleep(0.01)
+                assert (await task).status_code == 200
+            assert group.loads() == [0, 0] and not group.pooled and not group.whole
+        finally:
+            await app.gateway.stop()
+    by_id = {ids.get(k, k): (before, usage) for k, before, usage in seen}
+    assert by_id["s"] == (30, 30)  # streamed: exactly the tokens, the role event not one
+    assert by_id["w"] == (0, 60)  # whole: nothing streamed, the usage at the end
+    assert by_id["l"][1] == 400

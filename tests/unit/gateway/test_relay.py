@@ -2,7 +2,7 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.relay import StreamScanner, usage_of
+from gateway.relay import StreamScanner, token_events, usage_of
 
 ROLE = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
 TOK = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi \\"usage\\""}}]}\n\n'
@@ -50,3 +50,30 @@ def test_usage_of_whole_body():
     assert usage_of(body) == {"prompt_tokens": 3, "completion_tokens": 4}
     assert usage_of(b"not json") is None
     assert usage_of(b"[1,2]") is None
+
+
+def _sse(*objs: object) -> bytes:
+    return b"".join(b"data: " + orjson.dumps(o) + b"\n\n" for o in objs)
+
+
+def test_token_events_skip_the_role_only_first_events():
+    """A dp_group rank's load counts generated tokens: vLLM's chat stream opens with a
+    role-only delta (one per choice with n > 1), which carries none."""
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+    role1 = {"choices": [{"index": 1, "delta": {"role": "assistant", "content": ""}}]}
+    tok = {"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}
+    assert token_events(_sse(role), started=False) == 0
+    assert token_events(_sse(role, role1, tok, tok), started=False) == 2
+    assert token_events(_sse(tok), started=True) == 1
+    # a completion's text, a reasoning delta, tool calls: tokens
+    assert token_events(_sse({"choices": [{"text": "a"}]}), started=False) == 1
+    reasoning = {"choices": [{"delta": {"role": "assistant", "reasoning_content": "x"}}]}
+    assert token_events(_sse(reasoning), started=False) == 1
+    assert token_events(b"data: [DONE]\n\n", started=False) == 0
+    # the same stream split into the feeds the scanner returns: 3 tokens in all
+    scanner = StreamScanner(strip_usage=False)
+    whole = _sse(role, tok, tok, tok) + b"data: [DONE]\n\n"
+    n = 0
+    for i in range(0, len(whole), 37):
+        n += token_events(scanner.feed(whole[i : i + 37]), started=n > 0)
+    assert n == 3

@@ -110,3 +110,34 @@ def test_a_full_holding_pool_refuses():
     assert isinstance(core.start(_request("b", 10), 0.0), Wait)
     refused = core.start(_request("c", 10), 0.0)
     assert isinstance(refused, Refuse) and (refused.status, refused.code) == (429, "queue_full")
+
+
+def test_a_whole_answer_counts_at_the_learnt_decode_rate_and_usage_reconciles():
+    """A request answered whole streams nothing: once the engine's usage at some request's
+    end has taught the group its decode rate, a whole answer still running counts
+    rate × its time on the rank (at most its max_tokens), not its prompt alone; a streamed
+    one counts what it streamed; the usage replaces any count."""
+    core, _, _, _ = _core(DpGroupSpec(ranks=2, slots=2, assigner="fcfs_maxfree"))
+    group = core.groups["dp"]
+    a = core.start(_request("a", 100, max_tokens=500), 0.0)
+    assert isinstance(a, Send) and a.rank == 0
+    assert group.loads(1.0) == [100, 0]  # no rate learnt yet: the prompt alone
+    # a's end: the engine counted 110 prompt and 40 completion tokens in 2 s on the rank
+    core.on(a.ticket, Streamed(40, 110, exact=True), 2.0)
+    assert group.rate == 20.0 and group.loads(2.0) == [150, 0]
+    b = core.start(_request("b", 200, max_tokens=50), 2.0)
+    assert isinstance(b, Send) and b.rank == 1
+    assert group.loads(3.0) == [150, 200 + 20]  # 1 s at 20 tokens a second
+    assert group.loads(10.0) == [150, 200 + 50]  # never past its max_tokens
+    streamed = Prompt(CHAT, "m", ChatSize(1200, 1), 50, stream=True, exact_tokens=300)
+    c = core.start(Request(streamed, "c", POOLS), 2.0)
+    assert isinstance(c, Send) and c.rank == 0
+    assert group.loads(10.0) == [450, 250]  # nothing streamed yet: nothing estimated
+    core.on(c.ticket, Streamed(3), 10.0)
+    assert group.loads(10.0) == [453, 250]
+    # b ends after 2 s with 30 tokens (15 a second): the rate moves a fifth of the way
+    core.on(b.ticket, Streamed(30, None, exact=True), 4.0)
+    assert group.rate == 0.8 * 20 + 0.2 * 15 and group.loads(10.0) == [453, 230]
+    for t in (a, b, c):
+        core.on(t.ticket, _ok(), 11.0)
+    assert group.loads() == [0, 0] and not group.whole

@@ -46,6 +46,44 @@ def test_bfio_balances_better_than_fcfs():
     assert bfio.throughput > fcfs.throughput
 
 
+def test_max_tokens_equal_to_the_true_length_makes_the_bound_an_oracle():
+    """Clients whose max_tokens is exactly the answer's length (slack 0): the bound
+    predictor sees what the oracle sees, so the runs are identical."""
+    h = {"lookahead_steps": 5}
+    config = GroupConfig(**{**SMALL.__dict__, "steps": 200, "max_tokens_slack": 0.0})
+    oracle = run_group(make_assigner("bfio", {**h, "predictor": "oracle"}), config)
+    bound = run_group(make_assigner("bfio", {**h, "predictor": "max_tokens_bound"}), config)
+    assert bound.row() == oracle.row()
+    loose = GroupConfig(**{**config.__dict__, "max_tokens_slack": 1.0})
+    assert run_group(
+        make_assigner("bfio", {**h, "predictor": "max_tokens_bound"}), loose
+    ).row() != (oracle.row())
+
+
+def test_instant_dispatch_on_one_rank_is_fcfs():
+    """One rank: its FIFO queue is the central pool taken oldest first."""
+    one = GroupConfig(**{**SMALL.__dict__, "ranks": 1, "steps": 300})
+    fcfs = run_group(make_assigner("fcfs_maxfree"), one)
+    for rule in ("count", "tokens"):
+        queued = GroupConfig(**{**one.__dict__, "instant_dispatch": rule})
+        assert run_group(make_assigner("bfio"), queued).row() == fcfs.row()
+
+
+def test_instant_dispatch_binds_at_reveal():
+    """Bound at reveal, a request waits for its own rank's slot even when another frees
+    first: on this seeded run its pool wait's tail is no better than FCFS over the central
+    pool, and with R = 4 per rank every slot is still busy every step."""
+    pool = run_group(make_assigner("fcfs_maxfree"), SMALL)
+    queued = run_group(
+        make_assigner("fcfs_maxfree"),
+        GroupConfig(**{**SMALL.__dict__, "instant_dispatch": "count"}),
+    )
+    assert queued.throughput == pytest.approx(SMALL.ranks * SMALL.slots / queued.step_time)
+    assert queued.pool_wait_p99 >= pool.pool_wait_p99
+    with pytest.raises(ValueError, match="instant_dispatch"):
+        GroupConfig(instant_dispatch="random")
+
+
 def test_synthetic_lengths_have_the_documented_shape():
     s, o = synthetic_burstgpt().draw(np.random.default_rng(0), 200_000)
     assert np.median(s) == pytest.approx(500, rel=0.03)
