@@ -174,7 +174,9 @@ def run_point(
     engine = dict(DECODE_BOUND) if "decode-bound" in topology else {"h": DECODE_H}
     if kv_blocks is not None:
         engine["num_kv_blocks"] = kv_blocks
-    sc = scenario(prefill, decode, seed, pair, cell is None, 1.0, engine)
+    # the PoA probe needs samples every 5 s only; the sweep keeps the 10 ms sampling that
+    # its busy fractions (over the run, to its last sample) were measured with
+    sc = scenario(prefill, decode, seed, pair, cell is None, None if cell is None else 1.0, engine)
     per_client = int((ramp_s + hold_s) / 2.0) + 4  # more than a client can send in the run
     seqs = []
     for c in range(clients):
