@@ -161,9 +161,11 @@ def run_point(
     cell: tuple[float, float] | None = None,
     templates: int = 5,
     kv_blocks: int | None = None,
+    strategy: str | None = None,
 ) -> Row:
     """One closed-loop run; `cell` = (τ, ω): the grid's selector, templated prompts (from
-    `templates` templates) and PoA^; `kv_blocks`: the decode workers' KV capacity."""
+    `templates` templates) and PoA^; `kv_blocks`: the decode workers' KV capacity;
+    `strategy` (a `STRATEGIES` name, with a cell): that selector instead of the cell's."""
     prefill, decode = {**TOPOLOGIES_SPIKE, **SPLITS}[topology]
     pair = None
     if cell is not None:
@@ -171,6 +173,11 @@ def run_point(
             "policy": "kv_cost_decode",
             "params": {"temperature": cell[0], "overlap_weight": cell[1], "seed": seed},
         }
+    if strategy is not None:
+        params = {**STRATEGIES[strategy]["params"], "seed": seed}
+        if "detector" in params and "decode-bound" in topology:
+            params["detector"] = {"baseline_s": 0.10}  # as the spike's
+        pair = {"policy": STRATEGIES[strategy]["policy"], "params": params}
     engine = dict(DECODE_BOUND) if "decode-bound" in topology else {"h": DECODE_H}
     if kv_blocks is not None:
         engine["num_kv_blocks"] = kv_blocks
@@ -210,7 +217,9 @@ def run_point(
         if now < due[0] or now >= end:
             return
         due[0] = now + 5.0
-        window.index = core.pd_pools["short"].selector.decode_router.state.index
+        selector = core.pd_pools["short"].selector
+        inner = selector.inner if hasattr(selector, "inner") else selector
+        window.index = inner.decode_router.state.index
         est = window.paper(now)
         if est is not None:
             poa.append(est.ratio)
@@ -298,6 +307,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--clients", type=int, nargs="+", help="the grid's C (default 32 64 128)")
     ap.add_argument("--templates", type=int, default=5, help="the grid's prompt templates")
     ap.add_argument("--kv-blocks", type=int, help="the decode workers' KV capacity (blocks)")
+    ap.add_argument(
+        "--strategies",
+        action="store_true",
+        help="static vs adaptive under the grid's ramp and hold (--clients, --seeds)",
+    )
     args = ap.parse_args(argv)
     if args.spike:
         plan = SpikePlan(below_s=60.0, saturated_s=90.0, recovery_s=60.0) if args.quick else SPIKE
@@ -315,7 +329,31 @@ def main(argv: list[str] | None = None) -> None:
         return
     sweep, ramp, hold = (QUICK, 10.0, 30.0) if args.quick else (SWEEP, 30.0, 120.0)
     rows: list[Row] = []
-    if args.grid:
+    if args.strategies:
+        lines = ["| pool | C | strategy | TTFT P50 s | TTFT P99 s | ITL P99 ms | rps | PoA^ |"]
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for topo in args.topology or ["2P/2D decode-bound"]:
+            for c in args.clients or (128,):
+                for strategy in STRATEGIES:
+                    runs = [
+                        run_point(topo, c, ramp, hold, seed, (0.0, 1.0), strategy=strategy)
+                        for seed in range(1, args.seeds + 1)
+                    ]
+                    rows += runs
+                    print(strategy, runs, flush=True)
+
+                    def ms(f: str, fmt: str, v: list[Row] = runs) -> str:
+                        xs = [getattr(r, f) for r in v]
+                        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+                        return f"{statistics.mean(xs):{fmt}} ± {sd:{fmt}}"
+
+                    lines.append(
+                        f"| {topo} | {c} | {strategy} | {ms('ttft_p50', '.3f')} | "
+                        f"{ms('ttft_p99', '.3f')} | {ms('itl_p99_ms', '.1f')} | "
+                        f"{ms('rps', '.2f')} | {ms('poa', '.2f')} |"
+                    )
+        text = "\n".join(lines) + "\n"
+    elif args.grid:
         grid_rows: list[tuple[float, float, Row]] = []
         for topo in args.topology or ["1P/2D"]:
             for c in args.clients or (32, 64, 128):
