@@ -9,6 +9,8 @@ and a 1P/5D topology ("The Price of Anarchy in Disaggregated Inference", §8; do
     python bench/pd_experiments.py --grid --topology 1P/5D --clients 64 128 --out out/g5
     python bench/pd_experiments.py --grid --topology "2P/2D decode-bound" --clients 64 \
         --templates 50 --kv-blocks 450 --out out/gkv  # the decode workers' KV cache binds
+    python bench/pd_experiments.py --strategies --topology "2P/2D decode-bound" \
+        --clients 128 --out out/strat  # static vs regime-adaptive under the grid's ramp
 
 Protocol (the paper's §8.1, in virtual time):
 - closed loop, C clients, a 30 s linear ramp then a 120 s hold (`--quick`: 10 s + 30 s);
