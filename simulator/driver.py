@@ -502,6 +502,9 @@ class Driver:
             prompt_tokens=sent,
             max_tokens=spec.max_tokens,
             output_tokens=spec.output_tokens,
+            # the prompt's hashes, as the emulator's decode role gets them: the decode engine
+            # caches what arrived by prefix (shared blocks; a preempted request's recompute)
+            block_hashes=spec.prefix_hashes,
             remote_tokens=sent,
         )
         self._order += 1

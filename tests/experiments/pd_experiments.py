@@ -6,6 +6,11 @@ and a 1P/5D topology ("The Price of Anarchy in Disaggregated Inference", §8; do
     python bench/pd_experiments.py --split --out out/pd-split  # P:D splits of 6 workers
     python bench/pd_experiments.py --grid --out out/pd-grid    # the 4×4 (τ, ω) grid
     python bench/pd_experiments.py --spike --out out/pd-spike  # Exp. 3: static vs adaptive
+    python bench/pd_experiments.py --grid --topology 1P/5D --clients 64 128 --out out/g5
+    python bench/pd_experiments.py --grid --topology "2P/2D decode-bound" --clients 64 \
+        --templates 50 --kv-blocks 450 --out out/gkv  # the decode workers' KV cache binds
+    python bench/pd_experiments.py --strategies --topology "2P/2D decode-bound" \
+        --clients 128 --out out/strat  # static vs regime-adaptive under the grid's ramp
 
 Protocol (the paper's §8.1, in virtual time):
 - closed loop, C clients, a 30 s linear ramp then a 120 s hold (`--quick`: 10 s + 30 s);
@@ -36,7 +41,11 @@ starts (prefill busy → 1 while decode slots stay low) and where it turns (deco
 `kv_cost_decode` pair selector (the decode worker by Dynamo's cost, as the paper's routing
 game among decode workers), requests drawn from 5 prompt templates (their 8 blocks hashed
 per template, so the prefix index sees 5 prefixes; the prefill engine's own prefix cache
-off, so prefill work is Experiment 1's).
+off, so prefill work is Experiment 1's). Each cell also reports PoA^ (eq. 12 over 30 s
+windows of the hold, every 5 s: the paper's Exp. 4 measure), throughput, and the decode
+workers' preemptions and prefix-cache hit rate; `--clients` picks the C values,
+`--templates` the number of prompt templates, `--kv-blocks` the decode workers' KV capacity.
+The sweep runs `--seeds` seeds per C (mean ± sd; the knee on the means).
 """
 
 from __future__ import annotations
@@ -134,6 +143,10 @@ class Row:
     prefill_busy: float
     decode_busy: float
     wall_s: float
+    seed: int = 1
+    poa: float = math.nan  # PoA^ (eq. 12), mean over the hold's 30 s windows (grid cells only)
+    decode_hit: float = math.nan  # decode workers' prefix-cache hits / lookups (tokens)
+    preemptions: int = 0  # decode workers' preemptions (KV cache full), whole run
 
 
 def _q(xs: list[float], q: float) -> float:
@@ -148,22 +161,37 @@ def run_point(
     hold_s: float,
     seed: int = 1,
     cell: tuple[float, float] | None = None,
+    templates: int = 5,
+    kv_blocks: int | None = None,
+    strategy: str | None = None,
 ) -> Row:
-    """One closed-loop run; `cell` = (τ, ω): the grid's selector and templated prompts."""
-    prefill, decode = {**TOPOLOGIES, **SPLITS}[topology]
+    """One closed-loop run; `cell` = (τ, ω): the grid's selector, templated prompts (from
+    `templates` templates) and PoA^; `kv_blocks`: the decode workers' KV capacity;
+    `strategy` (a `STRATEGIES` name, with a cell): that selector instead of the cell's."""
+    prefill, decode = {**TOPOLOGIES_SPIKE, **SPLITS}[topology]
     pair = None
     if cell is not None:
         pair = {
             "policy": "kv_cost_decode",
             "params": {"temperature": cell[0], "overlap_weight": cell[1], "seed": seed},
         }
-    sc = scenario(prefill, decode, seed, pair, prefill_cache=cell is None)
+    if strategy is not None:
+        params = {**STRATEGIES[strategy]["params"], "seed": seed}
+        if "detector" in params and "decode-bound" in topology:
+            params["detector"] = {"baseline_s": 0.10}  # as the spike's
+        pair = {"policy": STRATEGIES[strategy]["policy"], "params": params}
+    engine = dict(DECODE_BOUND) if "decode-bound" in topology else {"h": DECODE_H}
+    if kv_blocks is not None:
+        engine["num_kv_blocks"] = kv_blocks
+    # the PoA probe needs samples every 5 s only; the sweep keeps the 10 ms sampling that
+    # its busy fractions (over the run, to its last sample) were measured with
+    sc = scenario(prefill, decode, seed, pair, cell is None, None if cell is None else 1.0, engine)
     per_client = int((ramp_s + hold_s) / 2.0) + 4  # more than a client can send in the run
     seqs = []
     for c in range(clients):
         rng = random.Random(seed * 1_000_003 + c)
         outs = [rng.randint(OUTPUT * 3 // 4, OUTPUT) for _ in range(per_client)]
-        templates = [rng.randrange(5) for _ in range(per_client)]
+        chosen = [rng.randrange(templates) for _ in range(per_client)]
         seqs.append(
             [
                 RequestSpec(
@@ -179,13 +207,30 @@ def run_point(
                         else ()
                     ),
                 )
-                for k, (out, t) in enumerate(zip(outs, templates, strict=True))
+                for k, (out, t) in enumerate(zip(outs, chosen, strict=True))
             ]
         )
-    t0 = time.monotonic()
-    result, _ = simulate(sc, LoadShape(clients, ramp_s=ramp_s, hold_s=hold_s, seed=seed), seqs)
-    wall = time.monotonic() - t0
     start, end = ramp_s, ramp_s + hold_s
+    window = PoaWindow(window_s=30.0, max_requests=512)
+    poa: list[float] = []
+    due = [start + 30.0]  # the first window lies inside the hold
+
+    def probe(core: Any, now: float) -> None:
+        if now < due[0] or now >= end:
+            return
+        due[0] = now + 5.0
+        selector = core.pd_pools["short"].selector
+        inner = selector.inner if hasattr(selector, "inner") else selector
+        window.index = inner.decode_router.state.index
+        est = window.paper(now)
+        if est is not None:
+            poa.append(est.ratio)
+
+    extra: dict[str, Any] = {} if cell is None else {"hooks": (window,), "probe": probe}
+    shape = LoadShape(clients, ramp_s=ramp_s, hold_s=hold_s, seed=seed)
+    t0 = time.monotonic()
+    result, _ = simulate(sc, shape, seqs, **extra)
+    wall = time.monotonic() - t0
     held = [r for r in result.records if start <= r.arrival < end and r.status == "ok"]
     ttft = [r.first_token - r.arrival for r in held]
     itl = [(r.finish - r.first_token) / (r.completion_tokens - 1) for r in held]
@@ -199,6 +244,8 @@ def run_point(
         "decode": sum(w.busy_slot_seconds for w in decode)
         / (span * sum(w.config.max_num_seqs for w in decode)),
     }
+    stats = [w.engine.stats for w in decode]
+    queries = sum(st.prefix_queries_tokens for st in stats)
     return Row(
         topology,
         clients,
@@ -210,6 +257,10 @@ def run_point(
         busy["prefill"],
         busy["decode"],
         wall,
+        seed,
+        sum(poa) / len(poa) if poa else math.nan,
+        sum(st.prefix_hits_tokens for st in stats) / queries if queries else math.nan,
+        sum(st.preemptions for st in stats),
     )
 
 
@@ -255,6 +306,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--grid", action="store_true", help="the (τ, ω) grid at C = 32, 64, 128")
     ap.add_argument("--spike", action="store_true", help="C = 32 → 128 → 32, static vs adaptive")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--clients", type=int, nargs="+", help="the grid's C (default 32 64 128)")
+    ap.add_argument("--templates", type=int, default=5, help="the grid's prompt templates")
+    ap.add_argument("--kv-blocks", type=int, help="the decode workers' KV capacity (blocks)")
+    ap.add_argument(
+        "--strategies",
+        action="store_true",
+        help="static vs adaptive under the grid's ramp and hold (--clients, --seeds)",
+    )
     args = ap.parse_args(argv)
     if args.spike:
         plan = SpikePlan(below_s=60.0, saturated_s=90.0, recovery_s=60.0) if args.quick else SPIKE
@@ -272,14 +331,47 @@ def main(argv: list[str] | None = None) -> None:
         return
     sweep, ramp, hold = (QUICK, 10.0, 30.0) if args.quick else (SWEEP, 30.0, 120.0)
     rows: list[Row] = []
-    if args.grid:
+    if args.strategies:
+        lines = ["| pool | C | strategy | TTFT P50 s | TTFT P99 s | ITL P99 ms | rps | PoA^ |"]
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for topo in args.topology or ["2P/2D decode-bound"]:
+            for c in args.clients or (128,):
+                for strategy in STRATEGIES:
+                    runs = [
+                        run_point(topo, c, ramp, hold, seed, (0.0, 1.0), strategy=strategy)
+                        for seed in range(1, args.seeds + 1)
+                    ]
+                    rows += runs
+                    print(strategy, runs, flush=True)
+
+                    def ms(f: str, fmt: str, v: list[Row] = runs) -> str:
+                        xs = [getattr(r, f) for r in v]
+                        sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+                        return f"{statistics.mean(xs):{fmt}} ± {sd:{fmt}}"
+
+                    lines.append(
+                        f"| {topo} | {c} | {strategy} | {ms('ttft_p50', '.3f')} | "
+                        f"{ms('ttft_p99', '.3f')} | {ms('itl_p99_ms', '.1f')} | "
+                        f"{ms('rps', '.2f')} | {ms('poa', '.2f')} |"
+                    )
+        text = "\n".join(lines) + "\n"
+    elif args.grid:
         grid_rows: list[tuple[float, float, Row]] = []
         for topo in args.topology or ["1P/2D"]:
-            for c in (32, 64, 128):
+            for c in args.clients or (32, 64, 128):
                 for tau in GRID:
                     for omega in GRID:
-                        for seed in (1, 2, 3):
-                            row = run_point(topo, c, ramp, hold, seed, cell=(tau, omega))
+                        for seed in range(1, args.seeds + 1):
+                            row = run_point(
+                                topo,
+                                c,
+                                ramp,
+                                hold,
+                                seed,
+                                (tau, omega),
+                                args.templates,
+                                args.kv_blocks,
+                            )
                             grid_rows.append((tau, omega, row))
                             rows.append(row)
                             print(tau, omega, seed, row, flush=True)
@@ -294,10 +386,11 @@ def main(argv: list[str] | None = None) -> None:
     else:
         for topo in args.topology or list(TOPOLOGIES):
             for c in sweep:
-                row = run_point(topo, c, ramp, hold)
-                rows.append(row)
-                print(row, flush=True)
-        text = table(rows)
+                for seed in range(1, args.seeds + 1):
+                    row = run_point(topo, c, ramp, hold, seed)
+                    rows.append(row)
+                    print(row, flush=True)
+        text = table(rows) if args.seeds == 1 else sweep_table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     doc: list[dict[str, Any]] = [_asdict(r) for r in rows]
     (args.out / "rows.json").write_text(json.dumps(doc, indent=1))
@@ -314,18 +407,90 @@ def grid_table(cells: list[tuple[float, float, Row]]) -> str:
         for t, o, r in cells:
             if r.topology == topo and r.clients == c:
                 runs.setdefault((t, o), []).append(r)
-        mine = {k: sum(r.ttft_p99 for r in v) / len(v) for k, v in runs.items()}
+
+        def mean(f: str, v: list[Row]) -> float:
+            return float(statistics.mean(getattr(r, f) for r in v))
+
+        mine = {k: mean("ttft_p99", v) for k, v in runs.items()}
         p99 = list(mine.values())
-        rps = [sum(r.rps for r in v) / len(v) for v in runs.values()]
+        rps = [mean("rps", v) for v in runs.values()]
+        itl = [mean("itl_p99_ms", v) for v in runs.values()]
         seeds = [r.ttft_p99 for v in runs.values() for r in v]
         out.append(
             f"### {topo}, C = {c}: mean TTFT P99 (s) by τ (rows) and ω (columns); spread "
             f"{(max(p99) - min(p99)) / min(p99):.1%} (single runs: {min(seeds):.3f}–"
-            f"{max(seeds):.3f} s), throughput {min(rps):.1f}–{max(rps):.1f} rps\n"
+            f"{max(seeds):.3f} s), throughput {min(rps):.1f}–{max(rps):.1f} rps, ITL P99 "
+            f"{min(itl):.1f}–{max(itl):.1f} ms\n"
         )
         out.append("| τ \\ ω | " + " | ".join(f"{o}" for o in GRID) + " |")
         out.append("|---|" + "---|" * len(GRID))
         out += [f"| {t} | " + " | ".join(f"{mine[(t, o)]:.3f}" for o in GRID) + " |" for t in GRID]
+        out.append("")
+        for f, label, fmt in (
+            ("poa", "PoA^", ".2f"),
+            ("rps", "throughput (rps)", ".2f"),
+            ("preemptions", "decode preemptions", ".0f"),
+            ("decode_hit", "decode prefix-cache hit rate", ".3f"),
+        ):
+            vals = {k: mean(f, v) for k, v in runs.items()}
+            xs = [x for x in vals.values() if not math.isnan(x)]
+            if not xs or (f == "preemptions" and max(xs) == 0):
+                continue
+            spread = (max(xs) - min(xs)) / min(xs) if min(xs) > 0 else math.inf
+            out.append(f"{label} by τ (rows) and ω (columns); spread {spread:.1%}\n")
+            out.append("| τ \\ ω | " + " | ".join(f"{o}" for o in GRID) + " |")
+            out.append("|---|" + "---|" * len(GRID))
+            out += [
+                f"| {t} | " + " | ".join(f"{vals[(t, o)]:{fmt}}" for o in GRID) + " |" for t in GRID
+            ]
+            out.append("")
+    return "\n".join(out)
+
+
+def sweep_table(rows: list[Row]) -> str:
+    """Mean ± sd over seeds per (topology, C); the knee on the means."""
+    out = []
+    for topo in dict.fromkeys(r.topology for r in rows):
+        by_c: dict[int, list[Row]] = {}
+        for r in rows:
+            if r.topology == topo:
+                by_c.setdefault(r.clients, []).append(r)
+
+        def ms(xs: list[float], f: str) -> str:
+            sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+            return f"{statistics.mean(xs):{f}} ± {sd:{f}}"
+
+        means = [
+            Row(
+                topo,
+                c,
+                sum(r.answered for r in v),
+                *(
+                    statistics.mean(getattr(r, f) for r in v)
+                    for f in ("ttft_p50", "ttft_p99", "itl_p99_ms", "rps")
+                ),
+                *(
+                    statistics.mean(getattr(r, f) for r in v)
+                    for f in ("prefill_busy", "decode_busy", "wall_s")
+                ),
+            )
+            for c, v in by_c.items()
+        ]
+        out.append(
+            f"### {topo}, seeds {len(next(iter(by_c.values())))} (knee: C = {knee(means)})\n"
+        )
+        out.append(
+            "| C | TTFT P50 s | TTFT P99 s | ITL P99 ms | rps | prefill busy | decode slots |"
+        )
+        out.append("|---|---|---|---|---|---|---|")
+        for c, v in by_c.items():
+            col = {f: [getattr(r, f) for r in v] for f in Row.__dataclass_fields__}
+            out.append(
+                f"| {c} | {ms(col['ttft_p50'], '.3f')} | {ms(col['ttft_p99'], '.3f')} | "
+                f"{ms(col['itl_p99_ms'], '.1f')} | {ms(col['rps'], '.1f')} | "
+                f"{statistics.mean(col['prefill_busy']):.2f} | "
+                f"{statistics.mean(col['decode_busy']):.2f} |"
+            )
         out.append("")
     return "\n".join(out)
 

@@ -114,3 +114,20 @@ def test_a_pd_pool_is_refused_without_its_topology():
     with pytest.raises(ScenarioError, match="prefill \\+ decode"):
         parse({**doc, "fleet": {"pools": [{"name": "short", "workers": 3, "kind": "pd",
                                             "pd": {"prefill": 1, "decode": 1}}]}})  # fmt: skip
+
+
+def test_the_decode_engine_caches_what_arrived_by_prefix():
+    """As the emulator's decode role: the decode request carries the prompt's block hashes,
+    so requests of one prompt share their prefix blocks on the decode worker (found as hits
+    in its prefix cache; before, the simulator's decode cached nothing)."""
+    chain = tuple(range(100, 108))  # 128 tokens: 8 full blocks
+    seqs = [
+        [RequestSpec(f"r{k}", 0.0, 128, 16, 16, client="c0", prefix_hashes=chain) for k in range(3)]
+    ]
+    result, _ = simulate(_scenario(decode=1), LoadShape(1), seqs)
+    assert [r.status for r in result.records] == ["ok"] * 3
+    cluster = result.core.load_of.__self__.cluster  # type: ignore[attr-defined]
+    stats = cluster.workers["short-d0"].engine.stats
+    # the first request's 7 cacheable blocks (the last one is always computed) are found
+    # by the second and third: 2 × 7 × 16 tokens
+    assert stats.prefix_hits_tokens == 2 * 7 * 16
