@@ -337,6 +337,11 @@ _NO_QUARTZ = "this fleet runs without QUARTZ (its golden list has no quartz seri
 _NO_DP_GROUP = (
     "this fleet has no dp_group pool (tests/e2e/test_dp_group_two_drivers.py checks its series)"
 )
+_NO_CACHE_ROUTING = (
+    "this fleet routes least_loaded: no cache-aware router series"
+    " (tests/e2e/test_cache_routing.py checks them)"
+)
+_NO_PD = "this fleet has no pd pool (tests/e2e/test_pd_gateway.py checks its series)"
 _NO_WAITS = "no worker here has max_num_seqs: no request waits or is refused by the queue"
 NO_DATA_IN_TEST: dict[tuple[str, str], str] = {
     ("control.json", "Admitted by token pool and class"): _NO_TOKEN_POOLS,
@@ -357,6 +362,17 @@ NO_DATA_IN_TEST: dict[tuple[str, str], str] = {
     ("control.json", "Barrier idle (estimate)"): _NO_DP_GROUP,
     ("control.json", "Holding pool"): _NO_DP_GROUP,
     ("control.json", "Pool wait P50 / P99"): _NO_DP_GROUP,
+    ("control.json", "Saturation regime and smoothed TTFT P99"): _NO_CACHE_ROUTING,
+    ("control.json", "Router temperature and overlap weight"): _NO_CACHE_ROUTING,
+    ("control.json", "Routing decision time P50 / P99"): _NO_CACHE_ROUTING,
+    ("control.json", "Prefix-cache hit rate: index estimate and engines"): _NO_CACHE_ROUTING,
+    ("control.json", "Prefix index entries"): _NO_CACHE_ROUTING,
+    ("control.json", "Price of anarchy (diagnostic)"): _NO_CACHE_ROUTING,
+    ("control.json", "Hand-offs"): _NO_PD,
+    ("control.json", "Prefill call P50 / P99"): _NO_PD,
+    ("control.json", "Prefill queue per worker"): _NO_PD,
+    ("control.json", "Transfer P50 / P99"): _NO_PD,
+    ("control.json", "Utilisation per role"): _NO_PD,
 }
 
 
