@@ -62,8 +62,11 @@ fmt: deps
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# two workers, one test file each at a time (a file's module fixtures are set up once): the
+# e2e files mostly wait on their processes, so the suite takes about half as long on 2 cores;
+# the slowest tests are listed at the end
 test: deps redis prometheus lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25
 
 unit: deps
 	$(PY) -m pytest -q tests/unit tests/property
