@@ -24,23 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from policies.hooks import Hook
-from policies.pd.kv_cost_decode_load import decode_load
+from policies.pd.kv_cost_decode_load import SideCostConfig, decode_load
 from policies.pd.pair_state import PairKvState
 from policies.protocols.pairs import config_from, register
 from policies.routing import eligible
-from policies.routing.kv_cost import KvCostConfig, KvCostRouter
+from policies.routing.kv_cost import KvCostRouter
 from policies.routing.kv_state import PER_REQUEST, KvState
 from policies.types import RequestInfo, WorkerView
 
 NAME = "kv_cost_decode"
 
 
-@dataclass(frozen=True, slots=True)
-class KvCostDecodeConfig:
-    temperature: float = 0.0  # τ of the decode choice (Dynamo's router_temperature)
-    overlap_weight: float = 1.0  # ω of the decode choice (kv_overlap_score_weight)
-    block_size: int = 16  # KV block size when a worker does not report its own
-    seed: int = 0  # the decode softmax's RNG
+KvCostDecodeConfig = SideCostConfig  # the decode side's KV cost
 
 
 @dataclass(slots=True)
@@ -53,15 +48,7 @@ class KvCostDecode:
     _turn: int = 0  # the prefill workers' round-robin among ties
 
     def __post_init__(self) -> None:
-        c = self.config
-        self.decode_router = KvCostRouter(
-            KvCostConfig(
-                temperature=c.temperature,
-                overlap_weight=c.overlap_weight,
-                block_size=c.block_size,
-                seed=c.seed,
-            )
-        )
+        self.decode_router = self.config.router()
 
     def set_params(self, temperature: float, overlap_weight: float) -> None:
         """Switch (τ, ω) (a regime controller's knob)."""

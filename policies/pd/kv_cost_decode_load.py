@@ -52,11 +52,27 @@ def least_decode_loaded(decode: Sequence[WorkerView], block_size: int) -> list[W
 
 
 @dataclass(frozen=True, slots=True)
-class KvCostDecodeLoadConfig:
-    temperature: float = 0.0  # τ of the prefill choice (Dynamo's router_temperature)
-    overlap_weight: float = 1.0  # ω of the prefill choice (kv_overlap_score_weight)
+class SideCostConfig:
+    """The KV cost of the side of a pair a selector chooses by it (the prefill side here,
+    the decode side in kv_cost_decode)."""
+
+    temperature: float = 0.0  # τ of that choice (Dynamo's router_temperature)
+    overlap_weight: float = 1.0  # ω of that choice (kv_overlap_score_weight)
     block_size: int = 16  # KV block size when a worker does not report its own
-    seed: int = 0  # the prefill softmax's RNG
+    seed: int = 0  # that choice's softmax RNG
+
+    def router(self) -> KvCostRouter:
+        return KvCostRouter(
+            KvCostConfig(
+                temperature=self.temperature,
+                overlap_weight=self.overlap_weight,
+                block_size=self.block_size,
+                seed=self.seed,
+            )
+        )
+
+
+KvCostDecodeLoadConfig = SideCostConfig  # the prefill side's KV cost
 
 
 @dataclass(slots=True)
@@ -69,15 +85,7 @@ class KvCostDecodeLoad:
     _turn: int = 0  # the decode workers' round-robin among ties
 
     def __post_init__(self) -> None:
-        c = self.config
-        self.prefill_router = KvCostRouter(
-            KvCostConfig(
-                temperature=c.temperature,
-                overlap_weight=c.overlap_weight,
-                block_size=c.block_size,
-                seed=c.seed,
-            )
-        )
+        self.prefill_router = self.config.router()
 
     @property
     def state(self) -> KvState:
