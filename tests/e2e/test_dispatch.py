@@ -44,8 +44,10 @@ def test_requests_wait_for_room_and_the_engine_never_sees_more(fresh_procs):
     watcher.start()
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         # two long requests take both slots first; the six sent once the engine runs both
-        # must all wait, however slowly a loaded machine starts threads
-        first = [pool.submit(stream, gw.url, 400) for _ in range(2)]
+        # must all wait, however slowly a loaded machine starts threads (the two run for
+        # seconds: 400 tokens ended before a starved host had sent
+        # the six, which then did not wait)
+        first = [pool.submit(stream, gw.url, 1000) for _ in range(2)]
         deadline = time.monotonic() + 30
         while peak[0] < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
