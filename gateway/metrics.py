@@ -422,6 +422,18 @@ class ModelSeries:
     completion_tokens: FastCounter
 
 
+@dataclass(frozen=True, slots=True)
+class SettledSeries:
+    """What one settled request updates (`GatewayMetrics.count_settled`): the requests
+    counters' `inc` (None for a 499, which is not counted) and, for a 200, the pool's and
+    the model's series."""
+
+    requests: Callable[[float], None] | None
+    model_requests: Callable[[float], None] | None
+    pool: PoolSeries | None
+    model: ModelSeries | None
+
+
 class GatewayMetrics:
     def __init__(self, fleet: Fleet, now: Callable[[], float]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -675,6 +687,72 @@ class GatewayMetrics:
         self._admitted: dict[tuple[str, str, str], Counter] = {}
         self._tokens: dict[tuple[str, str, str], Counter] = {}
         self._refused: dict[tuple[str, str, str, str], Counter] = {}
+        # (pool, model label, status) → every series a settled request updates, bound once
+        self._settled: dict[tuple[str, str, int], SettledSeries] = {}
+
+    def count_settled(
+        self,
+        pool: str,
+        model: str | None,
+        status: int,
+        latency: float,
+        ttft: float | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> None:
+        """One settled request, on every series `count_request`, `count_model` and the
+        pool's answered-request series update (the same values), through one lookup: the
+        children are bound once per (pool, model label, status)."""
+        label = model if model is not None and model in self._fleet.models else "other"
+        key = (pool, label, status)
+        s = self._settled.get(key)
+        if s is None:
+            s = self._settled[key] = self._bind_settled(pool, label, status)
+        if s.requests is None:
+            return  # 499: the client left, not an answer
+        s.requests(1.0)
+        s.model_requests(1.0)
+        if s.pool is None or s.model is None:
+            return  # not a 200: no latency, TTFT or tokens
+        s.pool.latency.observe(latency)
+        if ttft is not None:
+            s.pool.ttft.observe(ttft)
+            s.model.ttft.observe(ttft)
+        if prompt_tokens > 0:
+            s.pool.prompt_tokens.inc(prompt_tokens)
+            s.model.prompt_tokens.inc(prompt_tokens)
+        if completion_tokens > 0:
+            s.pool.completion_tokens.inc(completion_tokens)
+            s.model.completion_tokens.inc(completion_tokens)
+
+    def _bind_settled(self, pool: str, label: str, status: int) -> SettledSeries:
+        if status == 499:
+            return SettledSeries(None, None, None, None)
+        requests = self._requests_children.get((pool, status))
+        if requests is None:
+            requests = self._requests_children[(pool, status)] = FastCounter(
+                self.requests.labels(pool, str(status))
+            )
+        model_requests = self._model_children.get((label, status))
+        if model_requests is None:
+            model_requests = self._model_children[(label, status)] = FastCounter(
+                self.model_requests.labels(label, str(status))
+            )
+        if status != 200:
+            return SettledSeries(requests.inc, model_requests.inc, None, None)
+        return SettledSeries(
+            requests.inc, model_requests.inc, self.pool(pool), self._model_series(label)
+        )
+
+    def _model_series(self, label: str) -> ModelSeries:
+        series = self._models.get(label)
+        if series is None:
+            series = self._models[label] = ModelSeries(
+                FastHistogram(self.model_ttft.labels(label)),
+                FastCounter(self.model_prompt_tokens.labels(label)),
+                FastCounter(self.model_completion_tokens.labels(label)),
+            )
+        return series
 
     def count_request(self, pool: str, status: int) -> None:
         child = self._requests_children.get((pool, status))
@@ -727,13 +805,7 @@ class GatewayMetrics:
         child.inc(1.0)
         if status != 200:
             return
-        series = self._models.get(label)
-        if series is None:
-            series = self._models[label] = ModelSeries(
-                FastHistogram(self.model_ttft.labels(label)),
-                FastCounter(self.model_prompt_tokens.labels(label)),
-                FastCounter(self.model_completion_tokens.labels(label)),
-            )
+        series = self._model_series(label)
         if ttft is not None:
             series.ttft.observe(ttft)
         if prompt_tokens > 0:
