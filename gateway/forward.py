@@ -117,7 +117,11 @@ class Forwarder:
         if c is not None:
             extra.append((b"x-fleetgate-compressed", b"%d->%d" % c))
         att.extra_headers = extra
-        body, strip_usage = self._upstream_body(parsed, raw, rewritten_body(parsed, ticket))
+        rewritten = rewritten_body(parsed, ticket)
+        if rewritten is None and not parsed.stream:  # byte for byte (`_upstream_body`'s first case)
+            body, strip_usage = raw, False
+        else:
+            body, strip_usage = self._upstream_body(parsed, raw, rewritten)
         path = _PATHS[parsed.endpoint]
         # the engine's id is the gateway's, never the client's (gateway/request_ids.py)
         headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % (
