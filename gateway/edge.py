@@ -29,7 +29,7 @@ from gateway.errors import (
     ServiceUnavailable,
     UnsupportedMediaType,
 )
-from gateway.guard import ASGIApp, Receive, Scope, Send
+from gateway.guard import ASGIApp, Message, Receive, Scope, Send
 from gateway.openai_request import CHAT, COMPLETIONS
 from gateway.responder import ClientGone, Responder
 
@@ -96,7 +96,13 @@ class RequestBody:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             raise self._too_large()
         if self._link is not None and self._link.body_received:
-            body = await self._read_body()  # all in already (the common case): no timer
+            # all in already (the common case): no timer, and no coroutine of its own
+            message = await self._receive()
+            body = self._first_body(message)
+            if message.get("more_body", False):
+                body = await self._read_rest(body)
+            elif len(body) > self.max_bytes:
+                raise self._too_large()
         else:
             try:
                 # the deadline covers the first message too: a head with no body byte
@@ -116,14 +122,19 @@ class RequestBody:
 
     async def _read_body(self) -> bytes:
         message = await self._receive()
-        if message["type"] == "http.disconnect":
-            self.client_gone = True
-            raise ClientGone("client disconnected before sending its body")
-        body: bytes = message.get("body", b"")
+        body = self._first_body(message)
         if message.get("more_body", False):
             return await self._read_rest(body)
         if len(body) > self.max_bytes:
             raise self._too_large()
+        return body
+
+    def _first_body(self, message: Message) -> bytes:
+        """The body bytes of the first message (the whole body unless `more_body`)."""
+        if message["type"] == "http.disconnect":
+            self.client_gone = True
+            raise ClientGone("client disconnected before sending its body")
+        body: bytes = message.get("body", b"")
         return body
 
     async def _read_rest(self, first: bytes) -> bytes:

@@ -117,11 +117,15 @@ class Forwarder:
         if c is not None:
             extra.append((b"x-fleetgate-compressed", b"%d->%d" % c))
         att.extra_headers = extra
-        body, strip_usage = self._upstream_body(parsed, raw, rewritten_body(parsed, ticket))
+        rewritten = rewritten_body(parsed, ticket)
+        if rewritten is None and not parsed.stream:  # byte for byte (`_upstream_body`'s first case)
+            body, strip_usage = raw, False
+        else:
+            body, strip_usage = self._upstream_body(parsed, raw, rewritten)
         path = _PATHS[parsed.endpoint]
         # the engine's id is the gateway's, never the client's (gateway/request_ids.py)
         headers = b"content-type: application/json\r\nx-request-id: %s\r\n" % (
-            ticket.info.id.encode("latin-1")
+            ticket.placed.info.id.encode("latin-1")
         )
         core = self.core
         last_error: UpstreamError | None = None
@@ -304,15 +308,16 @@ class Forwarder:
         if up.status >= 500:
             self._failed(worker, att, up.status)
         else:
-            self._answered(att)
+            ticket = att.ticket
+            assert ticket is not None
+            self.core.on(ticket, ANSWERED, 0.0)  # (`_answered`, inline: a success takes no time)
             if up.status == 200:
                 usage = usage_of(body)
                 att.count_usage(usage)
-                self._reconcile(att, usage)
+                if ticket.rank is not None:  # a dp_group rank's exact count
+                    self._reconcile(att, usage)
                 # a whole answer: its prompt leaves the backlog, but no first token was
                 # seen (its time is the whole answer's: QUARTZ must not learn it as a prefill)
-                ticket = att.ticket
-                assert ticket is not None
                 self.core.on(ticket, WHOLE_ANSWER, self.loop.time())
         att.status = up.status
         await responder.send(up.status, self._answer_headers(up, rid, worker, _JSON, att), body)

@@ -52,7 +52,8 @@ class Settler:
         latency = now - att.t0
         placed = info = None
         if ticket is not None:
-            placed, info = ticket.placed, ticket.info
+            placed = ticket.placed
+            info = placed.info
             status = att.status
             outcome = Outcome(
                 Status.OK
@@ -73,27 +74,18 @@ class Settler:
                 labels = self.tenancy.labels(info.entitlement)
                 if labels is not None:
                     self.metrics.count_entitlement_tokens(labels, used)
-        m = self.metrics
         pool = att.pool
-        if att.status != 499:
-            m.count_request(pool, att.status)
-        # per-model series (bounded: the configured pools' models, else "other")
-        m.count_model(
+        # per pool and per model (bounded: the configured pools' models, else "other"); a
+        # 499 is not counted; latency, TTFT and tokens of answered (200) requests only
+        self.metrics.count_settled(
+            pool,
             parsed.model if parsed else None,
             att.status,
+            latency,
             att.ttft,
             att.prompt_tokens,
             att.completion_tokens,
         )
-        if att.status == 200:
-            series = m.pool(pool)
-            series.latency.observe(latency)
-            if att.ttft is not None:
-                series.ttft.observe(att.ttft)
-            if att.prompt_tokens > 0:
-                series.prompt_tokens.inc(att.prompt_tokens)
-            if att.completion_tokens > 0:
-                series.completion_tokens.inc(att.completion_tokens)
         if self.request_log.enabled:
             entry = {
                 "ts": round(arrival, 6),

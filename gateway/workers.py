@@ -98,7 +98,7 @@ class WorkerState:
             id=self.id,
             pool=self.pool,
             max_model_len=self.max_model_len,
-            healthy=self.routable(now),
+            healthy=routable(self, now),  # (the method, without its frame)
             stale=t.scraped_at is None or now - t.scraped_at > stale_after,
             running=t.running,
             waiting=t.waiting,

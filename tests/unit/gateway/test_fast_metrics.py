@@ -72,3 +72,25 @@ def test_falls_back_to_the_public_api() -> None:
     FastCounter(c).inc(2.0)  # type: ignore[arg-type]
     FastHistogram(h).observe(0.3)  # type: ignore[arg-type]
     assert c.seen == [2.0] and h.seen == [0.3]
+
+
+def test_other_value_classes_keep_their_own_inc() -> None:
+    """Only the library's in-process value is added to without its lock; any other value
+    class (multiprocess mode's file-backed one) is updated through its own `inc`."""
+
+    class FileBacked:
+        def __init__(self) -> None:
+            self._value = 0.0
+            self.calls = 0
+
+        def inc(self, amount: float) -> None:
+            self.calls += 1
+            self._value += amount
+
+    class Child:
+        def __init__(self) -> None:
+            self._value = FileBacked()
+
+    child = Child()
+    FastCounter(child).inc(3.0)  # type: ignore[arg-type]
+    assert child._value.calls == 1 and child._value._value == 3.0
