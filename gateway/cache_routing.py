@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection
 
 import orjson
 
-from compressor.chat_ids import chat_ids, completion_ids
+from compressor.chat_ids import MessageIdsCache, chat_ids, completion_ids
 from compressor.hf_template import HFTemplate
 from compressor.template import ServedTemplate
 from gateway.errors import InvalidRequest
@@ -72,9 +72,12 @@ def token_hasher(
     """Prefix hashes from token ids, for pools whose engines publish KV events: the prompt
     rendered and encoded as the engine does (compressor/chat_ids.py; `served` a real
     model's template, else the emulated model's) and chained per `block_size` tokens —
-    the chain the event consumer rebuilds from the engines' `token_ids`. A full encode
-    per request: only with `kv_events`."""
+    the chain the event consumer rebuilds from the engines' `token_ids`. Only with
+    `kv_events`. Under the emulated model's template the messages' ids are cached
+    (`MessageIdsCache`, ~10 MB at most): a conversation's next turn encodes only its new
+    messages; a served (`hf:`) template renders and encodes the whole prompt each time."""
     template = served if isinstance(served, HFTemplate) else None
+    cache = MessageIdsCache() if template is None else None
 
     def hashes(parsed: ParsedRequest) -> tuple[int, ...]:
         body = parsed.body
@@ -85,6 +88,7 @@ def token_hasher(
                     bool(body.get("add_generation_prompt", True)),
                     body.get("tools"),
                     template,
+                    cache,
                 )
             else:
                 prompt = body.get("prompt")

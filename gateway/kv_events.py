@@ -11,9 +11,13 @@ blocks re-hashed from their token ids, removals, clears). A `seq` that skips num
 lost batches (the PUB socket drops at its high-water mark, or the consumer started late):
 the worker's blocks are forgotten and rebuilt from the following events — the replay
 socket is not used. A malformed or oversized batch (`max_message_bytes`, enforced by ZMQ)
-is counted and resynchronises the same way.
+is counted and resynchronises the same way, and so does an engine restarted without
+AllBlocksCleared: its publisher numbers batches from 0 again (ZMQ's SUB reconnects by
+itself), which breaks the sequence at its first batch heard.
 
-Bounds: the index keeps its bound; the applier's engine → own map is bounded per worker.
+Bounds: the index keeps its bound and its TTL for event-fed entries too; the applier's
+engine → own maps age with the same TTL and hold at most the index's bound over all
+workers (policies/kv_events.py).
 ZMQ here has no authentication: the endpoints are on the engines' own network, like their
 /metrics that the gateway scrapes.
 

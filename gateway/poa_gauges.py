@@ -3,11 +3,12 @@ and exported as gauges (docs/CACHE_ROUTING.md, "PoA diagnostics").
 
 One estimate is a Hungarian assignment of a window of completions: 4–14 ms for a few
 hundred requests, far too long for the event loop. So, per pool whose router is
-cache-aware (`request_fields`), the driver adds a `PoaWindow` to the core's hooks (O(1)
-per event), and every `interval_s`:
+cache-aware (`request_fields`), the driver keeps a `PoaWindow`, and one `PoaTracker` among
+the core's hooks feeds them all (per request: the worker's pool looked up at dispatch, a
+tuple appended at completion), and every `interval_s`:
 
 1. on the loop, each window is cut to its last `window_s` and copied — at most
-   `max_requests` references, microseconds;
+   `max_requests` tuples as the hook recorded them, microseconds;
 2. on a dedicated one-thread executor (`fleetgate-poa`), both estimates are computed from
    the copies: eq. 12 with the paper's constants (`paper_estimate`; its overlap term reads
    the router's prefix index as it is then — single dictionary look-ups, atomic under the
@@ -43,7 +44,14 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from policies.poa import PoaResult
-from policies.poa_window import Completed, PoaWindow, calibrated_estimate, paper_estimate
+from policies.poa_window import (
+    CompletedTuple,
+    PoaTracker,
+    PoaWindow,
+    calibrated_estimate,
+    completed,
+    paper_estimate,
+)
 from policies.prefix_index import PrefixIndex
 from policies.protocols.routing import Router
 
@@ -56,7 +64,7 @@ class Snapshot:
 
     pool: str
     now: float
-    done: tuple[Completed, ...]
+    done: tuple[CompletedTuple, ...]  # as recorded: built into `Completed`s on the thread
     workers: tuple[str, ...]
     index: PrefixIndex | None
     capacity: float
@@ -73,8 +81,9 @@ class Estimates:
 def estimate(snap: Snapshot) -> Estimates:
     """Both estimates of one snapshot (run on the executor's thread)."""
     t0 = time.thread_time()
-    paper = paper_estimate(snap.done, snap.now, snap.workers, snap.index)
-    calibrated = calibrated_estimate(snap.done, snap.workers, snap.capacity)
+    done = completed(snap.done)
+    paper = paper_estimate(done, snap.now, snap.workers, snap.index)
+    calibrated = calibrated_estimate(done, snap.workers, snap.capacity)
     return Estimates(paper, calibrated, len(snap.done), time.thread_time() - t0)
 
 
@@ -95,20 +104,23 @@ class PoaMonitor:
         self.workers_of = workers_of
         self.interval_s = interval_s
         self.windows = {
-            pool: PoaWindow(
-                window_s=window_s,
-                max_requests=max_requests,
-                ours=lambda w, pool=pool: pool_of(w) == pool,  # type: ignore[misc]
-            )
-            for pool in pools
+            pool: PoaWindow(window_s=window_s, max_requests=max_requests) for pool in pools
         }
+        windows = self.windows
+
+        def window_of(worker: str) -> PoaWindow | None:
+            pool = pool_of(worker)
+            return None if pool is None else windows.get(pool)
+
+        # one hook for every pool's window: the worker's pool looked up once per request
+        self.tracker = PoaTracker(window_of)
         self.results: dict[str, Estimates] = {}
         self.estimate: Callable[[Snapshot], Estimates] = estimate  # what the thread runs
         self.executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def hooks(self) -> tuple[PoaWindow, ...]:
-        return tuple(self.windows.values())
+    def hooks(self) -> tuple[PoaTracker, ...]:
+        return (self.tracker,) if self.windows else ()
 
     def snapshots(self, now: float) -> list[Snapshot]:
         """Each window's completions now (on the loop: a bounded copy)."""
@@ -120,7 +132,7 @@ class PoaMonitor:
                 Snapshot(
                     pool,
                     now,
-                    tuple(window.window(now)),
+                    window.recent(now),
                     tuple(self.workers_of(pool)),
                     index if isinstance(index, PrefixIndex) else None,
                     window.capacity,

@@ -160,3 +160,59 @@ def test_a_gateway_routes_by_the_engines_events(fresh_procs):
     assert metric(text, "fleetgate_kv_event_gaps_total", pool="short") == 0
     hits = metric(text, "fleetgate_prefix_index_hit_blocks_total", pool="short")
     assert hits > 0
+
+
+def test_an_engine_restarted_without_a_clear_is_forgotten_at_its_first_batch(fresh_procs):
+    """vLLM numbers a publisher's batches from 0: a restarted engine (a new PUB socket on
+    the same endpoint, no AllBlocksCleared) breaks the consumer's sequence, and the
+    blocks it held before the restart — gone from its cache — leave the index."""
+    import msgpack
+    import zmq
+
+    endpoint = f"ipc://{fresh_procs.dir}/kv-restart"
+    index = PrefixIndex(block_tokens=BS, ttl_s=1e9)
+    before, after = list(range(1, 3 * BS + 1)), list(range(500, 500 + 2 * BS))
+    old_chain, new_chain = block_hashes(before, BS), block_hashes(after, BS)
+
+    def batch(pub: zmq.Socket[bytes], seq: int, hashes: list[int], ids: list[int]) -> None:
+        events = [["BlockStored", hashes, None, ids, BS, None, "GPU"]]
+        pub.send_multipart([b"kv", seq.to_bytes(8, "big"), msgpack.packb([0.0, events])])
+
+    async def main() -> None:
+        consumer = KvEventConsumer(
+            [Stream("short", "w0", endpoint, "kv", 1 << 20)], lambda p: index
+        )
+        loop = asyncio.get_running_loop()
+        consumer.start(loop)
+        ctx = zmq.Context()
+        try:
+            pub = ctx.socket(zmq.PUB)
+            pub.bind(endpoint)
+            seq = 1000  # an engine that has been publishing a while
+            # a subscriber hears only what is published after it joined: send until it hears
+            deadline = loop.time() + 10
+            while index.overlap("w0", old_chain) < len(old_chain):
+                assert loop.time() < deadline, "no KV event arrived"
+                batch(pub, seq, [7001, 7002, 7003], before)
+                seq += 1
+                await asyncio.sleep(0.05)
+            assert consumer.gaps.get("short", 0) == 0
+            pub.close(linger=0)
+            # the engine restarts: a new publisher, numbering from 0, no AllBlocksCleared
+            pub = ctx.socket(zmq.PUB)
+            pub.bind(endpoint)
+            seq = 0
+            deadline = loop.time() + 10
+            while index.overlap("w0", new_chain) < len(new_chain):
+                assert loop.time() < deadline, "the consumer did not reconnect"
+                batch(pub, seq, [9001, 9002], after)
+                seq += 1
+                await asyncio.sleep(0.05)
+            pub.close(linger=0)
+            assert index.overlap("w0", old_chain) == 0  # the stale blocks are gone
+            assert consumer.gaps["short"] == 1 and consumer.appliers["short"].cleared == 1
+        finally:
+            await consumer.stop()
+            ctx.destroy(linger=0)
+
+    asyncio.run(main())

@@ -5,8 +5,10 @@ with prefix caching on loopback, multi-turn chats through the official openai SD
 
 - engines: `--workers` `fleetgate emulate` processes, each with a small batch and KV
   cache (`--max-num-seqs 16`, 1,024 blocks of 16 tokens: ~16k tokens, room for a dozen
-  system prompts), compute-bound prefill (5e-5 s a token, 2,048 tokens a step) so a cache
-  hit saves time, `--enable-prompt-tokens-details` (usage.prompt_tokens_details
+  system prompts), compute-bound prefill (`prefill_token_s`, 3e-4 s a token — a larger
+  model or a slower GPU than the simulator's 5e-5 —, 2,048 tokens a step) so a cached
+  1,500-token prefix saves ~0.45 s of engine time, more than this shared machine's
+  scheduling noise, `--enable-prompt-tokens-details` (usage.prompt_tokens_details
   .cached_tokens, as vLLM reports it), time-scaled (`--scale`: an engine second takes
   that many wall seconds). Engines and gateway restart for every router: cold caches.
 - the load: `--clients` closed-loop clients, each running `--conversations`
@@ -14,13 +16,19 @@ with prefix caching on loopback, multi-turn chats through the official openai SD
   conversation opens with one of `--templates` shared system prompts (Zipf 0.8,
   lognormal lengths of median 1,500 tokens: together about twice what one engine caches)
   and has 1–4 turns of a short user message; each answer (max_tokens 24) is appended to
-  the conversation. Text is seeded random English words (~5 bytes a token, as prose: the
+  the conversation; with `ramp_s` the clients start one after another over that time
+  (cold caches: all at once, the first prompts queue behind each other's prefills). Text is seeded random English words (~5 bytes a token, as prose: the
   gateway's 512-byte chunks then stand for ~128 tokens as it assumes). The
   conversation's id is the request's `user` field (session_affinity's key). Every router
   gets the same conversations.
 - per request, from the stream: TTFT (first content chunk), prompt and cached tokens (the
   usage chunk, stream_options.include_usage). Hit rate = Σ cached / Σ prompt tokens.
   Times are engine seconds (wall ÷ scale).
+- the engines' own TTFT (`vllm:time_to_first_token_seconds` from each emulator's
+  /metrics before it stops, the engines' histograms added): arrival at the engine → first
+  token in engine seconds, which host scheduling perturbs less (the engine's clock is a
+  cursor that absorbs stalls under `--max-lag`). Its mean is exact (sum / count); its
+  quantiles are interpolated in the buckets as PromQL's histogram_quantile does.
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import openai
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.procs import Proc, Procs
 
@@ -50,6 +60,8 @@ class Setup:
     max_num_seqs: int = 16
     kv_blocks: int = 1024
     think_s: float = 0.5
+    ramp_s: float = 0.0  # client c starts at c / clients × ramp_s (a linear ramp)
+    prefill_token_s: float = 3e-4
     seed: int = 1
 
 
@@ -191,7 +203,7 @@ def start_engines(ps: Procs, setup: Setup) -> list[Proc]:
         ps.emulator(
             f"w{i}", "--model", MODEL, "--max-model-len", "8192",
             "--max-num-seqs", str(setup.max_num_seqs), "--num-kv-blocks", str(setup.kv_blocks),
-            "--prefill-token-s", "5e-5", "--max-num-batched-tokens", "2048",
+            "--prefill-token-s", str(setup.prefill_token_s), "--max-num-batched-tokens", "2048",
             "--enable-prompt-tokens-details", "--time-scale", str(setup.scale),
             "--max-lag", str(max(0.05, 0.2 * setup.scale)),
         )
@@ -276,6 +288,8 @@ async def drive(url: str, setup: Setup) -> list[Answer]:
 
     async def one(c: int, convs: list[tuple[str, str, list[str]]]) -> None:
         think = random.Random(f"{setup.seed}:think:{c}")
+        if setup.ramp_s > 0:
+            await asyncio.sleep(c / setup.clients * setup.ramp_s * setup.scale)
         for conv, system, turns in convs:
             messages = [{"role": "system", "content": system}]
             for turn in turns:
@@ -296,12 +310,51 @@ def quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
+ENGINE_TTFT = "vllm:time_to_first_token_seconds"
+
+
+def engine_ttft(engines: list[Proc]) -> tuple[list[tuple[float, float]], float, float]:
+    """The engines' TTFT histograms added: (cumulative (le, count) buckets, sum, count)."""
+    buckets: dict[float, float] = {}
+    total = count = 0.0
+    for e in engines:
+        text = httpx.get(e.url + "/metrics", timeout=10.0).text
+        for fam in text_string_to_metric_families(text):
+            if fam.name != ENGINE_TTFT:
+                continue
+            for s in fam.samples:
+                if s.name.endswith("_bucket"):
+                    le = float(s.labels["le"])
+                    buckets[le] = buckets.get(le, 0.0) + s.value
+                elif s.name.endswith("_sum"):
+                    total += s.value
+                elif s.name.endswith("_count"):
+                    count += s.value
+    return sorted(buckets.items()), total, count
+
+
+def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """PromQL's histogram_quantile: linear within the bucket holding rank q·count."""
+    if not buckets or buckets[-1][1] == 0:
+        return math.nan
+    rank = q * buckets[-1][1]
+    lo_le, lo_n = 0.0, 0.0
+    for le, n in buckets:
+        if n >= rank:
+            if math.isinf(le):
+                return lo_le  # the highest finite bound, as PromQL answers
+            return lo_le + (le - lo_le) * (rank - lo_n) / (n - lo_n) if n > lo_n else le
+        lo_le, lo_n = le, n
+    return lo_le
+
+
 def run_router(ps: Procs, setup: Setup, routing: str) -> dict[str, Any]:
     engines = start_engines(ps, setup)
     gw = start_gateway(ps, engines, routing, f"gw-{routing}")
     t0 = time.perf_counter()
     answers = asyncio.run(drive(gw.url, setup))
     wall = time.perf_counter() - t0
+    buckets, ttft_sum, ttft_count = engine_ttft(engines)
     for p in (gw, *engines):
         p.stop()
     ttft = [a.ttft / setup.scale for a in answers]
@@ -310,7 +363,13 @@ def run_router(ps: Procs, setup: Setup, routing: str) -> dict[str, Any]:
         "requests": len(answers),
         "hit": sum(a.cached_tokens for a in answers) / sum(a.prompt_tokens for a in answers),
         "ttft_p50": quantile(ttft, 0.5),
+        "ttft_p90": quantile(ttft, 0.9),
         "ttft_p99": quantile(ttft, 0.99),
+        "ttft_mean": sum(ttft) / len(ttft),
+        "engine_ttft_mean": ttft_sum / ttft_count if ttft_count else math.nan,
+        "engine_ttft_p50": histogram_quantile(0.5, buckets),
+        "engine_ttft_p90": histogram_quantile(0.9, buckets),
+        "engine_ttft_p99": histogram_quantile(0.99, buckets),
         "rps": len(answers) / (wall / setup.scale),
         "wall_s": wall,
     }

@@ -86,3 +86,56 @@ def test_remove_keeps_the_bound_count_and_forgets_empty_workers():
     assert len(index) == 6 and index.remove("w0", chain[4:]) == 2 and len(index) == 4
     assert index.overlap("w0", chain) == 4 and index.remove("w9", chain) == 0
     assert index.remove("w0", chain) == 4 and len(index) == 0 and index.workers() == []
+
+
+def test_a_lost_block_removed_ages_out_after_the_ttl():
+    a = KvEventApplier(PrefixIndex(block_tokens=BS, ttl_s=10.0))
+    a.apply("w0", [stored(ENGINE[:3], None, IDS[:12])], 0.0)
+    # (the BlockRemoved of these blocks is lost) — at 8 s the engine extends the second
+    # block: the map keeps the parent it used, and the index hears the children
+    a.apply("w0", [stored(ENGINE[2:3], ENGINE[1], IDS[8:12])], 8.0)
+    chain = block_hashes(IDS[:12], BS)
+    assert a.index.overlap("w0", chain, 9.0) == 3
+    # one TTL after the first store: the first block is gone from the index, and with it
+    # the prefix (the engine's match would start there)
+    assert a.index.overlap("w0", chain, 10.5) == 0
+    a.apply("w1", [], 10.5)  # another worker's batch does not age w0's map
+    assert a.mapped("w0") == 3
+    a.apply("w0", [], 10.5)  # w0's next batch: the first block's mapping expires
+    assert a.mapped("w0") == 2 and a.mapped() == 2
+    a.apply("w0", [], 18.5)  # the rest, stored or extended at 8 s, one TTL later
+    assert a.mapped() == 0
+    # the memory back: the index's three entries (two stored at 0 s, one at 8 s)
+    assert a.index.evict(18.5) == 3 and len(a.index) == 0
+    # a removal arriving for a forgotten block changes nothing
+    a.apply("w0", [["BlockRemoved", ENGINE[:3]]], 19.0)
+    assert a.removed == 0 and a.mapped() == 0
+
+
+def test_the_maps_and_the_index_never_exceed_their_bounds_over_workers():
+    import random
+
+    rng = random.Random(7)
+    bound = 9
+    a = KvEventApplier(PrefixIndex(block_tokens=BS, ttl_s=50.0, max_blocks=bound), bound)
+    parents: dict[str, list[bytes]] = {}
+    for step in range(400):
+        worker = f"w{rng.randrange(3)}"
+        now = step * 0.5
+        kind = rng.random()
+        known = parents.setdefault(worker, [])
+        if kind < 0.6:
+            n = rng.randint(1, 5)
+            parent = rng.choice(known) if known and rng.random() < 0.5 else None
+            hashes = [b"%s-%d-%d" % (worker.encode(), step, i) for i in range(n)]
+            ids = [rng.randrange(1000) for _ in range(n * BS)]
+            a.apply(worker, [stored(hashes, parent, ids)], now)
+            known.extend(hashes)
+        elif kind < 0.9 and known:
+            a.apply(worker, [["BlockRemoved", rng.sample(known, min(3, len(known)))]], now)
+        else:
+            a.apply(worker, [["AllBlocksCleared"]], now)
+            known.clear()
+        assert a.mapped() == sum(a.mapped(w) for w in ("w0", "w1", "w2")) <= bound
+        assert len(a.index) <= bound
+    assert a.stored > bound and a.unplaced > 0  # the bound bit, and parents were lost

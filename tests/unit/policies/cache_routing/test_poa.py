@@ -1,6 +1,7 @@
 """The PoA diagnostics (policies/poa.py) on hand-computed cases."""
 
 import math
+import random
 
 import pytest
 
@@ -91,3 +92,74 @@ def test_poa_calibrated_overlap_credit():
     f = FittedLatency(a=0.0, b=1.0, d=0.0, capacity=math.inf)  # flat: only the credit differs
     got = poa_calibrated([1.0, 1.0], ["a", "b"], {"a": f, "b": f}, None, [{"b": 1.0}, {}], 0.5)
     assert got.opt == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_poa_calibrated_without_credit_equals_the_hungarian_optimum(seed: int):
+    """Without an overlap credit every row is the same, and the estimator sums the
+    cheapest marginals instead of solving: the oracle is scipy's assignment of the full
+    matrix of marginal costs, built here."""
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    rng = random.Random(seed)
+    workers = [f"w{j}" for j in range(rng.randint(1, 5))]
+    models = {
+        w: FittedLatency(rng.uniform(0, 0.01), rng.uniform(0.01, 0.5), rng.uniform(0, 2), 64.0)
+        for w in workers
+    }
+    size = rng.randint(1, 120)
+    latencies = [rng.uniform(0.05, 2.0) for _ in range(size)]
+    concurrency = rng.uniform(1, 40)
+    got = poa_calibrated(latencies, [workers[0]] * size, models, concurrency)
+    s = concurrency / size
+    columns = []
+    for w in workers:
+        f = models[w]
+        prev = 0.0
+        for k in range(1, size + 1):
+            total = k * f.latency(k * s)
+            if not math.isfinite(total):
+                break
+            columns.append(total - prev)
+            prev = total
+    matrix = np.tile(np.array(columns), (size, 1))
+    rows, cols = linear_sum_assignment(matrix)
+    assert got.opt == pytest.approx(float(matrix[rows, cols].sum()), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_transportation_solver_equals_the_hungarian_on_the_copied_matrix(seed: int):
+    """`_transport` (eq. 12's solver for a few workers) against scipy's assignment of the
+    matrix with each column copied `capacity` times: ties, zero capacities and binding
+    capacities included."""
+    import numpy as np
+    from scipy.optimize import linear_sum_assignment
+
+    from policies.poa import _transport
+
+    rng = random.Random(seed)
+    m, n = rng.randint(1, 6), rng.randint(1, 40)
+    capacity = [rng.randint(0, n) for _ in range(m)]
+    while sum(capacity) < n:
+        capacity[rng.randrange(m)] += 1
+    values = [0.0, 0.5, 1.0, rng.random()]
+    cost = [[rng.choice(values) + 0.1 * j * rng.randint(0, 1) for j in range(m)] for _ in range(n)]
+    copied = np.array([[row[j] for j in range(m) for _ in range(capacity[j])] for row in cost])
+    rows, cols = linear_sum_assignment(copied)
+    assert _transport(cost, capacity) == pytest.approx(float(copied[rows, cols].sum()), abs=1e-9)
+
+
+def test_poa_paper_beyond_the_transport_solver_uses_the_hungarian():
+    from policies.poa import TRANSPORT_MAX_WORKERS
+
+    m = TRANSPORT_MAX_WORKERS + 1
+    load = {f"w{j}": float(j) for j in range(m)}
+    overlap = [{"w3": 1.0}, {}, {"w0": 0.5}]
+    got = poa_paper([0.1, 0.2, 0.3], load, overlap)
+    model = PaperCost()
+    # three requests, 64 copies each: nobody binds, each takes its cheapest worker
+    best = [
+        min(model.latency(n) - model.w_c * o.get(w, 0.0) for w, n in load.items()) for o in overlap
+    ]
+    assert got.opt == pytest.approx(math.fsum(best))
