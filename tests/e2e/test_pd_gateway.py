@@ -79,14 +79,15 @@ POOLS: dict[str, dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, .
 
 
 # the regime pool's pair selector: Table 2's decode choice by the pair sampler's TTFT P99,
-# thresholds small enough that a burst of REGIME_BURST crosses θ1 (its P99 ≥ 24 × 8 ms =
-# 0.19 s > 0.08 s, by the emulator's engine model), θ2 far above (Saturated never), short
-# control intervals so a second burst closes the k = 2 intervals it needs
-REGIME_BURST = 24
+# thresholds small enough that a burst of REGIME_BURST crosses θ1 (its P99 ≥ 40 × 8 ms =
+# 0.32 s > 0.15 s, by the emulator's engine model) and large enough that requests one at
+# a time (a step or two, ~30 ms) fall back under θ1 (1 − ε) = 0.135 s; θ2 far above
+# (Saturated never); short control intervals and window so either takes seconds
+REGIME_BURST = 40
 REGIME_PAIR = {
     "policy": "regime_adaptive",
     "params": {
-        "detector": {"theta1_s": 0.08, "theta2_s": 60.0, "interval_s": 0.2, "window_s": 5.0}
+        "detector": {"theta1_s": 0.15, "theta2_s": 60.0, "interval_s": 0.2, "window_s": 2.0}
     },
 }
 PAIRS = {"m-regime": REGIME_PAIR}
@@ -273,11 +274,12 @@ def test_a_client_gone_mid_transfer_gives_both_slots_back(fleets: Any, personali
 # -- the pair-aware regime controller, live --------------------------------------------
 
 
-def test_a_burst_drives_the_regime_adaptive_pairs_into_transition(fleets: Any):
+def test_a_burst_drives_the_regime_adaptive_pairs_into_transition_and_back(fleets: Any):
     """The gateway's pair sampler hears the pool's streamed first tokens (TTFT at the
     gateway), its detector crosses θ1, and the next pair decision applies Table 2's
     Transition row (τ 0.7, ω 1): the exported gauges show it. Bursts go out until the
-    regime gauge reads Transition, up to a deadline."""
+    regime gauge reads Transition, up to a deadline; then requests one at a time until it
+    reads Below again (Table 2's Below row back: τ 0)."""
     f = fleets["vllm"]["m-regime"]
     pool = f.pool
     text = f.metrics()
@@ -304,5 +306,17 @@ def test_a_burst_drives_the_regime_adaptive_pairs_into_transition(fleets: Any):
     assert metric(text, "fleetgate_routing_temperature", pool=pool) == 0.7
     assert metric(text, "fleetgate_routing_overlap_weight", pool=pool) == 1.0
     assert metric(text, "fleetgate_routing_regime_changes_total", pool=pool) >= 1
-    assert metric(text, "fleetgate_routing_ttft_p99_smoothed_seconds", pool=pool) > 0.08
+    # the detector's L̄ (its value now may already be falling: the hysteresis keeps the regime)
+    assert metric(text, "fleetgate_routing_ttft_p99_smoothed_seconds", pool=pool) > 0
+    assert wait_until(f.idle)
+
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        assert one(0)
+        if metric(f.metrics(), "fleetgate_routing_regime", pool=pool) == 0:
+            break
+    text = f.metrics()
+    assert metric(text, "fleetgate_routing_regime", pool=pool) == 0
+    assert metric(text, "fleetgate_routing_temperature", pool=pool) == 0.0
+    assert metric(text, "fleetgate_routing_regime_changes_total", pool=pool) >= 2
     assert wait_until(f.idle)
