@@ -8,8 +8,9 @@ played among the decode workers, a single prefill worker serving them all).
   range-normalised softmax at τ (τ = 0: argmin); (τ, ω) per pool (`params`) and per
   request (`RequestInfo.router_temperature` / `overlap_weight`), so the regime table's
   values can be switched in as for `kv_cost`; its index and active blocks follow the
-  core's pair events (`hooks()`: a prompt's blocks active on the decode from the pair's
-  dispatch to the answer's end, in its cache from the hand-off on);
+  core's pair events (`hooks()`: a prompt's blocks — and, with `output_blocks`, the
+  default, the most the request may generate — active on the decode from the pair's
+  dispatch to the answer's end, the prompt in its cache from the hand-off on);
 - prefill: the least prompt work not handed off yet (⌈outstanding tokens / block⌉ —
   prefill slots are released at the hand-off — then requests in flight), ties in turn:
   the pull queue Dynamo's prefill workers serve.
@@ -35,7 +36,16 @@ from policies.types import RequestInfo, WorkerView
 NAME = "kv_cost_decode"
 
 
-KvCostDecodeConfig = SideCostConfig  # the decode side's KV cost
+@dataclass(frozen=True, slots=True)
+class KvCostDecodeConfig(SideCostConfig):
+    """The decode side's KV cost."""
+
+    # a decode worker's active blocks count each request's output blocks (⌈max_tokens /
+    # block⌉ per sequence) from its pair to its answer's end, as Dynamo counts the blocks
+    # generated — the most it may generate, charged at once (policies/pd/pair_state.py);
+    # false: the prompts' blocks alone, a shared block once (blind to how many requests
+    # share a template)
+    output_blocks: bool = True
 
 
 @dataclass(slots=True)
@@ -70,7 +80,7 @@ class KvCostDecode:
     def hooks(self) -> tuple[Hook, ...]:
         """The decode side's prefix index and active blocks, kept by the core's pair
         events (policies/pd/pair_state.py; policies/build.py attaches them)."""
-        return (PairKvState(self.decode_router.state, "decode"),)
+        return (PairKvState(self.decode_router.state, "decode", self.config.output_blocks),)
 
     def select(
         self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]

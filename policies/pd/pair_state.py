@@ -13,13 +13,21 @@ stay active on the prefill worker for the whole answer. `PairKvState` follows on
 
 A retry is a second `on_pair`: the blocks move to the new pair. Workers the state never saw
 as candidates (another pool's) are ignored, as `KvState` does.
+
+`output_blocks` (the decode side): the decode worker's active blocks also count each
+request's output blocks — ⌈max_tokens / block⌉ per sequence, unshared — from `on_pair` to
+`on_complete`. Dynamo adds a request's output blocks as they are generated; the core
+reports no per-token progress for a pair, so the most the request may generate is charged
+at once and settled at its end. Without it the count is the in-flight prompts' blocks with
+a shared block counted once, which is blind to how many requests a worker holds when they
+share a prompt template (docs/PD.md, "the τ = 0 lock-in").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policies.routing.kv_state import KvState
+from policies.routing.kv_state import KvState, blocks_for
 from policies.types import Outcome, RequestInfo
 
 
@@ -27,10 +35,13 @@ from policies.types import Outcome, RequestInfo
 class PairKvState:
     state: KvState
     role: str  # "prefill" | "decode": the side whose cache and active blocks it follows
+    output_blocks: bool = False  # the decode side: charge each request's output blocks
 
     def __post_init__(self) -> None:
         if self.role not in ("prefill", "decode"):
             raise ValueError("role: must be prefill or decode")
+        if self.output_blocks and self.role != "decode":
+            raise ValueError("output_blocks: a decode side's only")
 
     def _side(self, prefill: str, decode: str) -> str:
         return prefill if self.role == "prefill" else decode
@@ -38,10 +49,14 @@ class PairKvState:
     # --- policies/hooks.py PairHook -----------------------------------------------------
     def on_pair(self, request: RequestInfo, prefill: str, decode: str, now: float) -> None:
         worker = self._side(prefill, decode)
-        if self.state.knows(worker):
-            self.state.hold(request, worker)
+        state = self.state
+        if state.knows(worker):
+            state.hold(request, worker)
+            if self.output_blocks:
+                out = request.sequences * blocks_for(request.max_tokens, state.block_size)
+                state.charge(request.id, out)
         else:
-            self.state.release(request.id)
+            state.release(request.id)
 
     def on_handoff(self, request: RequestInfo, prefill: str, decode: str, now: float) -> None:
         worker = self._side(prefill, decode)

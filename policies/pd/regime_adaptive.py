@@ -84,6 +84,7 @@ class RegimeAdaptivePairsConfig:
     block_size: int = 16
     seed: int = 0
     detector: Mapping[str, Any] | None = None  # DetectorConfig's parameters
+    output_blocks: bool = True  # kv_cost_decode's: the decode load counts output blocks
 
     def __post_init__(self) -> None:
         for name in ("below", "transition", "saturated"):
@@ -119,7 +120,9 @@ class RegimeAdaptivePairs:
         c = self.config
         self._table = c.table()
         tau, omega = self._table[Regime.BELOW]
-        self.inner = KvCostDecode(KvCostDecodeConfig(tau, omega, c.block_size, c.seed))
+        self.inner = KvCostDecode(
+            KvCostDecodeConfig(tau, omega, c.block_size, c.seed, c.output_blocks)
+        )
         detector: DetectorConfig = config_from(DetectorConfig, c.detector or {})
         self.detector = SaturationDetector(detector)
         self.sampler = PairTtftSampler(self.detector)

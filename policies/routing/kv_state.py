@@ -13,8 +13,10 @@ mode: the routing decision stands for the dispatch) and read active blocks from 
 Active blocks, as Dynamo's router counts them: the blocks of the prompts in flight on a
 worker, a block shared by several of them (a common system prompt) counted once — when the
 index's blocks are KV blocks (`index.block_tokens == block_size`) — plus each prompt's
-tail (tokens not covered by a hashed block). Generated tokens are not counted: the core
-reports no per-token progress (Dynamo adds output blocks as they are generated).
+tail (tokens not covered by a hashed block). Generated tokens are not counted here: the
+core reports no per-token progress (Dynamo adds output blocks as they are generated). A
+`pd` pool's decode side charges each request's output blocks at once instead (`charge`;
+policies/pd/pair_state.py).
 
 Requests of other pools are ignored: a state only follows workers it has seen as routing
 candidates (`seen`).
@@ -135,6 +137,15 @@ class KvState:
         tail = total - len(shared)
         self._tail[worker] = self._tail.get(worker, 0) + tail
         self._requests[request.id] = _InFlight(worker, shared, tail)
+
+    def charge(self, request_id: str, blocks: int) -> None:
+        """`blocks` more active blocks for a held request, counted for it alone and
+        released with it (a decode worker's output blocks); nothing if it is not held."""
+        held = self._requests.get(request_id)
+        if held is None or blocks <= 0:
+            return
+        held.tail += blocks
+        self._tail[held.worker] += blocks
 
     def _feed(self) -> None:
         if not self.fed:

@@ -2,11 +2,14 @@
 servers of each personality (docs/PD.md): the openai SDK's answers, streamed and not; the
 exact requests the gateway sends to each side (the emulators record them); a prefill
 failure, a decode failure after the hand-off, a client that leaves mid-transfer; every
-lease back to zero (the gateway's own in-flight counts), hand-offs in the metrics."""
+lease back to zero (the gateway's own in-flight counts), hand-offs in the metrics; a
+`regime_adaptive` pair selector driven past θ1 into Transition by a burst."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,7 @@ class PdFleet:
     prefill: list[Proc]
     decode: list[Proc]
     gateway: Proc
+    pool: str
 
     @property
     def client(self) -> openai.OpenAI:
@@ -63,12 +67,34 @@ POOLS: dict[str, dict[str, tuple[tuple[tuple[str, ...], ...], tuple[tuple[str, .
         "m-dies": (((),), (("--die-mid-stream-after", "3"),)),
         # a slow prefill (2 s before its engine): the client leaves mid-transfer
         "m-slow": ((("--added-latency-ms", "2000"),), ((),)),
+        # a prefill in real time computing one prompt at a time (steps of W ≥ 8 ms): a
+        # burst of B requests queues, its last TTFT ≥ B × 8 ms (REGIME_PAIR's selector)
+        "m-regime": ((("--time-scale", "1", "--max-num-seqs", "1"),), ((), ())),
     },
     "sglang": {
         MODEL: (((),), ((), ())),
         "m-slow": ((("--added-latency-ms", "2000"),), ((),)),
     },
 }
+
+
+# the regime pool's pair selector: Table 2's decode choice by the pair sampler's TTFT P99,
+# thresholds small enough that a burst of REGIME_BURST crosses θ1 (its P99 ≥ 40 × 8 ms =
+# 0.32 s > 0.15 s, by the emulator's engine model) and large enough that requests one at
+# a time (a step or two, ~30 ms) fall back under θ1 (1 − ε) = 0.135 s; θ2 far above
+# (Saturated never); short control intervals and window so either takes seconds
+REGIME_BURST = 40
+REGIME_PAIR = {
+    "policy": "regime_adaptive",
+    "params": {
+        "detector": {"theta1_s": 0.15, "theta2_s": 60.0, "interval_s": 0.2, "window_s": 2.0}
+    },
+}
+PAIRS = {"m-regime": REGIME_PAIR}
+
+
+def _pool(k: int) -> str:
+    return "short" if k == 0 else f"pool{k}"
 
 
 def _start(ps: Any, personality: str) -> dict[str, PdFleet]:
@@ -92,11 +118,11 @@ def _start(ps: Any, personality: str) -> dict[str, PdFleet]:
             p.wait_ready("/health")
     cfg = gateway_config([], [])
     cfg["pools"] = {
-        ("short" if k == 0 else f"pool{k}"): {
+        _pool(k): {
             "kind": "pd",
             "max_model_len": 8192,
             "models": [model],
-            "pd": {"protocol": personality},
+            "pd": {"protocol": personality, **({"pair": PAIRS[model]} if model in PAIRS else {})},
             "workers": [
                 *({"url": p.url, "engine": personality, "role": "prefill"} for p in prefill),
                 *({"url": p.url, "engine": personality, "role": "decode"} for p in decode),
@@ -105,7 +131,10 @@ def _start(ps: Any, personality: str) -> dict[str, PdFleet]:
         for k, (model, (prefill, decode)) in enumerate(emus.items())
     }
     gateway = start_gateway(ps, cfg, f"gateway-{personality}")
-    return {m: PdFleet(m, personality, p, d, gateway) for m, (p, d) in emus.items()}
+    return {
+        m: PdFleet(m, personality, p, d, gateway, _pool(k))
+        for k, (m, (p, d)) in enumerate(emus.items())
+    }
 
 
 @pytest.fixture(scope="module")
@@ -239,4 +268,55 @@ def test_a_client_gone_mid_transfer_gives_both_slots_back(fleets: Any, personali
     body = {"model": f.model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 20}
     with pytest.raises(httpx.TimeoutException):
         httpx.post(f.gateway.url + "/v1/chat/completions", json=body, timeout=0.5)
+    assert wait_until(f.idle)
+
+
+# -- the pair-aware regime controller, live --------------------------------------------
+
+
+def test_a_burst_drives_the_regime_adaptive_pairs_into_transition_and_back(fleets: Any):
+    """The gateway's pair sampler hears the pool's streamed first tokens (TTFT at the
+    gateway), its detector crosses θ1, and the next pair decision applies Table 2's
+    Transition row (τ 0.7, ω 1): the exported gauges show it. Bursts go out until the
+    regime gauge reads Transition, up to a deadline; then requests one at a time until it
+    reads Below again (Table 2's Below row back: τ 0)."""
+    f = fleets["vllm"]["m-regime"]
+    pool = f.pool
+    text = f.metrics()
+    assert metric(text, "fleetgate_routing_regime", pool=pool) == 0  # no traffic yet: Below
+    assert metric(text, "fleetgate_routing_temperature", pool=pool) == 0.0
+    assert metric(text, "fleetgate_routing_overlap_weight", pool=pool) == 1.0
+
+    def one(_: int) -> str:
+        return _chat(f, True)
+
+    def burst() -> None:
+        with ThreadPoolExecutor(REGIME_BURST) as ex:
+            assert all(ex.map(one, range(REGIME_BURST)))
+
+    deadline = time.monotonic() + 60.0
+    bursts = 0
+    while time.monotonic() < deadline:
+        burst()
+        bursts += 1
+        if metric(f.metrics(), "fleetgate_routing_regime", pool=pool) == 1:
+            break
+    text = f.metrics()
+    assert metric(text, "fleetgate_routing_regime", pool=pool) == 1, bursts
+    assert metric(text, "fleetgate_routing_temperature", pool=pool) == 0.7
+    assert metric(text, "fleetgate_routing_overlap_weight", pool=pool) == 1.0
+    assert metric(text, "fleetgate_routing_regime_changes_total", pool=pool) >= 1
+    # the detector's L̄ (its value now may already be falling: the hysteresis keeps the regime)
+    assert metric(text, "fleetgate_routing_ttft_p99_smoothed_seconds", pool=pool) > 0
+    assert wait_until(f.idle)
+
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        assert one(0)
+        if metric(f.metrics(), "fleetgate_routing_regime", pool=pool) == 0:
+            break
+    text = f.metrics()
+    assert metric(text, "fleetgate_routing_regime", pool=pool) == 0
+    assert metric(text, "fleetgate_routing_temperature", pool=pool) == 0.0
+    assert metric(text, "fleetgate_routing_regime_changes_total", pool=pool) >= 2
     assert wait_until(f.idle)

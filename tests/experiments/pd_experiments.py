@@ -11,6 +11,8 @@ and a 1P/5D topology ("The Price of Anarchy in Disaggregated Inference", §8; do
         --templates 50 --kv-blocks 450 --out out/gkv  # the decode workers' KV cache binds
     python bench/pd_experiments.py --strategies --topology "2P/2D decode-bound" \
         --clients 128 --out out/strat  # static vs regime-adaptive under the grid's ramp
+    python bench/pd_experiments.py --strategies --prompt-blocks-only ...  # the decode load
+        without output blocks (kv_cost_decode's accounting before they were charged)
 
 Protocol (the paper's §8.1, in virtual time):
 - closed loop, C clients, a 30 s linear ramp then a 120 s hold (`--quick`: 10 s + 30 s);
@@ -164,19 +166,27 @@ def run_point(
     templates: int = 5,
     kv_blocks: int | None = None,
     strategy: str | None = None,
+    output_blocks: bool = True,
 ) -> Row:
     """One closed-loop run; `cell` = (τ, ω): the grid's selector, templated prompts (from
     `templates` templates) and PoA^; `kv_blocks`: the decode workers' KV capacity;
-    `strategy` (a `STRATEGIES` name, with a cell): that selector instead of the cell's."""
+    `strategy` (a `STRATEGIES` name, with a cell): that selector instead of the cell's;
+    `output_blocks` false: the decode load counts prompt blocks alone (the accounting
+    before output blocks were charged, docs/PD.md)."""
     prefill, decode = {**TOPOLOGIES_SPIKE, **SPLITS}[topology]
     pair = None
     if cell is not None:
         pair = {
             "policy": "kv_cost_decode",
-            "params": {"temperature": cell[0], "overlap_weight": cell[1], "seed": seed},
+            "params": {
+                "temperature": cell[0],
+                "overlap_weight": cell[1],
+                "seed": seed,
+                "output_blocks": output_blocks,
+            },
         }
     if strategy is not None:
-        params = {**STRATEGIES[strategy]["params"], "seed": seed}
+        params = {**STRATEGIES[strategy]["params"], "seed": seed, "output_blocks": output_blocks}
         if "detector" in params and "decode-bound" in topology:
             params["detector"] = {"baseline_s": 0.10}  # as the spike's
         pair = {"policy": STRATEGIES[strategy]["policy"], "params": params}
@@ -310,6 +320,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--templates", type=int, default=5, help="the grid's prompt templates")
     ap.add_argument("--kv-blocks", type=int, help="the decode workers' KV capacity (blocks)")
     ap.add_argument(
+        "--prompt-blocks-only",
+        action="store_true",
+        help="the decode load without output blocks (kv_cost_decode's output_blocks: false)",
+    )
+    ap.add_argument(
         "--strategies",
         action="store_true",
         help="static vs adaptive under the grid's ramp and hold (--clients, --seeds)",
@@ -318,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.spike:
         plan = SpikePlan(below_s=60.0, saturated_s=90.0, recovery_s=60.0) if args.quick else SPIKE
         spike_rows = [
-            spike(topo, strategy, seed, plan)
+            spike(topo, strategy, seed, plan, not args.prompt_blocks_only)
             for topo in args.topology or list(TOPOLOGIES)
             for strategy in STRATEGIES
             for seed in range(1, args.seeds + 1)
@@ -338,7 +353,16 @@ def main(argv: list[str] | None = None) -> None:
             for c in args.clients or (128,):
                 for strategy in STRATEGIES:
                     runs = [
-                        run_point(topo, c, ramp, hold, seed, (0.0, 1.0), strategy=strategy)
+                        run_point(
+                            topo,
+                            c,
+                            ramp,
+                            hold,
+                            seed,
+                            (0.0, 1.0),
+                            strategy=strategy,
+                            output_blocks=not args.prompt_blocks_only,
+                        )
                         for seed in range(1, args.seeds + 1)
                     ]
                     rows += runs
@@ -371,6 +395,7 @@ def main(argv: list[str] | None = None) -> None:
                                 (tau, omega),
                                 args.templates,
                                 args.kv_blocks,
+                                output_blocks=not args.prompt_blocks_only,
                             )
                             grid_rows.append((tau, omega, row))
                             rows.append(row)
@@ -543,7 +568,13 @@ DECODE_BOUND = {"h": 0.0001, "max_num_seqs": 64}
 TOPOLOGIES_SPIKE = {**TOPOLOGIES, "2P/2D decode-bound": (2, 2)}
 
 
-def spike(topology: str, strategy: str, seed: int, plan: SpikePlan = SPIKE) -> dict[str, Any]:
+def spike(
+    topology: str,
+    strategy: str,
+    seed: int,
+    plan: SpikePlan = SPIKE,
+    output_blocks: bool = True,
+) -> dict[str, Any]:
     """Exp. 3 on a P/D topology: C = base → peak → base, 5 templated prompts (as the grid),
     the decode choice by `strategy`; per phase TTFT P50/P99, ITL P99, mean latency,
     throughput, effective concurrency (Little: throughput × mean latency) and PoA^ (eq. 12
@@ -551,7 +582,7 @@ def spike(topology: str, strategy: str, seed: int, plan: SpikePlan = SPIKE) -> d
     first left Below after the spike began."""
     prefill, decode = TOPOLOGIES_SPIKE[topology]
     choice = STRATEGIES[strategy]
-    params = {**choice["params"], "seed": seed}
+    params = {**choice["params"], "seed": seed, "output_blocks": output_blocks}
     bound = DECODE_BOUND if "decode-bound" in topology else None
     if bound is not None and "detector" in params:  # its static TTFT P99 at C = 32: 0.10 s
         params["detector"] = {"baseline_s": 0.10}

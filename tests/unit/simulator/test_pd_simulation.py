@@ -5,6 +5,7 @@ past the prefill's capacity TTFT grows while the decode's inter-token time does 
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -131,3 +132,83 @@ def test_the_decode_engine_caches_what_arrived_by_prefix():
     # the first request's 7 cacheable blocks (the last one is always computed) are found
     # by the second and third: 2 × 7 × 16 tokens
     assert stats.prefix_hits_tokens == 2 * 7 * 16
+
+
+def _decode_bound(output_blocks: bool, seed: int) -> Any:
+    """docs/PD.md's decode-bound 2P/2D pool: decode steps 10× costlier per sequence, 64
+    sequences a decode worker; the decode worker by Dynamo's cost at its defaults."""
+    return parse(
+        {
+            "name": "pd-lock-in",
+            "seed": seed,
+            "fleet": {
+                "engine": {"max_num_seqs": 256, "num_kv_blocks": 65536},
+                "pools": [
+                    {
+                        "name": "short",
+                        "workers": 4,
+                        "kind": "pd",
+                        "pd": {
+                            "protocol": "vllm",
+                            "prefill": 2,
+                            "decode": 2,
+                            "transfer_s_per_block": 0.0002,
+                            "prefill_engine": {
+                                "prefill_token_s": 0.00017,
+                                "max_num_batched_tokens": 2048,
+                                "max_num_seqs": 32,
+                                "enable_prefix_caching": False,
+                            },
+                            "decode_engine": {"h": 0.0001, "max_num_seqs": 64},
+                            "pair": {
+                                "policy": "kv_cost_decode",
+                                "params": {"seed": seed, "output_blocks": output_blocks},
+                            },
+                        },
+                    }
+                ],
+            },
+            "workload": {
+                "arrivals": {"kind": "poisson", "rate": 1},
+                "components": [{"family": "chat"}],
+            },
+            "policy": {"dispatch": {"max_waiting": 100000, "timeout_s": 3600}},
+        }
+    )
+
+
+def test_counting_output_blocks_keeps_template_requests_from_locking_onto_one_decode():
+    """docs/PD.md "the τ = 0 lock-in": 128 clients ramped over 30 s, prompts from 5
+    templates (8 hashed blocks each). Counting prompt blocks alone (a shared block once),
+    both decode workers look equally loaded however many requests of a template each
+    holds, and the overlap term keeps sending a template where it went before: the
+    workers' shares of the hold's requests split about 60 : 40. With each request's
+    output blocks counted they split evenly."""
+    seed, clients, ramp, hold = 2, 128, 30.0, 60.0
+    seqs = []
+    for c in range(clients):
+        rng = random.Random(seed * 1_000_003 + c)
+        seqs.append(
+            [
+                RequestSpec(
+                    f"c{c}-{k}",
+                    0.0,
+                    128,
+                    rng.randint(192, 256),
+                    256,
+                    client=f"c{c}",
+                    prefix_hashes=tuple(1000 * (rng.randrange(5) + 1) + i for i in range(8)),
+                )
+                for k in range(50)
+            ]
+        )
+    shares: dict[bool, float] = {}
+    for output_blocks in (False, True):
+        shape = LoadShape(clients, ramp_s=ramp, hold_s=hold, seed=seed)
+        result, _ = simulate(_decode_bound(output_blocks, seed), shape, seqs)
+        held = [r.worker for r in result.records if r.arrival >= ramp]
+        n0, n1 = held.count("short-d0"), held.count("short-d1")
+        assert n0 + n1 == len(held) > 2000
+        shares[output_blocks] = max(n0, n1) / (n0 + n1)
+    assert shares[False] > 0.55  # locked in: this workload's oracle that the test can fail
+    assert shares[True] < 0.51  # an even split

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from policies.actions import SendDecode, SendPair
 from policies.budget import ChatSize
 from policies.build import Choice, CoreSpec, PdSpec, build_core
@@ -16,7 +18,9 @@ from policies.events import FIRST_TOKEN, HANDED_OFF, Finished, Request, Upstream
 from policies.intake import CHAT, Prompt
 from policies.pd.kv_cost_decode import KvCostDecode
 from policies.pd.kv_cost_decode_load import KvCostDecodeLoad
+from policies.pd.pair_state import PairKvState
 from policies.pd.regime_adaptive import RegimeAdaptivePairs
+from policies.routing.kv_state import KvState
 from policies.saturation import Regime
 from policies.types import Outcome, PoolSpec, RequestInfo, Status, WorkerView
 
@@ -133,7 +137,7 @@ def test_default_selector_prefill_failure_before_handoff_releases_and_caches_not
 
 
 def test_kv_cost_decode_holds_the_prompt_on_the_decode_until_the_answer_ends():
-    core = _core("kv_cost_decode")
+    core = _core("kv_cost_decode", {"output_blocks": False})
     sel = core.pd_pools["short"].selector
     assert isinstance(sel, KvCostDecode)
     state = sel.decode_router.state
@@ -144,6 +148,57 @@ def test_kv_cost_decode_holds_the_prompt_on_the_decode_until_the_answer_ends():
     assert state.active_blocks(d) == 8 and state.index.overlap(d, CHAIN, 0.1) == 8
     core.on(send.ticket, Finished(Outcome(Status.OK)), 0.5)
     assert state.active_blocks(d) == 0
+
+
+OUTPUT_BLOCKS = 4  # max_tokens 64 in blocks of 16 (_start's prompt)
+
+
+def test_kv_cost_decode_charges_each_requests_output_blocks_on_its_decode():
+    """Two requests of one template on one decode: the shared prompt counts once, each
+    request's output blocks count apiece, from the pair to the answer's end — also for
+    a retry's new pair (the blocks move with it)."""
+    core = _core("kv_cost_decode")  # output_blocks: the default
+    sel = core.pd_pools["short"].selector
+    assert isinstance(sel, KvCostDecode) and sel.config.output_blocks
+    state = sel.decode_router.state
+    a = _start(core, "a", 0.0)
+    assert state.active_blocks(a.decode) == 8 + OUTPUT_BLOCKS
+    b = _start(core, "b", 0.0)
+    # a's decode is the costlier now (12 active blocks against none): b goes to the other
+    assert b.decode != a.decode
+    assert state.active_blocks(b.decode) == 8 + OUTPUT_BLOCKS
+    core.on(a.ticket, HANDED_OFF, 0.1)
+    assert state.active_blocks(a.decode) == 8 + OUTPUT_BLOCKS  # until the answer ends
+    core.on(a.ticket, Finished(Outcome(Status.OK)), 0.5)
+    assert state.active_blocks(a.decode) == 0
+    # b's decode fails before any byte: the pair goes again elsewhere, the blocks with it
+    again = core.on(b.ticket, UpstreamFailed("connect", retryable=True, side="decode"), 0.6)
+    assert isinstance(again, SendPair) and again.decode != b.decode
+    assert state.active_blocks(b.decode) == 0
+    assert state.active_blocks(again.decode) == 8 + OUTPUT_BLOCKS
+    core.on(again.ticket, Finished(Outcome(Status.OK)), 0.9)
+    assert state.active_blocks("d0") == state.active_blocks("d1") == 0
+
+
+def test_output_blocks_count_the_requests_a_shared_template_hides():
+    """The τ = 0 lock-in's blind spot (docs/PD.md): requests of one template on a decode
+    worker. Prompt blocks alone count the template once however many share it; with
+    output blocks the count grows with each request (per sequence), so the cost sees it."""
+    for output_blocks, expected in ((False, [8, 8, 8]), (True, [12, 16, 28])):
+        state = KvState()
+        state.seen([WorkerView("d0", "short", 8192, role="decode")])
+        side = PairKvState(state, "decode", output_blocks)
+        got = []
+        for k, choices in enumerate((1, 1, 3)):
+            info = RequestInfo(f"r{k}", "m", 0.0, 128, 64, prefix_hashes=CHAIN, choices=choices)
+            side.on_pair(info, "p0", "d0", 0.0)
+            got.append(state.active_blocks("d0"))
+        assert got == expected
+        for k in range(3):
+            side.on_complete(RequestInfo(f"r{k}", "m", 0.0, 128, 64), Outcome(Status.OK), 1.0)
+        assert state.active_blocks("d0") == 0
+    with pytest.raises(ValueError, match="output_blocks"):
+        PairKvState(KvState(), "prefill", True)
 
 
 def _serve(core: Core, rid: str, t: float, ttft: float) -> None:
