@@ -1,9 +1,10 @@
-"""The optional compiled greedy_swap (policies/assign/_greedy.c), or None.
+"""The optional compiled greedy_swap (policies/assign/_greedy.c).
 
 setup.py builds it with `optional=True`: a machine without a C compiler still installs
 fleetgate and greedy_swap runs its numpy path, with the same decisions (the tests compare
-the two decision for decision). FLEETGATE_PURE=1 forces that path, as for the compressor
-(compressor/compiled.py).
+the two decision for decision). `built` is the module when it was built (else None);
+`fast` is what greedy_swap uses: `built`, unless FLEETGATE_PURE=1 asks for the numpy path,
+as for the compressor (compressor/compiled.py).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from types import ModuleType
 
 
 def _load() -> ModuleType | None:
-    if os.environ.get("FLEETGATE_PURE", "") not in ("", "0"):
-        return None
     try:
         from policies.assign import _greedy  # type: ignore[attr-defined]
     except ImportError:
@@ -22,4 +21,5 @@ def _load() -> ModuleType | None:
     return _greedy  # type: ignore[no-any-return]
 
 
-fast = _load()
+built = _load()
+fast = None if os.environ.get("FLEETGATE_PURE", "") not in ("", "0") else built

@@ -33,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from policies.assign.compiled import fast
+from policies.assign.compiled import built, fast
 from policies.assign.registry import Decision
 from policies.assign.state import Instance
 
@@ -75,13 +75,13 @@ def _rounds(u: int, max_rounds: int | None) -> int:
 
 def greedy_swap_compiled(inst: Instance, max_rounds: int | None = None) -> Decision:
     """Both phases in C, step for step the numpy path's (ValueError when not built)."""
-    if fast is None:
+    if built is None:
         raise ValueError("policies/assign/_greedy.c is not built (setup.py, optional)")
     u = inst.fillable
     if u == 0:
         return []
     where = np.empty(len(inst.sizes), dtype=np.int64)
-    fast.greedy_swap(
+    built.greedy_swap(
         np.ascontiguousarray(inst.base, dtype=np.float64),
         inst.horizon,
         np.ascontiguousarray(inst.free, dtype=np.int64),
