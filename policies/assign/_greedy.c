@@ -18,8 +18,8 @@
  * are); the greedy's ceilings can be quantiles (multiples of 1/4), still exact. Built
  * with -ffp-contract=off, like compressor/_fast.c.
  *
- * Hostile input: every array is length-checked, sizes' order (by_size) must be a
- * permutation, u at most min(pool, free slots); errors release what was taken. */
+ * Hostile input: every array is length-checked, loads and sizes finite, sizes' order
+ * (by_size) a permutation, u at most min(pool, free slots); errors release what was taken. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -465,6 +465,25 @@ greedy_swap(PyObject *Py_UNUSED(self), PyObject *args)
     }
     const double *base = base_b.buf, *levels = levels_b.buf;
     const int64_t *free_in = free_b.buf, *by_size = order_b.buf;
+    const double *sizes_in = sizes_b.buf;
+    for (Py_ssize_t i = 0; i < cells; i++) {
+        if (!isfinite(base[i])) {
+            PyErr_SetString(PyExc_ValueError, "base: not finite");
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < p_n; i++) {
+        if (!isfinite(sizes_in[i])) {
+            PyErr_SetString(PyExc_ValueError, "sizes: not finite");
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < s_n; i++) {
+        if (isnan(levels[i]) || levels[i] == INFINITY) {
+            PyErr_SetString(PyExc_ValueError, "levels: NaN or +inf");
+            goto done;
+        }
+    }
     int64_t free_total = 0;
     for (Py_ssize_t g = 0; g < g_n; g++) {
         free_total += free_in[g] > 0 ? free_in[g] : 0;

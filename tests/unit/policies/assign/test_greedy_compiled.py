@@ -101,5 +101,9 @@ def test_bad_arguments_raise():
         fast.greedy_swap(base, 3, np.array([1, 0]), sizes, order, levels, 2, 4, where)
     with pytest.raises(ValueError):  # where has the wrong length
         fast.greedy_swap(base, 3, free, sizes, order, levels, 2, 4, np.empty(3, np.int64))
+    with pytest.raises(ValueError):  # a load that is not finite
+        fast.greedy_swap(np.full((2, 3), np.nan), 3, free, sizes, order, levels, 2, 4, where)
+    with pytest.raises(ValueError):  # a size that is not finite
+        fast.greedy_swap(base, 3, free, np.array([5.0, np.inf]), order, levels, 2, 4, where)
     with pytest.raises(ValueError):  # no start
         fast.greedy_swap(base, 3, free, sizes, order, np.array([]), 2, 4, where)
