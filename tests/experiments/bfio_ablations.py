@@ -10,8 +10,9 @@ simulator/dp_lengths.py), every run on the same lengths per seed (the table's se
   rank's FIFO queue, by count (fewest running + queued) or by tokens (least running load +
   queued prompts); `least_token_load` over the central pool is NOT instant dispatch: it
   binds the oldest pooled request to the lightest rank only when a slot is free;
-- JSQ (count) and `least_token_load` over the central pool, so that with FCFS and BF-IO
-  (H = 0, H = 20 oracle) every row of the docs' main table has its energy here too;
+- JSQ (count) and `least_token_load` over the central pool, so that these runs give the
+  energy (eq. 58, simulator/dp_group.py's EnergyModel) of the docs' main table's FCFS, JSQ,
+  least-token-load and BF-IO (H = 0, H = 20 oracle) rows too;
 - BF-IO (H = 20) with the oracle, the noisy oracle at ε = 0.1, and the `max_tokens_bound`
   predictor with clients whose max_tokens is the true length × (1 + slack·u), u ~ U(0, 1)
   (BurstGPT records no max_tokens: an assumption, at slack 0.25 and 1).
