@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # training extras); `make test` adds the test extra. Each stamp says which is installed.
 RUN_STAMP := $(VENV)/.fleetgate-run
 TEST_STAMP := $(VENV)/.fleetgate-test
-SOURCES := pyproject.toml setup.py compressor/_fast.c
+SOURCES := pyproject.toml setup.py compressor/_fast.c policies/assign/_greedy.c
 # pip's own progress (what it collects, builds and installs), not -q: a first install takes a
 # while and should show it is working
 PIP := $(PY) -m pip install --disable-pip-version-check --progress-bar on

@@ -87,8 +87,8 @@ def mean(rows: list[dict[str, Any]], key: str) -> float:
 def table(rows: list[dict[str, Any]]) -> str:
     base = [r for r in rows if r["policy"] == "FCFS"]
     lines = [
-        "| Policy | AvgImb (tokens) | FCFS ÷ policy | idle % | Thpt (tok/s) | vs FCFS | TPOT (ms) | vs FCFS | pool wait P50 / P99 (s) | seeds × steps |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| Policy | AvgImb (tokens) | FCFS ÷ policy | idle % | Thpt (tok/s) | vs FCFS | TPOT (ms) | vs FCFS | pool wait P50 / P99 (s) | energy (kJ) | vs FCFS | J / token | seeds × steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for policy in POLICIES:
         rs = [r for r in rows if r["policy"] == policy]
@@ -101,6 +101,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{100 * (thr / mean(base, 'throughput') - 1):+.1f} % | {1e3 * tpot:.2f} | "
             f"{100 * (tpot / mean(base, 'tpot') - 1):+.1f} % | "
             f"{mean(rs, 'pool_wait_p50'):.2f} / {mean(rs, 'pool_wait_p99'):.2f} | "
+            f"{mean(rs, 'energy') / 1e3:,.0f} | "
+            f"{100 * (mean(rs, 'energy') / mean(base, 'energy') - 1):+.1f} % | "
+            f"{mean(rs, 'energy_per_token'):.3f} | "
             f"{len(rs)} × {rs[0]['steps']} |"
         )
     return "\n".join(lines)

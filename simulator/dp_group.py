@@ -17,7 +17,8 @@ Metrics (after a warm-up): per-step imbalance Imb(k) = G·max_g L_g − Σ_g L_g
 eq. 2) and its mean; the barrier-idle fraction idle(k) = Σ_g (max t − t_g) / (G·t_step);
 throughput = Σ_k |A(k)| / Σ_k t_step (eq. 8); TPOT = mean over finished requests of
 (finish − start of service) / o (eq. 9: pool wait not counted); pool wait (reveal →
-admission) P50/P99, which the paper does not report. Optionally every rank's L_g per step.
+admission) P50/P99, which the paper does not report; energy (the paper's eq. 58,
+`EnergyModel`). Optionally every rank's L_g per step.
 
 This module never goes through simulator/driver.py: a backlogged lockstep group has no
 arrival process or per-request routing, only an assignment at every step.
@@ -66,6 +67,32 @@ class StepModel:
 
 
 @dataclass(frozen=True)
+class EnergyModel:
+    """The paper's energy (its eq. 58): E = Σ_k Σ_g P(mfu_g(k))·Δt(k), with its power curve
+    P(mfu) = P_idle + (P_max − P_idle)·(mfu / mfu_sat)^γ (eq. 57) and its constants.
+
+    The paper does not say how it gets a rank's mfu_g(k); ours (an assumption): a rank
+    computes at `mfu_busy` for its own work t_g of the step and idles (mfu 0) for the rest,
+    the barrier wait and the collectives (T_sync), so mfu_g(k) = mfu_busy·t_g / Δt(k).
+    mfu_busy = mfu_sat by default: a computing rank at the utilisation where the paper's
+    power saturates ("inference workloads rarely exceed this threshold"), so a rank busy the
+    whole step draws P_max and one idle the whole step P_idle. The model size and GPU the
+    paper's eq. 56 needs are not given either; this needs neither."""
+
+    p_idle: float = 100.0  # W
+    p_max: float = 400.0  # W
+    mfu_sat: float = 0.45
+    gamma: float = 0.7
+    mfu_busy: float = 0.45
+
+    def step_energy(self, rank_times: npt.NDArray[np.float64], dt: float) -> float:
+        """Σ_g P(mfu_g)·Δt of one step, joules."""
+        mfu = self.mfu_busy * np.minimum(rank_times / dt, 1.0)
+        power = self.p_idle + (self.p_max - self.p_idle) * (mfu / self.mfu_sat) ** self.gamma
+        return float(power.sum() * dt)
+
+
+@dataclass(frozen=True)
 class GroupConfig:
     ranks: int = 32  # G
     slots: int = 72  # B
@@ -74,6 +101,7 @@ class GroupConfig:
     warmup: int = 1500  # steps run before measuring (fill the group, age the residents)
     seed: int = 0
     step_model: StepModel = field(default_factory=StepModel)
+    energy_model: EnergyModel = field(default_factory=EnergyModel)
     record_loads: bool = False  # keep every rank's L_g per measured step
     # Instant dispatch (the paper's §7.3 interface; ablation): each request is bound to a
     # rank the moment it is revealed and waits in that rank's FIFO queue; a rank admits from
@@ -107,6 +135,8 @@ class GroupResult:
     mean_load: float  # mean L_g, tokens
     step_time: float  # mean t_step, s
     finished: int
+    energy: float = 0.0  # J over the measured steps (eq. 58, EnergyModel)
+    energy_per_token: float = 0.0  # J per generated token over the measured steps
     decide_s: list[float] = field(default_factory=list)  # per-step decision cost, s (unused here)
     loads: npt.NDArray[np.float32] | None = None  # [steps, G] when recorded
 
@@ -155,6 +185,7 @@ def run_group(
     idle = np.zeros(config.steps)
     dts = np.zeros(config.steps)
     tokens = np.zeros(config.steps)
+    joules = np.zeros(config.steps)
     waits: list[float] = []
     tpots: list[float] = []
     mean_loads = np.zeros(config.steps)
@@ -247,6 +278,7 @@ def run_group(
             idle[j] = float((times.max() - times).sum()) / (g_n * dt)
             dts[j] = dt
             tokens[j] = running.sum()
+            joules[j] = config.energy_model.step_energy(times, dt)
             mean_loads[j] = loads.mean()
             if trace is not None:
                 trace[j] = loads
@@ -270,6 +302,8 @@ def run_group(
         mean_load=float(mean_loads.mean()),
         step_time=float(dts.mean()),
         finished=len(tpots),
+        energy=float(joules.sum()),
+        energy_per_token=float(joules.sum() / tokens.sum()) if tokens.sum() else math.nan,
         loads=trace,
     )
 

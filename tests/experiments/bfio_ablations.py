@@ -10,6 +10,9 @@ simulator/dp_lengths.py), every run on the same lengths per seed (the table's se
   rank's FIFO queue, by count (fewest running + queued) or by tokens (least running load +
   queued prompts); `least_token_load` over the central pool is NOT instant dispatch: it
   binds the oldest pooled request to the lightest rank only when a slot is free;
+- JSQ (count) and `least_token_load` over the central pool, so that these runs give the
+  energy (eq. 58, simulator/dp_group.py's EnergyModel) of the docs' main table's FCFS, JSQ,
+  least-token-load and BF-IO (H = 0, H = 20 oracle) rows too;
 - BF-IO (H = 20) with the oracle, the noisy oracle at ε = 0.1, and the `max_tokens_bound`
   predictor with clients whose max_tokens is the true length × (1 + slack·u), u ~ U(0, 1)
   (BurstGPT records no max_tokens: an assumption, at slack 0.25 and 1).
@@ -35,6 +38,7 @@ H20 = {"lookahead_steps": 20}
 # name: (assigner, params, instant dispatch, clients' max_tokens slack)
 RUNS: dict[str, tuple[str, dict[str, Any], str | None, float | None]] = {
     "FCFS (central pool)": ("fcfs_maxfree", {}, None, None),
+    "JSQ (central pool)": ("jsq_count", {}, None, None),
     "least token load (central pool)": ("least_token_load", {}, None, None),
     "instant dispatch, count": ("fcfs_maxfree", {}, "count", None),
     "instant dispatch, tokens": ("fcfs_maxfree", {}, "tokens", None),
@@ -86,8 +90,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     base = [r for r in rows if r["run"] == "FCFS (central pool)"]
     lines = [
         "| Run | AvgImb (tokens) | FCFS ÷ run | barrier idle | Thpt vs FCFS | TPOT vs FCFS |"
-        " pool wait P50 / P99 (s) | seeds × steps |",
-        "|---|---|---|---|---|---|---|---|",
+        " energy (kJ) | vs FCFS | J / token | pool wait P50 / P99 (s) | seeds × steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in RUNS:
         rs = [r for r in rows if r["run"] == run]
@@ -99,6 +103,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{100 * mean(rs, 'idle_fraction'):.1f} % | "
             f"{100 * (thr / mean(base, 'throughput') - 1):+.1f} % | "
             f"{100 * (tpot / mean(base, 'tpot') - 1):+.1f} % | "
+            f"{mean(rs, 'energy') / 1e3:,.0f} | "
+            f"{100 * (mean(rs, 'energy') / mean(base, 'energy') - 1):+.1f} % | "
+            f"{mean(rs, 'energy_per_token'):.3f} | "
             f"{mean(rs, 'pool_wait_p50'):.2f} / {mean(rs, 'pool_wait_p99'):.2f} | "
             f"{len(rs)} × {rs[0]['steps']} |"
         )

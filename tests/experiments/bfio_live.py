@@ -22,6 +22,9 @@ The simulator protocol of bench/bfio_experiments.py made small enough for loopba
   through the gateway and the client, and a shared 2-core machine relays only so many).
   Client i draws from its own seeded generator: every policy sees the same sequence.
 
+`--policies engine_lb` runs a plain pool instead: the engine's own balancer binds each request
+to a rank on arrival (instant dispatch by count; throughput and TPOT only).
+
 Measured after `--warmup` engine seconds, over `--seconds`: the mean imbalance
 G·max L_g − Σ L_g and the barrier-idle share it implies (the gateway's per-rank loads,
 sampled every 0.25 s wall from its /metrics), throughput (the emulator's
@@ -109,9 +112,10 @@ async def run_policy(policy: str, params: dict[str, object], args: argparse.Name
             "--num-kv-blocks", "40000",
         ).wait_ready()  # fmt: skip
         cfg = gateway_config([emu.url], [])
-        dp = {"ranks": G, "slots": B, "assigner": {"policy": policy, "params": params},
-              "timeout_s": 600.0}  # fmt: skip
-        cfg["pools"]["short"].update(kind="dp_group", dp_group=dp)  # type: ignore[index]
+        if policy != ENGINE_LB:
+            dp = {"ranks": G, "slots": B, "assigner": {"policy": policy, "params": params},
+                  "timeout_s": 600.0}  # fmt: skip
+            cfg["pools"]["short"].update(kind="dp_group", dp_group=dp)  # type: ignore[index]
         cfg["upstream"] = {"connect_timeout_s": 2.0, "first_byte_timeout_s": 600.0,
                            "idle_timeout_s": 60.0}  # fmt: skip
         gw = start_gateway(ps, cfg)
@@ -155,6 +159,9 @@ async def run_policy(policy: str, params: dict[str, object], args: argparse.Name
             w0 = time.monotonic()
             imbs, idles = [], []
             while time.monotonic() < end:
+                if policy == ENGINE_LB:  # no per-rank loads at the gateway
+                    await asyncio.sleep(0.25)
+                    continue
                 text = (await c.get("/metrics")).text
                 loads = [0.0] * G
                 for name, labels, value in parse_metrics(text):
@@ -183,11 +190,25 @@ async def run_policy(policy: str, params: dict[str, object], args: argparse.Name
     return res
 
 
+# a plain pool: the gateway names no rank and the engine's own DP balancer places each
+# request on arrival (the emulator, as vLLM's internal balancer: the rank with the fewest
+# running + waiting) to wait in that rank's queue — instant dispatch by count, the paper's
+# untreated §7.3 interface. The gateway has no per-rank loads then (no imbalance, no pool
+# wait): throughput and TPOT only.
+ENGINE_LB = "engine_lb"
+
 POLICIES = {
+    ENGINE_LB: (ENGINE_LB, {}),
     "fcfs_maxfree": ("fcfs_maxfree", {}),
     "least_token_load": ("least_token_load", {}),
     "bfio": ("bfio", {}),
     "bfio_wait2": ("bfio", {"max_pool_wait_s": 2.0}),
+    # the lookahead live: the client's max_tokens is the only live predictor; this load sets
+    # ignore_eos with max_tokens = the drawn length, so here the bound is exact (an oracle)
+    "bfio_h20": ("bfio", {"lookahead_steps": 20, "predictor": "max_tokens_bound"}),
+    # with outputs × 0.25 (mean ≈ 70 tokens) a 20-step window is ~30 % of an answer's life;
+    # bench/bfio_live_sim.py finds 5 steps the better window here
+    "bfio_h5": ("bfio", {"lookahead_steps": 5, "predictor": "max_tokens_bound"}),
 }
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from policies.assign import make_assigner
-from simulator.dp_group import GroupConfig, StepModel, run_group
+from simulator.dp_group import EnergyModel, GroupConfig, StepModel, run_group
 from simulator.dp_lengths import load_burstgpt_csv, synthetic_burstgpt
 
 SMALL = GroupConfig(ranks=8, slots=16, pool_target=32, steps=600, warmup=400, seed=3)
@@ -16,6 +16,28 @@ def test_step_time_is_the_slowest_rank_plus_the_barrier():
     loads = np.array([100.0, 50.0])
     assert list(m.rank_times(running, loads)) == [2 + 1 + 1, 2 + 2 + 0.5]
     assert m.step_time(running, loads) == 1.0 + 4.5
+
+
+def test_energy_is_the_papers_power_curve_over_each_ranks_busy_share():
+    """eq. 57/58 with the paper's constants: a rank busy the whole step draws P_max, one idle
+    the whole step P_idle, one busy a share u of it P_idle + (P_max − P_idle)·u^γ (mfu_busy
+    = mfu_sat); joules = Σ_g P_g · Δt. Written out from the paper, not from the model."""
+    e = EnergyModel()
+    dt = 0.04
+    times = np.array([dt, 0.0, 0.01])
+    want = (400.0 + 100.0 + (100.0 + 300.0 * 0.25**0.7)) * dt
+    assert e.step_energy(times, dt) == pytest.approx(want, rel=1e-12)
+
+
+def test_energy_falls_with_the_imbalance():
+    """Every slot is busy in both runs, so the same tokens per step: BF-IO's shorter steps
+    and busier ranks take less energy per token than FCFS's."""
+    fcfs = run_group(make_assigner("fcfs_maxfree"), SMALL)
+    bfio = run_group(make_assigner("bfio"), SMALL)
+    assert 0 < bfio.energy_per_token < fcfs.energy_per_token
+    assert fcfs.energy == pytest.approx(
+        fcfs.energy_per_token * SMALL.ranks * SMALL.slots * SMALL.steps
+    )
 
 
 def test_runs_repeat_under_a_seed_and_differ_across_seeds():
