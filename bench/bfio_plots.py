@@ -18,6 +18,7 @@ Prints each policy's means over the plotted steps.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from PIL import Image
 
 from policies.assign import make_assigner
 from simulator.dp_group import GroupConfig, StepRecord, run_group
@@ -90,15 +92,16 @@ def main() -> None:
         )
 
     fig = plt.figure(figsize=(16, 9.5), dpi=100)
-    grid = fig.add_gridspec(2, 12, height_ratios=[1.15, 1], hspace=0.32, wspace=1.2)
+    grid = fig.add_gridspec(2, 12, height_ratios=[1.15, 1], hspace=0.32, wspace=1.6)
     top = max(float(np.max(t.loads)) for t in traces.values()) / 1000 * 1.03
+    bottom = min(float(np.min(t.loads)) for t in traces.values()) / 1000 * 0.95
     steps = np.arange(args.steps)
     for i, (name, trace) in enumerate(traces.items()):
         ax = fig.add_subplot(grid[0, 3 * i : 3 * i + 3])
         loads = np.array(trace.loads) / 1000  # [steps, G], thousands of tokens
         ax.plot(steps, loads, lw=0.5, alpha=0.55)
         ax.plot(steps, loads.mean(axis=1), color="black", lw=1.2, label="mean")
-        ax.set_ylim(0, top)
+        ax.set_ylim(bottom, top)
         ax.set_title(f"{name}\nmax − min gap {np.mean(np.ptp(loads, axis=1)):.1f}k", fontsize=10)
         ax.set_xlabel("measured step")
         if i == 0:
@@ -133,7 +136,10 @@ def main() -> None:
         fontsize=11,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=100, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=100, bbox_inches="tight")
+    # 256 colours: the thin translucent lines make a true-colour PNG too large for the repo
+    Image.open(buf).convert("RGB").quantize(256).save(args.out, optimize=True)
     print(f"wrote {args.out} ({args.out.stat().st_size / 1024:.0f} KB)")
 
 
