@@ -121,6 +121,15 @@ def parser() -> argparse.ArgumentParser:
         " X-data-parallel-rank (SGLang: also routed_dp_rank / data_parallel_rank)",
     )
     dp.add_argument(
+        "--data-parallel-rank-ports",
+        dest="dp_rank_ports",
+        type=int,
+        default=None,
+        metavar="BASE",
+        help="also serve rank g alone on port BASE + g (vLLM's external load balancing: an"
+        " API server per rank; the ranks still step in lockstep); --port keeps the whole group",
+    )
+    dp.add_argument(
         "--dp-t-sync",
         type=float,
         default=DpConfig().t_sync,
@@ -188,6 +197,16 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
         raise ValueError("--time-scale must be > 0")
     port = args.port if args.port is not None else (8000 if args.personality == "vllm" else 30000)
     kv_events = parse_kv_events(args.kv_events_config)
+    base = args.dp_rank_ports
+    if base is not None and args.dp_size < 2:
+        raise ValueError("--data-parallel-rank-ports: only with --data-parallel-size > 1")
+    if base is not None and not (
+        base > 0 and base + args.dp_size - 1 <= 65535 and not base <= port < base + args.dp_size
+    ):
+        raise ValueError(
+            f"--data-parallel-rank-ports {base}: ports {base}..{base + args.dp_size - 1}"
+            f" must be valid and not include --port {port}"
+        )
     if kv_events is not None and args.dp_size > 1:
         raise ValueError("--kv-events-config: not with --data-parallel-size > 1")
     return EmulatorConfig(
@@ -206,6 +225,7 @@ def config_from(args: argparse.Namespace) -> EmulatorConfig:
         prompt_tokens_details=args.details,
         enable_metrics=args.enable_metrics,
         dp=DpConfig(args.dp_size, args.dp_t_sync, args.dp_k),
+        dp_rank_ports=base,
         kv_events=kv_events,
         faults=Faults(
             error_rate=args.error_rate,

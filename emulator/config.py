@@ -53,6 +53,9 @@ class EmulatorConfig:
     enable_metrics: bool = True  # SGLang serves /metrics only with --enable-metrics
     faults: Faults = field(default_factory=Faults)
     dp: DpConfig = field(default_factory=DpConfig)  # --data-parallel-size and its step model
+    # --data-parallel-rank-ports BASE: rank g also answers on BASE + g as that rank only
+    # (vLLM's external load-balancing mode: one API server per rank, one lockstep group)
+    dp_rank_ports: int | None = None
     pd: PdConfig | None = None  # one side of a P/D pair (--role; emulator/pd.py)
     kv_events: KvEventsConfig | None = None  # --kv-events-config (emulator/kv_events.py)
 

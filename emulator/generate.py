@@ -46,7 +46,7 @@ from emulator.pd import KvLoadFailed, Turn, kv_load_error, turn_for
 from emulator.requests import GenPlan, SeqPlan, plan
 from emulator.sampling import text_slice, token_at, token_logprobs, visible_chars
 from emulator.schema import ApiError
-from emulator.state import Emulator
+from emulator.state import PINNED_RANK, Emulator
 from emulator.tools import new_call_id
 from emulator.wire import DONE, Choice, Head, TokenLogprob, ToolCall, Usage
 
@@ -72,10 +72,12 @@ async def generate(
 ) -> web.StreamResponse:
     turn = turn_for(request, body)  # None unless this server serves a P/D role
     p = plan(kind, body, request.headers, emu.info)
-    try:
-        rank = requested_rank(request.headers, body, emu.vllm)
-    except ValueError as exc:
-        raise ApiError(400, str(exc), "BadRequestError") from None
+    rank = request.app.get(PINNED_RANK)  # a per-rank port answers as its rank only
+    if rank is None:
+        try:
+            rank = requested_rank(request.headers, body, emu.vllm)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), "BadRequestError") from None
     _faults_on_arrival(emu)
     if emu.cfg.faults.error_rate and emu.rng.random() < emu.cfg.faults.error_rate:
         raise INTERNAL

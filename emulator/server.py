@@ -39,7 +39,7 @@ from emulator.metrics import RequestTag
 from emulator.pd import add_pd
 from emulator.routes_sglang import sglang_routes
 from emulator.schema import ApiError, FieldError, SchemaError, sglang_error, vllm_error
-from emulator.state import EMU, Emulator, build_state
+from emulator.state import EMU, PINNED_RANK, Emulator, build_state
 
 log = logging.getLogger("emulator.server")
 
@@ -240,7 +240,9 @@ async def _metrics(request: web.Request) -> web.Response:
         return _json({"detail": "Not Found"}, 404)
     engine = emu.driver.engine
     ranks = None
-    if isinstance(engine, DpEngine):  # per-rank series, as the real engines export them
+    # per-rank series, as the real engines export them (a per-rank port, from
+    # --data-parallel-rank-ports, exports the whole group's too: one registry)
+    if isinstance(engine, DpEngine):
         ranks = [engine.rank_stats(g) for g in range(len(engine.ranks))]
     body, ctype = emu.metrics.render(
         engine.stats, request.headers.get("Accept", ""), emu.driver.clock.wall_now(), ranks
@@ -356,6 +358,18 @@ async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None)
     await runner.setup()
     site = web.TCPSite(runner, cfg.host, cfg.port, backlog=1024, reuse_address=True)
     await site.start()
+    runners = [runner]
+    if cfg.dp_rank_ports is not None:  # one app per rank on the one lockstep group
+        for g in range(cfg.dp.ranks):
+            app = build_app(emu)
+            app[PINNED_RANK] = g
+            rank_runner = web.AppRunner(
+                app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+            )
+            await rank_runner.setup()
+            port = cfg.dp_rank_ports + g
+            await web.TCPSite(rank_runner, cfg.host, port, backlog=1024, reuse_address=True).start()
+            runners.append(rank_runner)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -368,7 +382,8 @@ async def serve(cfg: EmulatorConfig, ready: Callable[[str], None] | None = None)
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        for r in runners:
+            await r.cleanup()
         await emu.driver.stop()
         if publisher is not None:
             publisher.close()

@@ -78,3 +78,6 @@ def build_state(cfg: EmulatorConfig) -> Emulator:
 
 
 EMU: web.AppKey[Emulator] = web.AppKey("emulator", Emulator)
+# the rank an app answers as (--data-parallel-rank-ports: a per-rank API server); absent on
+# the group's own port
+PINNED_RANK: web.AppKey[int] = web.AppKey("pinned_rank", int)

@@ -18,7 +18,8 @@ eq. 2) and its mean; the barrier-idle fraction idle(k) = Σ_g (max t − t_g) / 
 throughput = Σ_k |A(k)| / Σ_k t_step (eq. 8); TPOT = mean over finished requests of
 (finish − start of service) / o (eq. 9: pool wait not counted); pool wait (reveal →
 admission) P50/P99, which the paper does not report; energy (the paper's eq. 58,
-`EnergyModel`). Optionally every rank's L_g per step.
+`EnergyModel`). Optionally every rank's L_g per step, or a `StepRecord` per measured step
+to a recorder callback (bench/bfio_plots.py draws them).
 
 This module never goes through simulator/driver.py: a backlogged lockstep group has no
 arrival process or per-request routing, only an assignment at every step.
@@ -27,6 +28,7 @@ arrival process or per-request routing, only an assignment at every step.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,16 +146,32 @@ class GroupResult:
         return {k: v for k, v in self.__dict__.items() if k not in ("loads", "decide_s")}
 
 
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One measured step as a recorder sees it (after the step's admissions)."""
+
+    step: int  # measured step index, 0 after the warm-up
+    loads: npt.NDArray[np.float64]  # L_g of every rank, [G]
+    rank_times: npt.NDArray[np.float64]  # t_g of every rank, [G], s
+    step_time: float  # t_step, s
+    imbalance: float  # G·max L − Σ L (eq. 2)
+    idle: float  # Σ_g (max t − t_g) / (G·t_step)
+    waits: tuple[float, ...]  # pool waits (reveal → admission) of this step's admissions, s
+
+
 def run_group(
     assigner: Assigner,
     config: GroupConfig,
     lengths: Lengths | None = None,
     warmup_with: Assigner | None = None,
+    recorder: Callable[[StepRecord], None] | None = None,
 ) -> GroupResult:
     """One backlogged run of `assigner` on a lockstep group; deterministic given the seed.
 
     `warmup_with` decides during the warm-up instead (e.g. BF-IO with H = 0 before a costly
-    H = 20 run: the warm-up only has to bring the group to its steady state)."""
+    H = 20 run: the warm-up only has to bring the group to its steady state). `recorder`, if
+    given, is called with every measured step's `StepRecord` (it must not keep the arrays
+    past the call without copying: they are fresh per step, but that is not promised)."""
     lengths = lengths or synthetic_burstgpt()
     g_n, b_n = config.ranks, config.slots
     horizon = max(assigner.lookahead_steps, warmup_with.lookahead_steps if warmup_with else 0) + 1
@@ -250,6 +268,7 @@ def run_group(
                     room[g] -= 1
                     decision.append((i, g))
         taken = []
+        step_waits: list[float] = []
         for i, g in decision:
             b = int(np.flatnonzero(~active[g])[0])
             active[g, b] = True
@@ -261,6 +280,7 @@ def run_group(
             started[g, b] = now
             if measuring:
                 waits.append(now - pool_t[i])
+                step_waits.append(now - pool_t[i])
             taken.append(i)
         for i in sorted(taken, reverse=True):
             del pool_s[i], pool_o[i], pool_t[i], pool_id[i], pool_mt[i]
@@ -282,6 +302,12 @@ def run_group(
             mean_loads[j] = loads.mean()
             if trace is not None:
                 trace[j] = loads
+            if recorder is not None:
+                recorder(
+                    StepRecord(
+                        j, loads, times, dt, float(imb[j]), float(idle[j]), tuple(step_waits)
+                    )
+                )
         now += dt
         generated[active] += 1
         context[active] += 1

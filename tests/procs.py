@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,6 +26,28 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 _given: set[int] = set()  # ports this process handed out: never the same one twice
+
+
+def free_ports(n: int) -> int:
+    """A base port with n consecutive ports free on loopback now (an emulator's per-rank
+    API servers, --data-parallel-rank-ports)."""
+    for _ in range(100):
+        base = random.randint(20000, 60000 - n)
+        socks: list[socket.socket] = []
+        try:
+            for g in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + g))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        if not _given.intersection(range(base, base + n)):
+            _given.update(range(base, base + n))
+            return base
+    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 def free_port() -> int:

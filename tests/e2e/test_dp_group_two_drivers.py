@@ -203,3 +203,63 @@ async def test_live_rank_loads_follow_the_engines_usage():
     assert by_id["s"] == (30, 30)  # streamed: exactly the tokens, the role event not one
     assert by_id["w"] == (0, 60)  # whole: nothing streamed, the usage at the end
     assert by_id["l"][1] == 400
+
+
+async def test_per_rank_ports_serve_one_lockstep_group_through_the_gateway():
+    """`--data-parallel-rank-ports BASE` (vLLM's external load balancing: an API server per
+    rank): port BASE + g answers as rank g whatever rank the request names, the ranks stay
+    one group (one /metrics with every rank), and a dp_group pool listing the G per-rank
+    endpoints in rank order sends rank g's requests to port BASE + g."""
+    from tests.procs import free_ports, procs
+
+    def generated(text: str) -> list[float]:
+        out = [0.0, 0.0]
+        for line in text.splitlines():
+            for g in (0, 1):
+                if line.startswith(f'vllm:generation_tokens_total{{engine="{g}"'):
+                    out[g] = float(line.rsplit(" ", 1)[1])
+        return out
+
+    with procs() as ps:
+        base = free_ports(2)
+        emu = emulator(
+            ps, "dp2ports", 8192, "--data-parallel-size", "2", "--max-num-seqs", "1",
+            "--data-parallel-rank-ports", str(base),
+        ).wait_ready()  # fmt: skip
+        urls = [f"http://127.0.0.1:{base + g}" for g in (0, 1)]
+        body = {"model": MODEL, "prompt": list(range(1000, 1050)), "max_tokens": 7,
+                "ignore_eos": True}  # fmt: skip
+        # the port decides, not the header (a per-rank server has only its own rank)
+        r = httpx.post(urls[1] + "/v1/completions", json=body, timeout=30,
+                       headers={"x-data-parallel-rank": "0"})  # fmt: skip
+        assert r.status_code == 200, r.text
+        assert generated(httpx.get(emu.url + "/metrics", timeout=5).text) == [0.0, 7.0]
+        assert generated(httpx.get(urls[0] + "/metrics", timeout=5).text) == [0.0, 7.0]
+
+        cfg = gateway_config(urls, [])
+        cfg["pools"]["short"].update(  # type: ignore[index]
+            kind="dp_group",
+            dp_group={"ranks": 2, "slots": 1, "assigner": {"policy": "fcfs_maxfree"}},
+        )
+        app = create_app(load_config(data=cfg, environ={}))
+        await app.gateway.start()
+        try:
+            driver = app.gateway.driver
+            assert driver is not None
+            group = driver.core.groups["short"]
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw",
+                                         timeout=60) as c:  # fmt: skip
+                long = {**body, "max_tokens": 200}
+                first = asyncio.create_task(c.post("/v1/completions", json=long))
+                deadline = time.monotonic() + 20
+                while not group.running[0]:  # one slot a rank: the first takes rank 0
+                    assert time.monotonic() < deadline, "the first request never ran"
+                    await asyncio.sleep(0.001)
+                second = await c.post("/v1/completions", json={**body, "max_tokens": 11})
+                assert second.status_code == 200 and (await first).status_code == 200
+            assert group.loads() == [0, 0] and not group.pooled
+        finally:
+            await app.gateway.stop()
+        # rank 0's request went to BASE + 0, rank 1's to BASE + 1 (no rank header sent)
+        assert generated(httpx.get(emu.url + "/metrics", timeout=5).text) == [200.0, 18.0]

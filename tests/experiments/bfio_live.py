@@ -13,7 +13,10 @@ The simulator protocol of bench/bfio_experiments.py made small enough for loopba
   the same share of a step (about two thirds) as in the simulation. `--time-scale S`: an
   engine second takes S wall seconds; every figure below is in engine seconds.
 - the gateway: one process, `pools.short.kind: dp_group` with that one endpoint (the rank
-  in `X-data-parallel-rank`), ranks G, slots B, the policy under test.
+  in `X-data-parallel-rank`; `--engine sglang`: the SGLang personality, the rank also in the
+  body's `data_parallel_rank`), ranks G, slots B, the policy under test. `--rank-ports`:
+  the emulator also serves each rank alone on its own port (`--data-parallel-rank-ports`,
+  vLLM's external load balancing) and the pool lists those G endpoints in rank order.
 - the load: a backlog — `--outstanding R` clients (default G·B + 16: the pool holds about
   16) each sending its next request as soon as its last one ends, streamed, token-id
   prompts (exact counts). Lengths: the synthetic BurstGPT-like pairs of
@@ -50,7 +53,7 @@ import numpy as np
 from simulator.dp_lengths import synthetic_burstgpt
 from tests.e2e.fleet import MODEL, gateway_config, start_gateway
 from tests.experiments.token_pools_live import parse_metrics
-from tests.procs import procs
+from tests.procs import free_ports, procs
 
 T_SYNC, W, H, K = 0.002, 0.005, 0.00005, 2.5e-6
 PROMPT_CAP = 4096
@@ -96,8 +99,11 @@ def _wait_buckets(text: str) -> dict[float, float]:
     return out
 
 
+GENERATED = ("vllm:generation_tokens_total", "sglang:generation_tokens_total")
+
+
 def _generated(text: str) -> float:
-    return sum(v for n, _, v in parse_metrics(text) if n == "vllm:generation_tokens_total")
+    return sum(v for n, _, v in parse_metrics(text) if n in GENERATED)
 
 
 async def run_policy(policy: str, params: dict[str, object], args: argparse.Namespace) -> Result:
@@ -105,13 +111,20 @@ async def run_policy(policy: str, params: dict[str, object], args: argparse.Name
     res = Result(policy if not params else f"{policy} {json.dumps(params)}")
     lengths = synthetic_burstgpt()
     with procs() as ps:
+        per_rank = ["--data-parallel-rank-ports", str(free_ports(G))] if args.rank_ports else []
         emu = ps.emulator(
-            "dp", "--model", MODEL, "--max-model-len", "8192", "--time-scale", str(S),
+            "dp", "--personality", args.engine, "--model", MODEL, "--max-model-len", "8192",
+            "--time-scale", str(S),
             "--data-parallel-size", str(G), "--max-num-seqs", str(B), "--w", str(W),
             "--h", str(H), "--dp-t-sync", str(T_SYNC), "--dp-k", str(args.k),
-            "--num-kv-blocks", "40000",
+            "--num-kv-blocks", "40000", *per_rank,
         ).wait_ready()  # fmt: skip
-        cfg = gateway_config([emu.url], [])
+        # --rank-ports: the group's G per-rank API servers as G workers in rank order (vLLM's
+        # external load balancing); else the one endpoint, the rank in a header (and body)
+        urls = [f"http://127.0.0.1:{int(per_rank[1]) + g}" for g in range(G)] if per_rank else []
+        cfg = gateway_config(urls or [emu.url], [])
+        for w in cfg["pools"]["short"]["workers"]:  # type: ignore[index]
+            w["engine"] = args.engine  # SGLang: the rank also goes in the body
         if policy != ENGINE_LB:
             dp = {"ranks": G, "slots": B, "assigner": {"policy": policy, "params": params},
                   "timeout_s": 600.0}  # fmt: skip
@@ -224,6 +237,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warmup", type=float, default=8.0, help="engine seconds")
     ap.add_argument("--seconds", type=float, default=30.0, help="engine seconds measured")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--rank-ports",
+        action="store_true",
+        help="per-rank endpoints: the emulator's --data-parallel-rank-ports, G workers",
+    )
+    ap.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        default="vllm",
+        help="the emulator's personality; sglang: the gateway appends data_parallel_rank",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.outstanding is None:

@@ -77,3 +77,22 @@ def test_per_rank_series_as_the_engines_export_them():
     sgl, _ = SglangMetrics("m", CFG).render(EngineStats(running=3), "", 0.0, ranks)
     running = [line for line in sgl.splitlines() if line.startswith(b"sglang:num_running_reqs{")]
     assert len(running) == 2 and all(b'dp_rank="' in line for line in running)
+
+
+def test_rank_ports_are_checked_at_start():
+    from emulator.cli import config_from, parser
+
+    def cfg(*argv: str) -> object:
+        return config_from(parser().parse_args(["--port", "8000", *argv]))
+
+    ok = cfg("--data-parallel-size", "4", "--data-parallel-rank-ports", "9000")
+    assert ok.dp_rank_ports == 9000  # type: ignore[attr-defined]
+    assert cfg("--data-parallel-size", "4").dp_rank_ports is None  # type: ignore[attr-defined]
+    for bad in (
+        ("--data-parallel-rank-ports", "9000"),  # one rank: no group to split
+        ("--data-parallel-size", "4", "--data-parallel-rank-ports", "7998"),  # 8000 inside
+        ("--data-parallel-size", "4", "--data-parallel-rank-ports", "65534"),
+        ("--data-parallel-size", "4", "--data-parallel-rank-ports", "0"),
+    ):
+        with pytest.raises(ValueError, match="rank-ports"):
+            cfg(*bad)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from policies.assign import make_assigner
-from simulator.dp_group import EnergyModel, GroupConfig, StepModel, run_group
+from simulator.dp_group import EnergyModel, GroupConfig, StepModel, StepRecord, run_group
 from simulator.dp_lengths import load_burstgpt_csv, synthetic_burstgpt
 
 SMALL = GroupConfig(ranks=8, slots=16, pool_target=32, steps=600, warmup=400, seed=3)
@@ -59,6 +59,26 @@ def test_metrics_are_consistent():
     # backlogged: every slot is busy every step, so tokens/s = G·B / mean step time
     assert r.throughput == pytest.approx(SMALL.ranks * SMALL.slots / r.step_time, rel=1e-9)
     assert r.tpot >= r.step_time * 0.5
+
+
+def test_the_recorder_sees_every_measured_step_of_every_rank():
+    seen: list[StepRecord] = []
+    config = GroupConfig(**{**SMALL.__dict__, "record_loads": True})
+    r = run_group(make_assigner("bfio"), config, recorder=seen.append)
+    assert [s.step for s in seen] == list(range(SMALL.steps))
+    assert r.loads is not None
+    for s, trace in zip(seen, r.loads, strict=True):
+        assert s.loads.shape == s.rank_times.shape == (SMALL.ranks,)
+        assert np.array_equal(s.loads.astype(np.float32), trace)
+        # the paper's eq. 2 and the barrier-idle share, from the step's own loads and times
+        assert s.imbalance == SMALL.ranks * s.loads.max() - s.loads.sum()
+        assert s.step_time == pytest.approx(SMALL.step_model.t_sync + s.rank_times.max())
+        idle = (s.rank_times.max() - s.rank_times).sum() / (SMALL.ranks * s.step_time)
+        assert s.idle == pytest.approx(idle)
+    waits = [w for s in seen for w in s.waits]
+    assert len(waits) > 0 and min(waits) >= 0
+    assert np.percentile(waits, 99) == pytest.approx(r.pool_wait_p99)
+    assert np.mean([s.imbalance for s in seen]) == pytest.approx(r.avg_imbalance)
 
 
 def test_bfio_balances_better_than_fcfs():
