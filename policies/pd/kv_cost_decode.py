@@ -28,7 +28,7 @@ from policies.hooks import Hook
 from policies.pd.kv_cost_decode_load import SideCostConfig, decode_load
 from policies.pd.pair_state import PairKvState
 from policies.protocols.pairs import config_from, register
-from policies.routing import eligible
+from policies.routing import with_room
 from policies.routing.kv_cost import KvCostRouter
 from policies.routing.kv_state import PER_REQUEST, KvState
 from policies.types import RequestInfo, WorkerView
@@ -85,7 +85,7 @@ class KvCostDecode:
     def select(
         self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]
     ) -> tuple[WorkerView, WorkerView] | None:
-        ok = [w for w in eligible(prefill) if w.has_room]
+        ok = with_room(prefill)
         if not ok:
             return None
         d = self.decode_router.choose(request, decode)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from policies.hooks import Hook
 from policies.pd.pair_state import PairKvState
 from policies.protocols.pairs import config_from, register
-from policies.routing import eligible
+from policies.routing import with_room
 from policies.routing.kv_cost import KvCostConfig, KvCostRouter
 from policies.routing.kv_state import PER_REQUEST, KvState, blocks_for
 from policies.types import RequestInfo, WorkerView
@@ -43,7 +43,7 @@ def decode_load(worker: WorkerView, block_size: int) -> int:
 
 def least_decode_loaded(decode: Sequence[WorkerView], block_size: int) -> list[WorkerView]:
     """The eligible decode workers with the least (active blocks, requests in flight)."""
-    ok = [w for w in eligible(decode) if w.has_room]
+    ok = with_room(decode)
     if not ok:
         return []
     keys = [(decode_load(w, block_size), w.in_flight) for w in ok]

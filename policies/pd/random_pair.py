@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.protocols.pairs import config_from, register
-from policies.routing import eligible
+from policies.routing import with_room
 from policies.types import RequestInfo, WorkerView
 
 NAME = "random"
@@ -35,8 +35,8 @@ class RandomPairs:
     def select(
         self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]
     ) -> tuple[WorkerView, WorkerView] | None:
-        p_ok = [w for w in eligible(prefill) if w.has_room]
-        d_ok = [w for w in eligible(decode) if w.has_room]
+        p_ok = with_room(prefill)
+        d_ok = with_room(decode)
         if not p_ok or not d_ok:
             return None
         return self.rng.choice(p_ok), self.rng.choice(d_ok)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.protocols.pairs import config_from, register
-from policies.routing import eligible
+from policies.routing import with_room
 from policies.types import RequestInfo, WorkerView
 
 NAME = "round_robin"
@@ -26,21 +26,18 @@ class RoundRobinPairsConfig:
 @dataclass(slots=True)
 class RoundRobinPairs:
     name: str = NAME
-    _prefill_turn: int = 0
-    _decode_turn: int = 0
+    _turn: int = 0  # both sides advance together (each cycles over its own list)
 
     def select(
         self, request: RequestInfo, prefill: Sequence[WorkerView], decode: Sequence[WorkerView]
     ) -> tuple[WorkerView, WorkerView] | None:
-        p_ok = [w for w in eligible(prefill) if w.has_room]
-        d_ok = [w for w in eligible(decode) if w.has_room]
+        p_ok = with_room(prefill)
+        d_ok = with_room(decode)
         if not p_ok or not d_ok:
             return None
-        p = p_ok[self._prefill_turn % len(p_ok)]
-        d = d_ok[self._decode_turn % len(d_ok)]
-        self._prefill_turn += 1
-        self._decode_turn += 1
-        return p, d
+        turn = self._turn
+        self._turn += 1
+        return p_ok[turn % len(p_ok)], d_ok[turn % len(d_ok)]
 
 
 @register(NAME)

@@ -48,6 +48,11 @@ def eligible(candidates: Sequence[WorkerView]) -> list[WorkerView]:
     return workers
 
 
+def with_room(candidates: Sequence[WorkerView]) -> list[WorkerView]:
+    """The eligible workers that can take one more request now."""
+    return [w for w in eligible(candidates) if w.has_room]
+
+
 _ANY = RequestInfo(id="", model="", arrival=0.0, prompt_tokens=0, max_tokens=0)
 
 names = ROUTERS.names
@@ -58,4 +63,13 @@ def make_router(name: str, params: Mapping[str, Any] | None = None) -> Router:
     return ROUTERS.make(name, params)
 
 
-__all__ = ["ROUTERS", "Router", "config_from", "eligible", "make_router", "names", "register"]
+__all__ = [
+    "ROUTERS",
+    "Router",
+    "config_from",
+    "eligible",
+    "make_router",
+    "names",
+    "register",
+    "with_room",
+]
